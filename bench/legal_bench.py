@@ -1,0 +1,876 @@
+#!/usr/bin/env python3
+"""Benchmark: zc legal sets against Cedar (cedarpy) on generated, equivalent authorization policies.
+
+A seeded generator writes the same authorization policy twice, at 10 / 100 / 1,000 actions with
+~1.2 rules per action: once in the zc language (DESIGN.md section 2) and once as a Cedar policy set
+with its entities. Before anything is timed, both engines are checked to agree exactly, for every
+generated state and every action; a disagreement aborts the benchmark (timing engines that give
+different answers is meaningless).
+
+Semantics bridged here: zc is default-allow-unless-a-rule-removes (`requires E` removes its targets
+unless E holds; `forbid ... when E` / `forbid ... unless E` remove them; deny wins), while Cedar is
+default-deny. The translation gives every action exactly one Cedar `permit` whose condition is the
+conjunction of that action's `requires` conditions (or no condition), and turns every zc `forbid`
+into a Cedar `forbid` (tags become Cedar action groups, `Action::"tag:x"`). All state fields are
+required (no `?`), so zc's three-valued logic never meets a missing value and Cedar never skips a
+policy on an evaluation error (the check also asserts Cedar reported no errors).
+
+The state of a decision is given to Cedar in the way most favourable to Cedar: every generated
+state is one `User` and one `Resource` entity, all parsed once into a single `Entities` handle, so a
+Cedar request only names them. zc, in contrast, receives the state as a plain dict and validates it
+on every call (`policy.legal(state)` includes validation).
+
+Usage:
+    python bench/legal_bench.py [--quick] [--sizes 10,100,1000] [--write BENCHMARKS.md]
+    python bench/legal_bench.py --check-only [--sizes ...]   # agreement check only, exit 1 on mismatch
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import platform
+import random
+import re
+import shlex
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run from a checkout without an editable install
+    sys.path.insert(0, str(ROOT))
+
+SEED = 20240611
+RULES_PER_ACTION = 1.2
+FALLBACK = "escalate"
+BEGIN = "<!-- legal_bench:begin -->"
+END = "<!-- legal_bench:end -->"
+
+# --------------------------------------------------------------------------------------------------
+# Vocabulary
+# --------------------------------------------------------------------------------------------------
+
+ROLES = ("viewer", "member", "analyst", "editor", "manager", "auditor", "admin", "owner")
+TEAMS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot")
+KINDS = ("doc", "ticket", "ledger", "repo", "dataset")
+LEVELS = range(0, 5)  # clearance and sensitivity: 0..4
+
+# field path -> (zc type, domain for random states)
+FIELDS: dict[str, tuple[str, tuple]] = {
+    "principal.role": (f"enum({', '.join(ROLES)})", ROLES),
+    "principal.team": (f"enum({', '.join(TEAMS)})", TEAMS),
+    "principal.clearance": ("int", tuple(LEVELS)),
+    "principal.mfa": ("bool", (True, False)),
+    "principal.contractor": ("bool", (True, False)),
+    "resource.owner_team": (f"enum({', '.join(TEAMS)})", TEAMS),
+    "resource.sensitivity": ("int", tuple(LEVELS)),
+    "resource.kind": (f"enum({', '.join(KINDS)})", KINDS),
+    "resource.locked": ("bool", (True, False)),
+}
+
+VERBS = {  # verb -> functional tags
+    "read": ("read",), "list": ("read",), "download": ("read", "export"), "audit": ("read",),
+    "create": ("write",), "update": ("write",), "comment": ("write",), "label": ("write",),
+    "merge": ("write",), "approve": ("write",), "delete": ("write", "destructive"),
+    "archive": ("write", "destructive"), "purge": ("destructive",), "revoke": ("destructive", "credential"),
+    "export": ("export",), "share": ("export",), "refund": ("money", "write"),
+    "transfer": ("money",), "charge": ("money",), "publish": ("publish",), "deploy": ("publish",),
+    "grant": ("credential",), "rotate": ("credential",), "sign": ("credential", "write"),
+    "lock": ("write",),
+}
+NOUNS = (
+    "invoice", "order", "report", "contract", "payroll", "customer", "account", "record", "note",
+    "page", "build", "release", "secret", "token", "key", "budget", "ledger_entry", "shipment",
+    "ticket_thread", "comment_log", "dashboard", "pipeline", "backup", "snapshot", "config",
+    "schema", "table", "model", "dataset_card", "notebook", "image", "bucket", "queue", "topic",
+    "cluster", "domain", "cert", "policy_doc", "team_page", "profile",
+)
+FUNCTIONAL_TAGS = ("read", "write", "destructive", "money", "publish", "credential", "export")
+
+# --------------------------------------------------------------------------------------------------
+# Expressions: a tiny AST rendered to zc, to Cedar, and evaluated by a reference interpreter
+# --------------------------------------------------------------------------------------------------
+# ("in", path, members, negated)   ("cmp", lhs, op, rhs) with lhs/rhs ("f", path) | ("k", const)
+# ("bool", path)   ("not", e)   ("and", a, b)   ("or", a, b)
+
+
+def zc_expr(e, top: bool = True) -> str:
+    """Render an expression in the zc language."""
+    kind = e[0]
+    if kind == "in":
+        _, path, members, neg = e
+        return f"{path} {'not in' if neg else 'in'} {{{', '.join(members)}}}"
+    if kind == "cmp":
+        _, lhs, op, rhs = e
+        return f"{_zc_operand(lhs)} {op} {_zc_operand(rhs)}"
+    if kind == "bool":
+        return e[1]
+    if kind == "not":
+        return f"not {zc_expr(e[1], False) if e[1][0] in ('bool', 'not') else '(' + zc_expr(e[1]) + ')'}"
+    if kind in ("and", "or"):
+        s = f"{zc_expr(e[1], False)} {kind} {zc_expr(e[2], False)}"
+        return s if top else f"({s})"
+    raise ValueError(e)
+
+
+def _zc_operand(o) -> str:
+    return o[1] if o[0] == "f" else (str(o[1]).lower() if isinstance(o[1], bool) else str(o[1]))
+
+
+def cedar_expr(e) -> str:
+    """Render an expression in Cedar."""
+    kind = e[0]
+    if kind == "in":
+        _, path, members, neg = e
+        s = f"[{', '.join(json.dumps(m) for m in members)}].contains({path})"
+        return f"!{s}" if neg else s
+    if kind == "cmp":
+        _, lhs, op, rhs = e
+        return f"{_cedar_operand(lhs)} {op} {_cedar_operand(rhs)}"
+    if kind == "bool":
+        return e[1]
+    if kind == "not":
+        return f"!({cedar_expr(e[1])})"
+    if kind == "and":
+        return f"({cedar_expr(e[1])} && {cedar_expr(e[2])})"
+    if kind == "or":
+        return f"({cedar_expr(e[1])} || {cedar_expr(e[2])})"
+    raise ValueError(e)
+
+
+def _cedar_operand(o) -> str:
+    if o[0] == "f":
+        return o[1]
+    v = o[1]
+    return str(v).lower() if isinstance(v, bool) else (str(v) if isinstance(v, int) else json.dumps(v))
+
+
+_CMP = {
+    "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
+}
+
+
+def ref_eval(e, flat: dict) -> bool:
+    """Reference (two-valued; every field is required) evaluation over a flat {path: value} state."""
+    kind = e[0]
+    if kind == "in":
+        return (flat[e[1]] in e[2]) != e[3]
+    if kind == "cmp":
+        get = lambda o: flat[o[1]] if o[0] == "f" else o[1]  # noqa: E731
+        return _CMP[e[2]](get(e[1]), get(e[3]))
+    if kind == "bool":
+        return bool(flat[e[1]])
+    if kind == "not":
+        return not ref_eval(e[1], flat)
+    if kind == "and":
+        return ref_eval(e[1], flat) and ref_eval(e[2], flat)
+    if kind == "or":
+        return ref_eval(e[1], flat) or ref_eval(e[2], flat)
+    raise ValueError(e)
+
+
+# --------------------------------------------------------------------------------------------------
+# Policy generator
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Action:
+    name: str
+    tags: tuple[str, ...]
+    cost: int
+
+
+@dataclass
+class Rule:
+    name: str
+    kind: str  # requires | forbid_when | forbid_unless
+    target: tuple  # ("actions", names) | ("tags", tags)
+    cond: tuple
+
+
+@dataclass
+class GenPolicy:
+    name: str
+    actions: list[Action]
+    rules: list[Rule]
+    fallback: str = FALLBACK
+    _targets: dict = field(default_factory=dict)
+
+    def targets(self, rule: Rule) -> tuple[str, ...]:
+        """Action names a rule targets, in declaration order."""
+        if rule.name not in self._targets:
+            if rule.target[0] == "actions":
+                names = tuple(rule.target[1])
+            else:
+                tags = set(rule.target[1])
+                names = tuple(a.name for a in self.actions if tags & set(a.tags))
+            self._targets[rule.name] = names
+        return self._targets[rule.name]
+
+
+def _attr_atom(rng: random.Random):
+    """One attribute condition; most hold for a good share of states."""
+    pick = rng.randrange(9)
+    if pick == 0:
+        return ("cmp", ("f", "resource.sensitivity"), "<=", ("f", "principal.clearance"))
+    if pick == 1:
+        return ("cmp", ("f", "resource.owner_team"), "==", ("f", "principal.team"))
+    if pick == 2:
+        return ("bool", "principal.mfa")
+    if pick == 3:
+        return ("not", ("bool", "resource.locked"))
+    if pick == 4:
+        return ("cmp", ("f", "principal.clearance"), ">=", ("k", rng.randrange(1, 3)))
+    if pick == 5:
+        return ("in", "resource.kind", tuple(sorted(rng.sample(KINDS, rng.randrange(2, 5)), key=KINDS.index)), False)
+    if pick == 6:
+        return ("not", ("bool", "principal.contractor"))
+    if pick == 7:
+        return ("or", ("cmp", ("f", "resource.owner_team"), "==", ("f", "principal.team")),
+                ("in", "principal.role", ("admin", "owner"), False))
+    return ("cmp", ("f", "resource.sensitivity"), "<", ("k", rng.randrange(3, 5)))
+
+
+def _forbid_when_cond(rng: random.Random):
+    """A condition under which actions are forbidden; usually rare-ish."""
+    pick = rng.randrange(6)
+    if pick == 0:
+        return ("bool", "resource.locked")
+    if pick == 1:
+        return ("and", ("bool", "principal.contractor"), ("cmp", ("f", "resource.sensitivity"), ">=", ("k", 3)))
+    if pick == 2:
+        return ("and", ("cmp", ("f", "resource.kind"), "==", ("k", rng.choice(KINDS))), ("not", ("bool", "principal.mfa")))
+    if pick == 3:
+        return ("cmp", ("f", "resource.sensitivity"), ">", ("f", "principal.clearance"))
+    if pick == 4:
+        return ("and", ("cmp", ("f", "resource.owner_team"), "!=", ("f", "principal.team")),
+                ("in", "principal.role", ("viewer", "member"), False))
+    return ("cmp", ("f", "principal.team"), "==", ("k", rng.choice(TEAMS)))
+
+
+def _forbid_unless_cond(rng: random.Random):
+    """A condition that must hold, or the targets are forbidden; usually holds."""
+    pick = rng.randrange(5)
+    if pick == 0:
+        return ("or", ("bool", "principal.mfa"), ("cmp", ("f", "resource.sensitivity"), "<=", ("k", 1)))
+    if pick == 1:
+        return ("not", ("and", ("bool", "principal.contractor"), ("bool", "resource.locked")))
+    if pick == 2:
+        return ("in", "principal.role", tuple(sorted(rng.sample(ROLES, 6), key=ROLES.index)), False)
+    if pick == 3:
+        return ("or", ("cmp", ("f", "resource.owner_team"), "==", ("f", "principal.team")),
+                ("cmp", ("f", "principal.clearance"), ">=", ("k", 2)))
+    return ("in", "principal.role", ("viewer",), True)
+
+
+def generate(n_actions: int, seed: int = SEED) -> GenPolicy:
+    """Generate a policy with `n_actions` actions (the fallback included) and round(1.2 n) rules."""
+    rng = random.Random(f"{seed}:{n_actions}")
+    n_domains = max(2, n_actions // 10)
+    domains = [f"area{k:03d}" for k in range(n_domains)]
+    names = [f"{v}_{n}" for v in VERBS for n in NOUNS]
+    rng.shuffle(names)
+    actions = []
+    for name in sorted(names[: n_actions - 1], key=names.index):
+        verb = name.split("_", 1)[0]
+        tags = VERBS[verb] + (rng.choice(domains),)
+        actions.append(Action(name, tags, rng.randrange(1, 6)))
+    actions.append(Action(FALLBACK, ("control",), 0))
+    pol = GenPolicy(f"gen{n_actions}", actions, [])
+    regular = actions[:-1]  # no rule ever targets the fallback: it is always legal
+
+    n_rules = round(RULES_PER_ACTION * n_actions)
+    rules: list[Rule] = []
+    # role-based permits: most actions require a role (sometimes with an attribute condition)
+    for a in regular:
+        if len(rules) >= n_rules or rng.random() >= 0.9:
+            continue
+        k = rng.randrange(2, 6)
+        cond = ("in", "principal.role", tuple(sorted(rng.sample(ROLES, k), key=ROLES.index)), False)
+        if rng.random() < 0.4:
+            cond = ("and", cond, _attr_atom(rng))
+        rules.append(Rule(f"role_{a.name}", "requires", ("actions", (a.name,)), cond))
+    # the remaining budget: extra requires, forbid lists, tag forbids
+    functional_tag_forbids = 0
+    i = 0
+    while len(rules) < n_rules:
+        i += 1
+        r = rng.random()
+        if r < 0.35:
+            a = rng.choice(regular)
+            rules.append(Rule(f"attr{i}_{a.name}", "requires", ("actions", (a.name,)), _attr_atom(rng)))
+        elif r < 0.7:
+            targets = tuple(x.name for x in sorted(rng.sample(regular, min(len(regular), rng.randrange(2, 4))),
+                                                   key=regular.index))
+            rules.append(Rule(f"deny{i}", "forbid_when", ("actions", targets), _forbid_when_cond(rng)))
+        else:
+            if functional_tag_forbids < 3 and rng.random() < 0.5:
+                functional_tag_forbids += 1
+                tag = rng.choice(("destructive", "money", "publish", "credential"))
+            else:
+                tag = rng.choice(domains)
+            rules.append(Rule(f"guard{i}_{tag}", "forbid_unless", ("tags", (tag,)), _forbid_unless_cond(rng)))
+    pol.rules = rules
+    return pol
+
+
+def to_zc(pol: GenPolicy) -> str:
+    """zc source text of a generated policy."""
+    out = [f"policy {pol.name}", "", "state {"]
+    width = max(len(p) for p in FIELDS) + 1
+    out += [f"  {(p + ':').ljust(width)} {t}" for p, (t, _) in FIELDS.items()]
+    out += ["}", ""]
+    for a in pol.actions:
+        out.append(f"action {a.name} tags({', '.join(a.tags)})" + (f" cost {a.cost}" if a.cost else ""))
+    out += ["", f"fallback {pol.fallback}", ""]
+    for r in pol.rules:
+        tgt = ", ".join(r.target[1]) if r.target[0] == "actions" else f"tags({', '.join(r.target[1])})"
+        body = {"requires": f"{tgt} requires {{}}", "forbid_when": f"forbid {tgt} when {{}}",
+                "forbid_unless": f"forbid {tgt} unless {{}}"}[r.kind].format(zc_expr(r.cond))
+        out.append(f"rule {r.name}: {body}")
+    return "\n".join(out) + "\n"
+
+
+def to_cedar(pol: GenPolicy) -> str:
+    """Cedar policy text equivalent to a generated policy (one permit per action, one forbid per forbid)."""
+    requires: dict[str, list] = {a.name: [] for a in pol.actions}
+    for r in pol.rules:
+        if r.kind == "requires":
+            for t in pol.targets(r):
+                requires[t].append(r.cond)
+    out = []
+    for a in pol.actions:
+        conds = requires[a.name]
+        head = f'@id("permit_{a.name}")\npermit(principal, action == Action::"{a.name}", resource)'
+        out.append(head + (f"\nwhen {{ {' && '.join(cedar_expr(c) for c in conds)} }};" if conds else ";"))
+    for r in pol.rules:
+        if r.kind == "requires":
+            continue
+        if r.target[0] == "actions":
+            scope = "action in [" + ", ".join(f'Action::"{t}"' for t in r.target[1]) + "]"
+        else:
+            (tag,) = r.target[1]
+            scope = f'action in Action::"tag:{tag}"'
+        clause = "when" if r.kind == "forbid_when" else "unless"
+        out.append(f'@id("{r.name}")\nforbid(principal, {scope}, resource)\n{clause} {{ {cedar_expr(r.cond)} }};')
+    return "\n".join(out) + "\n"
+
+
+def gen_states(n_states: int, n_actions: int, seed: int = SEED) -> list[dict]:
+    """Random flat states {path: value}, seeded."""
+    rng = random.Random(f"{seed}:states:{n_actions}")
+    return [{p: rng.choice(dom) for p, (_, dom) in FIELDS.items()} for _ in range(n_states)]
+
+
+def nest(flat: dict) -> dict:
+    """Flat dotted state -> nested JSON-like state as zc reads it."""
+    out: dict = {}
+    for path, v in flat.items():
+        *head, last = path.split(".")
+        d = out
+        for h in head:
+            d = d.setdefault(h, {})
+        d[last] = v
+    return out
+
+
+def cedar_entities_json(pol: GenPolicy, states: list[dict]) -> str:
+    """Entities: one User and one Resource per state, and the actions with their tag groups."""
+    ents = []
+    for i, flat in enumerate(states):
+        nested = nest(flat)
+        ents.append({"uid": {"type": "User", "id": f"s{i}"}, "attrs": nested["principal"], "parents": []})
+        ents.append({"uid": {"type": "Resource", "id": f"s{i}"}, "attrs": nested["resource"], "parents": []})
+    tags = sorted({t for a in pol.actions for t in a.tags})
+    for t in tags:
+        ents.append({"uid": {"type": "Action", "id": f"tag:{t}"}, "attrs": {}, "parents": []})
+    for a in pol.actions:
+        ents.append({"uid": {"type": "Action", "id": a.name}, "attrs": {},
+                     "parents": [{"type": "Action", "id": f"tag:{t}"} for t in a.tags]})
+    return json.dumps(ents)
+
+
+def cedar_request(state_index: int, action: str) -> dict:
+    """A cedarpy request naming the pre-parsed entities of state `state_index`."""
+    sid = f"s{state_index}"
+    return {"principal": {"type": "User", "id": sid}, "action": {"type": "Action", "id": action},
+            "resource": {"type": "Resource", "id": sid}}
+
+
+def ref_legal(pol: GenPolicy, flat: dict) -> tuple[str, ...]:
+    """Reference legal set under zc semantics (every field required, so two-valued)."""
+    removed = set()
+    for r in pol.rules:
+        v = ref_eval(r.cond, flat)
+        if (r.kind == "requires" and not v) or (r.kind == "forbid_when" and v) or (r.kind == "forbid_unless" and not v):
+            removed.update(pol.targets(r))
+    legal = tuple(a.name for a in pol.actions if a.name not in removed)
+    return legal
+
+
+# --------------------------------------------------------------------------------------------------
+# Building both engines for one size
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    n: int
+    pol: GenPolicy
+    zc_src: str
+    cedar_src: str
+    flat_states: list[dict]
+    states: list[dict]  # nested, as zc receives them
+    zc: object  # compiled zc policy
+    ps: object  # cedarpy.PolicySet
+    ents: object  # cedarpy.Entities
+    n_cedar_policies: int
+
+
+def build_case(n: int, n_states: int) -> Case:
+    import cedarpy
+    import zcompile
+
+    pol = generate(n)
+    zc_src, cedar_src = to_zc(pol), to_cedar(pol)
+    flat = gen_states(n_states, n)
+    zc_policy = zcompile.compile_text(zc_src, name=pol.name)
+    ps = cedarpy.PolicySet.from_str(cedar_src)
+    ents = cedarpy.Entities.from_json_str(cedar_entities_json(pol, flat))
+    return Case(n, pol, zc_src, cedar_src, flat, [nest(s) for s in flat], zc_policy, ps, ents, len(ps))
+
+
+# --------------------------------------------------------------------------------------------------
+# Agreement check
+# --------------------------------------------------------------------------------------------------
+
+
+def zc_legal_set(case: Case, state: dict) -> set[str]:
+    """zc's legal set as a set of names; a fallback answer counts as the empty set."""
+    ls = case.zc.legal(state)
+    if ls.fallback:
+        return set()
+    return set(ls.actions)
+
+
+def _check_states(case: Case, indices: list[int]) -> tuple[int, list[int], tuple | None]:
+    """Compare zc, Cedar and the reference on the given states; stop at the first disagreement."""
+    import cedarpy
+
+    names = [a.name for a in case.pol.actions]
+    compared, sizes = 0, []
+    for i in indices:
+        zc_set = zc_legal_set(case, case.states[i])
+        ref = set(ref_legal(case.pol, case.flat_states[i]))
+        results = cedarpy.is_authorized_batch([cedar_request(i, a) for a in names], case.ps, case.ents)
+        for a, res in zip(names, results):
+            compared += 1
+            if res.diagnostics.errors or res.allowed != (a in zc_set) or (a in zc_set) != (a in ref):
+                return compared, sizes, (i, a)
+        sizes.append(len(zc_set))
+    return compared, sizes, None
+
+
+_FORK_CASE: Case | None = None
+
+
+def _check_worker(indices: list[int]):
+    return _check_states(_FORK_CASE, indices)
+
+
+def check_agreement(case: Case, log=print) -> dict:
+    """For every state and every action: zc membership == Cedar decision == the reference.
+
+    Large sizes are split over the usable cores (fork; the check is not timed).
+    """
+    global _FORK_CASE
+    import cedarpy
+    import multiprocessing as mp
+
+    t0 = time.perf_counter()
+    idx = list(range(len(case.states)))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    workers = min(cores, 8) if len(case.pol.actions) * len(idx) >= 50_000 else 1
+    if workers > 1 and "fork" in mp.get_all_start_methods():
+        _FORK_CASE = case
+        chunks = [idx[k::workers] for k in range(workers)]
+        with mp.get_context("fork").Pool(workers) as pool:
+            parts = pool.map(_check_worker, chunks)
+        _FORK_CASE = None
+    else:
+        parts = [_check_states(case, idx)]
+    compared = sum(p[0] for p in parts)
+    sizes = [x for p in parts for x in p[1]]
+    bad = [p[2] for p in parts if p[2] is not None]
+    if bad:
+        i, a = min(bad)
+        res = cedarpy.is_authorized(cedar_request(i, a), case.ps, case.ents)
+        zc_ok = a in zc_legal_set(case, case.states[i])
+        ref_ok = a in ref_legal(case.pol, case.flat_states[i])
+        _report_disagreement(case, i, a, zc_ok, res.allowed, ref_ok, res, res.diagnostics.errors, log)
+        raise SystemExit(1)
+    return {"n": case.n, "states": len(case.states), "decisions": compared,
+            "mean_legal": statistics.fmean(sizes), "min_legal": min(sizes),
+            "max_legal": max(sizes), "seconds": time.perf_counter() - t0, "workers": workers}
+
+
+def _report_disagreement(case, i, action, zc_ok, cedar_ok, ref_ok, res, errs, log):
+    log(f"\nDISAGREEMENT at {case.n} actions, state #{i}, action `{action}`:")
+    log(f"  zc legal: {zc_ok}   cedar allowed: {cedar_ok}   reference: {ref_ok}")
+    if errs:
+        log(f"  cedar errors: {errs}")
+    log(f"  state: {json.dumps(case.states[i], sort_keys=True)}")
+    ids = res.diagnostics.id_annotations_by_reason
+    log(f"  cedar determining policies: {[ids.get(r, r) for r in res.diagnostics.reasons]}")
+    try:
+        ls = case.zc.legal(case.states[i])
+        if action in ls.actions:
+            log("  zc: legal")
+        else:
+            log(f"  zc removed: {_removed_for(ls, action)}")
+    except Exception as exc:  # noqa: BLE001 - diagnostic printing only
+        log(f"  (could not re-run zc: {exc!r})")
+    log("  zc rules on this action:")
+    for r in case.pol.rules:
+        if action in case.pol.targets(r):
+            log(f"    rule {r.name}: {r.kind} {zc_expr(r.cond)}   ref value = {ref_eval(r.cond, case.flat_states[i])}")
+    log("benchmark aborted: the engines disagree, so timing them would be meaningless")
+
+
+def _removed_for(ls, action):
+    removed = getattr(ls, "removed", None)
+    if removed is None:
+        return "?"
+    if isinstance(removed, dict):
+        return removed.get(action)
+    try:
+        return [r for r in removed if action in repr(r)]
+    except TypeError:
+        return removed
+
+
+# --------------------------------------------------------------------------------------------------
+# Timing
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Series:
+    samples: list[float] = field(default_factory=list)  # µs
+
+    def add(self, us: float) -> None:
+        self.samples.append(us)
+
+    @property
+    def n(self) -> int:
+        return len(self.samples)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def p99(self) -> float:
+        s = sorted(self.samples)
+        return s[max(0, math.ceil(0.99 * len(s)) - 1)]
+
+
+PLAN = {  # size -> (rounds over all states for the per-state measurements, Cedar batch calls)
+    "full": {10: (10, 2000), 100: (8, 300), 1000: (4, 12)},
+    "quick": {10: (2, 300), 100: (2, 40), 1000: (1, 3)},
+}
+
+
+def time_case(case: Case, rounds: int, batch_calls: int, seed: int = SEED) -> dict[str, Series]:
+    """Interleaved timing in one process after warm-up."""
+    import cedarpy
+
+    zc, ps, ents = case.zc, case.ps, case.ents
+    names = [a.name for a in case.pol.actions]
+    regular = names[:-1]
+    rng = random.Random(f"{seed}:timing:{case.n}")
+    batch_reqs = [[cedar_request(i, a) for a in names] for i in range(len(case.states))]
+    clock = time.perf_counter_ns
+    s = {k: Series() for k in ("zc_legal", "zc_one", "cedar_one", "cedar_one_engine",
+                               "cedar_batch", "cedar_batch_engine", "zc_legal_b")}
+
+    # warm-up
+    for i, st in enumerate(case.states[:50]):
+        zc.legal(st)
+        _ = regular[0] in zc.legal(st).actions
+        cedarpy.is_authorized(cedar_request(i, regular[i % len(regular)]), ps, ents)
+    cedarpy.is_authorized_batch(batch_reqs[0], ps, ents)
+
+    gc.collect()
+    gc.disable()
+    try:
+        order = list(range(len(case.states)))
+        for _ in range(rounds):
+            rng.shuffle(order)
+            for i in order:
+                st = case.states[i]
+                a = rng.choice(regular)
+                req = cedar_request(i, a)
+                # zc: whole legal set (validation included)
+                t0 = clock(); zc.legal(st); t1 = clock()
+                s["zc_legal"].add((t1 - t0) / 1e3)
+                # Cedar: one request, one action
+                t0 = clock(); res = cedarpy.is_authorized(req, ps, ents); t1 = clock()
+                s["cedar_one"].add((t1 - t0) / 1e3)
+                s["cedar_one_engine"].add(float(res.metrics["authz_duration_micros"]))
+                # zc: the same single question (honestly: the full evaluation)
+                t0 = clock(); _ = a in zc.legal(st).actions; t1 = clock()
+                s["zc_one"].add((t1 - t0) / 1e3)
+            gc.collect()
+        # Cedar's batch API for the whole legal set, interleaved with zc on the same state
+        for k in range(batch_calls):
+            i = order[k % len(order)]
+            t0 = clock(); results = cedarpy.is_authorized_batch(batch_reqs[i], ps, ents); t1 = clock()
+            s["cedar_batch"].add((t1 - t0) / 1e3)
+            s["cedar_batch_engine"].add(float(sum(r.metrics["authz_duration_micros"] for r in results)))
+            del results
+            t0 = clock(); zc.legal(case.states[i]); t1 = clock()
+            s["zc_legal_b"].add((t1 - t0) / 1e3)
+            if k % 16 == 15:
+                gc.collect()
+    finally:
+        gc.enable()
+    return s
+
+
+# --------------------------------------------------------------------------------------------------
+# Reporting
+# --------------------------------------------------------------------------------------------------
+
+TARGETS = {10: ("legal set, 10 actions / 12 rules", 10.0),
+           100: ("legal set, 100 actions / 120 rules", 50.0),
+           1000: ("legal set, 1,000 actions / 1,200 rules", 500.0)}
+
+
+def _f(x: float) -> str:
+    if x >= 100_000:
+        return f"{x:,.0f}"
+    if x >= 100:
+        return f"{x:,.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2f}"
+
+
+def _r(x: float) -> str:
+    return f"{x:.3f}" if x < 0.1 else f"{x:.2f}"
+
+
+def machine_facts() -> list[tuple[str, str]]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    flags = ""
+    try:
+        txt = Path("/proc/cpuinfo").read_text()
+        m = re.search(r"^flags\s*:(.*)$", txt, re.M)
+        if m:
+            fl = set(m.group(1).split())
+            flags = ", ".join(f for f in ("avx2", "avx512f") if f in fl)
+    except OSError:
+        pass
+
+    def ver(pkg: str) -> str:
+        try:
+            return metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            try:
+                mod = __import__(pkg)
+                return getattr(mod, "__version__", "?") + " (not installed; from checkout)"
+            except Exception:  # noqa: BLE001
+                return "not installed"
+
+    return [
+        ("CPU", cpu + (f" ({flags})" if flags else "")),
+        ("cores (os.cpu_count)", str(os.cpu_count())),
+        ("affinity (usable cores)", str(len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else "?"),
+        ("Python", f"{platform.python_implementation()} {platform.python_version()} ({platform.platform()})"),
+        ("zcompile", ver("zcompile")),
+        ("cedarpy", ver("cedarpy")),
+        ("msgspec", ver("msgspec")),
+    ]
+
+
+def render(results: list[dict], checks: list[dict], command: str, mode: str) -> str:
+    L = []
+    L.append("## Legal sets: zc against Cedar (`bench/legal_bench.py`)")
+    L.append("")
+    L.append(f"Command: `{command}` ({mode} plan), run on {time.strftime('%Y-%m-%d %H:%M %Z')}.")
+    L.append("")
+    L.append("| machine | |")
+    L.append("|---|---|")
+    for k, v in machine_facts():
+        L.append(f"| {k} | {v} |")
+    L.append("")
+    L.append(
+        "Workload: seeded generated policies (`generate()` in the script, seed "
+        f"{SEED}) with role-based `requires` (`principal.role in {{…}}`, sometimes `and` an attribute "
+        "condition), attribute conditions (`resource.sensitivity <= principal.clearance`, "
+        "`resource.owner_team == principal.team`, `principal.mfa`, `not resource.locked`, …), "
+        "`forbid a, b when …` and `forbid tags(x) unless …`. The same policy is emitted as zc source "
+        "and as a Cedar policy set (one `permit` per action carrying the conjunction of its `requires`, "
+        "one `forbid` per zc forbid, tags as Cedar action groups). Cedar receives each state as "
+        "pre-parsed `User`/`Resource` entities (one `Entities` handle built once, so Cedar parses no "
+        "state per request) and a pre-parsed `PolicySet`; zc receives the state as a plain nested dict "
+        "and validates it on every call. All timings are wall-clock `perf_counter_ns` around the Python "
+        "call, interleaved in one process after warm-up, GC disabled inside the timed loops; "
+        "Cedar's in-engine time is `metrics[\"authz_duration_micros\"]` (summed over the batch)."
+    )
+    L.append("")
+    L.append("**Agreement** (checked before timing; any disagreement aborts the run):")
+    L.append("")
+    L.append("| actions | states | decisions compared | disagreements | legal-set size mean (min–max) |")
+    L.append("|---:|---:|---:|---:|---|")
+    for c in checks:
+        L.append(f"| {c['n']:,} | {c['states']} | {c['decisions']:,} | 0 | "
+                 f"{c['mean_legal']:.1f} ({c['min_legal']}–{c['max_legal']}) |")
+    L.append("")
+    L.append("**The whole legal set for one state** (µs; zc: `policy.legal(state)`; Cedar: "
+             "`is_authorized_batch` over every action):")
+    L.append("")
+    L.append("| actions | rules | Cedar policies | zc n | zc median | zc p99 | Cedar batch n | Cedar median | "
+             "Cedar p99 | Cedar in-engine median | zc/Cedar (median) | zc/Cedar in-engine (median) |")
+    L.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        s = r["series"]
+        zl, cb, cbe = s["zc_legal"], s["cedar_batch"], s["cedar_batch_engine"]
+        L.append(f"| {r['n']:,} | {r['rules']:,} | {r['cedar_policies']:,} | {zl.n:,} | {_f(zl.median)} | "
+                 f"{_f(zl.p99)} | {cb.n:,} | {_f(cb.median)} | {_f(cb.p99)} | {_f(cbe.median)} | "
+                 f"{_r(zl.median / cb.median)} | {_r(zl.median / cbe.median)} |")
+    L.append("")
+    L.append("**One question: is this one action legal?** (µs; zc: `action in policy.legal(state).actions`, "
+             "which is the full evaluation; Cedar: one `is_authorized`):")
+    L.append("")
+    L.append("| actions | zc n | zc median | zc p99 | Cedar n | Cedar median | Cedar p99 | "
+             "Cedar in-engine median | in-engine p99 | zc/Cedar (median) | zc/Cedar (p99) | "
+             "zc/Cedar in-engine (median) |")
+    L.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        s = r["series"]
+        zo, co, coe = s["zc_one"], s["cedar_one"], s["cedar_one_engine"]
+        L.append(f"| {r['n']:,} | {zo.n:,} | {_f(zo.median)} | {_f(zo.p99)} | {co.n:,} | {_f(co.median)} | "
+                 f"{_f(co.p99)} | {_f(coe.median)} | {_f(coe.p99)} | {_r(zo.median / co.median)} | "
+                 f"{_r(zo.p99 / co.p99)} | {_r(zo.median / coe.median)} |")
+    L.append("")
+    L.append("**DESIGN.md §8 targets** (zc legal set, p50 on one CPython 3.11 core):")
+    L.append("")
+    L.append("| what | target p50 | measured p50 (p99), n | met |")
+    L.append("|---|---:|---:|---|")
+    for r in results:
+        if r["n"] in TARGETS:
+            what, tgt = TARGETS[r["n"]]
+            zl = r["series"]["zc_legal"]
+            L.append(f"| {what} | ≤ {tgt:g} µs | {_f(zl.median)} µs ({_f(zl.p99)} µs), n={zl.n:,} | "
+                     f"{'met' if zl.median <= tgt else 'missed'} |")
+    L.append("")
+    L.append("Medians are of the samples listed (n); p99 of a small n is close to its maximum. Cedar's batch "
+             "at 1,000 actions takes seconds per call, so its repetitions are limited. zc's legal set was "
+             "also timed between the batch calls (same states): "
+             + "; ".join(f"{r['n']:,} actions median {_f(r['series']['zc_legal_b'].median)} µs"
+                         for r in results) + ".")
+    return "\n".join(L) + "\n"
+
+
+def write_section(path: Path, section: str) -> None:
+    block = f"{BEGIN}\n{section}{END}\n"
+    if path.exists():
+        text = path.read_text()
+        if BEGIN in text and END in text:
+            pre, rest = text.split(BEGIN, 1)
+            _, post = rest.split(END, 1)
+            text = pre + block.rstrip("\n") + post
+            if not text.endswith("\n"):
+                text += "\n"
+        else:
+            text = text.rstrip("\n") + "\n\n" + block
+    else:
+        text = ("# Benchmarks\n\nMeasured figures for the performance targets of DESIGN.md §8. Each section "
+                "is written by the script named in it; rerun the command to refresh it.\n\n" + block)
+    path.write_text(text)
+
+
+# --------------------------------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run, not for the record)")
+    ap.add_argument("--check-only", action="store_true", help="run only the zc/Cedar agreement check")
+    ap.add_argument("--sizes", default="10,100,1000", help="comma-separated action counts (default 10,100,1000)")
+    ap.add_argument("--states", type=int, default=None,
+                    help="random states per size (default 256; 200 with --quick)")
+    ap.add_argument("--write", metavar="FILE", help="replace/insert this benchmark's section in FILE")
+    ap.add_argument("--dump", metavar="DIR", help="also write the generated zc and Cedar sources to DIR")
+    args = ap.parse_args(argv)
+
+    sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
+    n_states = args.states or (200 if args.quick else 256)
+    if n_states < 200 and not args.check_only:
+        print(f"note: {n_states} states (< 200) per size", file=sys.stderr)
+    mode = "quick" if args.quick else "full"
+    command = "python bench/legal_bench.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    command = command.strip()
+
+    cases = []
+    checks = []
+    for n in sizes:
+        t0 = time.perf_counter()
+        case = build_case(n, n_states)
+        if args.dump:
+            d = Path(args.dump)
+            d.mkdir(parents=True, exist_ok=True)
+            (d / f"{case.pol.name}.zc").write_text(case.zc_src)
+            (d / f"{case.pol.name}.cedar").write_text(case.cedar_src)
+        print(f"[{n} actions] {len(case.pol.rules)} zc rules, {case.n_cedar_policies} Cedar policies; "
+              f"built in {time.perf_counter() - t0:.2f} s; checking agreement on {n_states} states ...", flush=True)
+        c = check_agreement(case)
+        print(f"[{n} actions] agree: {c['decisions']:,} decisions, legal-set size mean {c['mean_legal']:.1f} "
+              f"(min {c['min_legal']}, max {c['max_legal']}), {c['seconds']:.1f} s", flush=True)
+        checks.append(c)
+        cases.append(case)
+    if args.check_only:
+        print("agreement check passed")
+        return 0
+
+    results = []
+    for case in cases:
+        rounds, batch_calls = PLAN[mode].get(case.n, (2, max(3, 3000 // case.n)))
+        t0 = time.perf_counter()
+        series = time_case(case, rounds, batch_calls)
+        print(f"[{case.n} actions] timed in {time.perf_counter() - t0:.1f} s", flush=True)
+        results.append({"n": case.n, "rules": len(case.pol.rules), "cedar_policies": case.n_cedar_policies,
+                        "series": series})
+
+    section = render(results, checks, command, mode)
+    print()
+    print(section)
+    if args.write:
+        write_section(Path(args.write), section)
+        print(f"wrote section to {args.write}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The zc grammar, shipped inside the wheel as zcompile.grammar."""

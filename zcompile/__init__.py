@@ -1,0 +1,26 @@
+"""zc: compile agent policies to legal-action sets; route decisions to the cheapest rung that can answer."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .errors import ZcError
+from .runtime import LegalSet, Policy, Reason, load
+from .state import StateError
+
+__all__ = ["LegalSet", "Policy", "Reason", "StateError", "ZcError", "compile_file",
+           "compile_text", "load"]
+
+
+def compile_text(text: str, name: str = "<string>") -> Policy:
+    """Compile policy source text to a Policy. Raises ZcError (with diagnostics) on errors."""
+    from .driver import compile_text as _compile
+
+    return _compile(text, name)
+
+
+def compile_file(path) -> Policy:
+    """Compile a `.zc` file to a Policy. Raises ZcError (with diagnostics) on errors."""
+    from .driver import compile_file as _compile
+
+    return _compile(path)

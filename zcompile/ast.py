@@ -1,0 +1,277 @@
+"""The abstract syntax tree: frozen dataclasses, every node with a span excluded from equality."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from .source import Span
+
+node = dataclass(frozen=True, slots=True, kw_only=True)
+
+
+def _span() -> Span:
+    return field(default=None, compare=False, repr=False)  # type: ignore[return-value]
+
+
+@node
+class Ident:
+    text: str
+    span: Span = _span()
+
+
+# ---- types and literals of the state schema ----------------------------------
+@node
+class EnumType:
+    members: tuple[Ident, ...]
+    span: Span = _span()
+
+
+@node
+class ScalarType:
+    kind: str  # bool | int | float | text
+    span: Span = _span()
+
+
+@node
+class SetType:
+    span: Span = _span()
+
+
+TypeRef = Union[EnumType, ScalarType, SetType]
+
+
+@node
+class LitNum:
+    value: int | float
+    span: Span = _span()
+
+
+@node
+class LitBool:
+    value: bool
+    span: Span = _span()
+
+
+@node
+class LitMember:
+    name: Ident
+    span: Span = _span()
+
+
+@node
+class LitString:
+    value: str
+    span: Span = _span()
+
+
+@node
+class LitSet:
+    items: tuple[Literal, ...]
+    span: Span = _span()
+
+
+Literal = Union[LitNum, LitBool, LitMember, LitString, LitSet]
+
+
+# ---- expressions ----------------------------------------------------------------
+@node
+class Name:
+    """A dotted name as written; the checker resolves it to one of the three below."""
+
+    path: str
+    span: Span = _span()
+
+
+@node
+class FieldRef:
+    path: str
+    span: Span = _span()
+
+
+@node
+class MemberRef:
+    value: str
+    span: Span = _span()
+
+
+@node
+class ActionRef:
+    name: str
+    span: Span = _span()
+
+
+@node
+class Num:
+    value: int | float
+    span: Span = _span()
+
+
+@node
+class Bool:
+    value: bool
+    span: Span = _span()
+
+
+@node
+class SelfRef:
+    span: Span = _span()
+
+
+@node
+class CostRef:
+    span: Span = _span()
+
+
+@node
+class Not:
+    operand: Expr
+    span: Span = _span()
+
+
+@node
+class And:
+    operands: tuple[Expr, ...]
+    span: Span = _span()
+
+
+@node
+class Or:
+    operands: tuple[Expr, ...]
+    span: Span = _span()
+
+
+@node
+class Compare:
+    op: str  # == != < <= > >=
+    left: Expr
+    right: Expr
+    span: Span = _span()
+
+
+@node
+class InLit:
+    operand: Expr
+    items: tuple[Expr, ...]
+    negated: bool
+    span: Span = _span()
+
+
+@node
+class InField:
+    operand: Expr
+    field: Expr
+    negated: bool
+    span: Span = _span()
+
+
+@node
+class Arith:
+    op: str  # + - *
+    left: Expr
+    right: Expr
+    span: Span = _span()
+
+
+@node
+class Neg:
+    operand: Expr
+    span: Span = _span()
+
+
+Expr = Union[
+    Name, FieldRef, MemberRef, ActionRef, Num, Bool, SelfRef, CostRef,
+    Not, And, Or, Compare, InLit, InField, Arith, Neg,
+]
+
+
+# ---- declarations -------------------------------------------------------------------
+@node
+class FieldDecl:
+    path: Ident
+    type: TypeRef
+    optional: bool
+    default: Literal | None
+    span: Span = _span()
+
+
+@node
+class ActionDecl:
+    name: Ident
+    tags: tuple[Ident, ...]
+    cost: LitNum | None
+    description: str | None
+    span: Span = _span()
+
+
+@node
+class FallbackDecl:
+    action: Ident
+    span: Span = _span()
+
+
+@node
+class IntentDecl:
+    name: Ident
+    description: str | None
+    allow: tuple[Ident, ...]
+    span: Span = _span()
+
+
+@node
+class TargetActions:
+    names: tuple[Ident, ...]
+    span: Span = _span()
+
+
+@node
+class TargetTags:
+    tags: tuple[Ident, ...]
+    span: Span = _span()
+
+
+@node
+class TargetAll:
+    span: Span = _span()
+
+
+Target = Union[TargetActions, TargetTags, TargetAll]
+
+
+@node
+class RuleDecl:
+    name: Ident
+    kind: str  # requires | forbid_when | forbid_unless | after
+    target: Target
+    cond: Expr | None  # None for `after`
+    after: tuple[Ident, ...]  # only for `after`
+    span: Span = _span()
+
+
+@node
+class TierDecl:
+    name: Ident
+    max_ms: LitNum | None
+    cost: LitNum | None
+    span: Span = _span()
+
+
+@node
+class RouteDecl:
+    name: Ident
+    when: Expr | None
+    tiers: tuple[Ident, ...]
+    span: Span = _span()
+
+
+@node
+class Policy:
+    name: Ident
+    fields: tuple[FieldDecl, ...]
+    actions: tuple[ActionDecl, ...]
+    fallbacks: tuple[FallbackDecl, ...]
+    intents: tuple[IntentDecl, ...]
+    rules: tuple[RuleDecl, ...]
+    tiers: tuple[TierDecl, ...]
+    routes: tuple[RouteDecl, ...]
+    span: Span = _span()

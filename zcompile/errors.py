@@ -1,0 +1,67 @@
+"""Diagnostics: codes, spans, rustc-style rendering, and the error users see."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .source import Span
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """One finding about a source file."""
+
+    code: str
+    severity: str  # "error" | "warning"
+    message: str
+    span: Span | None
+    help: str | None = None
+    path: str | None = None  # for diagnostics without a span
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity == "error"
+
+    def render(self) -> str:
+        """Render like rustc: location, header, the source line, carets, help."""
+        head = f"{self.severity}[{self.code}]: {self.message}"
+        if self.span is None:
+            lines = [f"{self.path}: {head}" if self.path else head]
+        else:
+            src = self.span.source
+            line, col = src.line_col(self.span.start)
+            end_line, end_col = src.line_col(max(self.span.start, self.span.end - 1))
+            text = src.line_text(line).expandtabs(1)
+            width = (end_col - col + 1) if end_line == line else len(text) - col + 1
+            gutter = " " * len(str(line))
+            lines = [
+                f"{src.path}:{line}:{col}: {head}",
+                f"{gutter} |",
+                f"{line} | {text}",
+                f"{gutter} | {' ' * (col - 1)}{'^' * max(1, width)}",
+            ]
+        if self.help:
+            pad = " " * (len(str(self.span.line)) if self.span else 0)
+            lines.append(f"{pad} = help: {self.help}" if self.span else f"  = help: {self.help}")
+        return "\n".join(lines)
+
+
+class ZcError(Exception):
+    """An error caused by user input (policy, state, artifact, receipt); never a bug."""
+
+    def __init__(self, message: str, diagnostics: Iterable[Diagnostic] = ()) -> None:
+        super().__init__(message)
+        self.diagnostics = tuple(diagnostics)
+
+    def render(self) -> str:
+        if self.diagnostics:
+            return "\n\n".join(d.render() for d in self.diagnostics)
+        return f"error: {self}"
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
+    """A help text proposing the closest candidate, if any is close."""
+    match = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f"did you mean `{match[0]}`?" if match else None

@@ -1,0 +1,90 @@
+"""Reference semantics: a plain Kleene interpreter over the checked AST.
+
+Slow and obvious on purpose. The compiler's lints decide questions with it, and the
+differential test holds the fast runtime to it.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping, Sequence
+
+from . import ast as A
+
+Value = object  # True / False / None (unknown), numbers, strings, frozensets of action names
+
+_CMP = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+        ">": operator.gt, ">=": operator.ge}
+_ARITH = {"+": operator.add, "-": operator.sub, "*": operator.mul}
+
+
+def evaluate(expr: A.Expr, state: Mapping[str, Value], action: str | None = None,
+             cost: float = 0) -> Value:
+    """Evaluate an expression; `state` maps field paths to values, None when absent."""
+    ev = lambda e: evaluate(e, state, action, cost)  # noqa: E731
+    match expr:
+        case A.FieldRef(path=p):
+            return state.get(p)
+        case A.MemberRef(value=v):
+            return v
+        case A.ActionRef(name=n):
+            return n
+        case A.Num(value=v) | A.Bool(value=v):
+            return v
+        case A.SelfRef():
+            return action
+        case A.CostRef():
+            return cost
+        case A.Not(operand=o):
+            v = ev(o)
+            return None if v is None else not v
+        case A.And(operands=ops):
+            vals = [ev(o) for o in ops]
+            return False if False in vals else (None if None in vals else True)
+        case A.Or(operands=ops):
+            vals = [ev(o) for o in ops]
+            return True if True in vals else (None if None in vals else False)
+        case A.Compare(op=op, left=l, right=r):
+            a, b = ev(l), ev(r)
+            return None if a is None or b is None else _CMP[op](a, b)
+        case A.InLit(operand=o, items=items, negated=neg):
+            v = ev(o)
+            return None if v is None else (v in [ev(i) for i in items]) != neg
+        case A.InField(operand=o, field=f, negated=neg):
+            v, s = ev(o), ev(f)
+            return None if v is None or s is None else (v in s) != neg
+        case A.Arith(op=op, left=l, right=r):
+            a, b = ev(l), ev(r)
+            return None if a is None or b is None else _ARITH[op](a, b)
+        case A.Neg(operand=o):
+            v = ev(o)
+            return None if v is None else -v
+    raise TypeError(f"not a checked expression: {expr!r}")
+
+
+def keeps(rule: A.RuleDecl, state: Mapping[str, Value], action: str, cost: float) -> bool:
+    """Whether `action` survives `rule` in `state` (fail closed: only a definite yes keeps it)."""
+    if rule.kind == "after":
+        history = state.get("history") or frozenset()
+        return all(a.text in history for a in rule.after)
+    value = evaluate(rule.cond, state, action, cost)
+    return value is False if rule.kind == "forbid_when" else value is True
+
+
+def legal(actions: Sequence[tuple[str, float]], targets: Mapping[str, frozenset[str]],
+          rules: Sequence[A.RuleDecl], state: Mapping[str, Value], universe: Sequence[str],
+          fallback: str) -> tuple[tuple[str, ...], dict[str, list[str]], bool]:
+    """The legal set: (legal actions in declaration order, action -> removing rules, fallback?)."""
+    allowed = set(universe)
+    removed: dict[str, list[str]] = {}
+    for name, cost in actions:
+        if name not in allowed:
+            removed.setdefault(name, []).append("intent")
+        for rule in rules:
+            if name in targets[rule.name.text] and not keeps(rule, state, name, cost):
+                removed.setdefault(name, []).append(rule.name.text)
+    legal_names = tuple(n for n, _ in actions if n not in removed)
+    if not legal_names:
+        removed.pop(fallback, None)
+        return (fallback,), removed, True
+    return legal_names, removed, False

@@ -1,0 +1,198 @@
+"""The compiled artifact: msgspec Structs of the IR inside a versioned, self-hashed envelope."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Literal, Union
+
+import msgspec
+
+from .errors import ZcError
+
+FORMAT = "zcp"
+VERSION = 1
+
+
+class SpanDef(msgspec.Struct, frozen=True):
+    file: str
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+# ---- expressions (tagged union) ---------------------------------------------------------
+class Field(msgspec.Struct, frozen=True, tag="field"):
+    path: str
+
+
+class Const(msgspec.Struct, frozen=True, tag="const"):
+    value: Union[bool, int, float, str]
+
+
+class Self(msgspec.Struct, frozen=True, tag="self"):
+    pass
+
+
+class Cost(msgspec.Struct, frozen=True, tag="cost"):
+    pass
+
+
+class Not(msgspec.Struct, frozen=True, tag="not"):
+    operand: Expr
+
+
+class And(msgspec.Struct, frozen=True, tag="and"):
+    operands: tuple[Expr, ...]
+
+
+class Or(msgspec.Struct, frozen=True, tag="or"):
+    operands: tuple[Expr, ...]
+
+
+class Cmp(msgspec.Struct, frozen=True, tag="cmp"):
+    op: Literal["==", "!=", "<", "<=", ">", ">="]
+    left: Expr
+    right: Expr
+
+
+class InConst(msgspec.Struct, frozen=True, tag="in_const"):
+    operand: Expr
+    values: tuple[Union[bool, int, float, str], ...]
+    negated: bool
+
+
+class InSet(msgspec.Struct, frozen=True, tag="in_set"):
+    operand: Expr
+    path: str
+    negated: bool
+
+
+class Arith(msgspec.Struct, frozen=True, tag="arith"):
+    op: Literal["+", "-", "*"]
+    left: Expr
+    right: Expr
+
+
+class Neg(msgspec.Struct, frozen=True, tag="neg"):
+    operand: Expr
+
+
+Expr = Union[Field, Const, Self, Cost, Not, And, Or, Cmp, InConst, InSet, Arith, Neg]
+Scalar = Union[bool, int, float, str]
+
+
+# ---- declarations -------------------------------------------------------------------------
+class FieldDef(msgspec.Struct, frozen=True):
+    path: str
+    kind: Literal["enum", "bool", "int", "float", "text", "set"]
+    members: tuple[str, ...] = ()
+    optional: bool = False
+    has_default: bool = False
+    default: Union[Scalar, tuple[str, ...], None] = None
+
+    @property
+    def may_be_absent(self) -> bool:
+        return self.optional and not self.has_default
+
+
+class ActionDef(msgspec.Struct, frozen=True):
+    name: str
+    tags: tuple[str, ...] = ()
+    cost: Union[int, float] = 0
+    description: Union[str, None] = None
+
+
+class IntentDef(msgspec.Struct, frozen=True):
+    name: str
+    allow: tuple[str, ...]
+    description: Union[str, None] = None
+
+
+class RuleDef(msgspec.Struct, frozen=True):
+    name: str
+    kind: Literal["requires", "forbid_when", "forbid_unless", "after"]
+    targets: tuple[str, ...]
+    span: SpanDef
+    text: str  # the condition (or the `after` list) as written
+    cond: Union[Expr, None] = None
+    after: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()  # state fields the condition reads
+
+
+class TierDef(msgspec.Struct, frozen=True):
+    name: str
+    max_ms: Union[int, float, None] = None
+    cost: Union[int, float, None] = None
+
+
+class RouteDef(msgspec.Struct, frozen=True):
+    name: str
+    tiers: tuple[str, ...]
+    span: SpanDef
+    when: Union[Expr, None] = None
+
+
+class PolicyIR(msgspec.Struct, frozen=True):
+    name: str
+    source_path: str
+    source_sha256: str
+    fields: tuple[FieldDef, ...]
+    actions: tuple[ActionDef, ...]
+    fallback: str
+    intents: tuple[IntentDef, ...] = ()
+    rules: tuple[RuleDef, ...] = ()
+    tiers: tuple[TierDef, ...] = ()
+    routes: tuple[RouteDef, ...] = ()
+
+
+class Envelope(msgspec.Struct, frozen=True):
+    format: str
+    version: int
+    compiler: str
+    sha256: str  # of the `policy` bytes exactly as stored
+    policy: msgspec.Raw
+
+
+class _Head(msgspec.Struct):
+    format: str = ""
+    version: int = 0
+
+
+def dumps(policy: PolicyIR, compiler: str) -> bytes:
+    """Encode a policy into artifact bytes."""
+    body = msgspec.json.encode(policy)
+    env = Envelope(FORMAT, VERSION, compiler, hashlib.sha256(body).hexdigest(), msgspec.Raw(body))
+    return msgspec.json.encode(env)
+
+
+def loads(data: bytes, path: str = "<artifact>") -> tuple[PolicyIR, str]:
+    """Decode and verify artifact bytes; return the policy and its sha256."""
+    try:
+        head = msgspec.json.decode(data, type=_Head)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise ZcError(f"{path}: not a zc artifact (expected a `.zcp` file written by `zc compile`)") from None
+    if head.format != FORMAT:
+        raise ZcError(f"{path}: not a zc artifact (format `{head.format}`, expected `{FORMAT}`)")
+    if head.version > VERSION:
+        raise ZcError(f"{path}: artifact format version {head.version} is newer than this zc "
+                      f"supports ({VERSION}); upgrade zcompile or recompile the policy")
+    if head.version != VERSION:
+        raise ZcError(f"{path}: artifact format version {head.version} is not supported "
+                      f"(this zc reads version {VERSION}); recompile the policy")
+    try:
+        env = msgspec.json.decode(data, type=Envelope)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ZcError(f"{path}: corrupt artifact: {exc}") from None
+    digest = hashlib.sha256(env.policy).hexdigest()
+    if digest != env.sha256:
+        raise ZcError(f"{path}: artifact content does not match its sha256 (tampered or corrupt); "
+                      "recompile the policy with `zc compile`")
+    try:
+        policy = msgspec.json.decode(env.policy, type=PolicyIR)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ZcError(f"{path}: corrupt artifact: {exc}") from None
+    return policy, digest

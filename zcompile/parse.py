@@ -1,0 +1,351 @@
+"""Parsing: Lark (LALR) over grammar/zc.lark, then a Transformer to the frozen AST."""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+import lark
+from lark import Token, Transformer, v_args
+
+from . import ast as A
+from .errors import Diagnostic, ZcError
+from .source import Source, Span
+
+MAX_DEPTH = 200  # deepest syntax tree accepted; deeper input gets ZC0006, not a RecursionError
+
+_TERMINAL_NAMES = {
+    "NAME": "a name",
+    "INT": "a number",
+    "FLOAT": "a number",
+    "STRING": "a string",
+    "CMP": "a comparison operator",
+    "OPTIONAL": "`?`",
+    "TRUE": "`true`",
+    "FALSE": "`false`",
+    "$END": "end of file",
+}
+
+
+@functools.cache
+def _parser() -> lark.Lark:
+    grammar = resources.files("zcompile.grammar").joinpath("zc.lark").read_text("utf-8")
+    return lark.Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=False)
+
+
+def _describe_terminal(name: str) -> str:
+    if name in _TERMINAL_NAMES:
+        return _TERMINAL_NAMES[name]
+    try:
+        pattern = _parser().get_terminal(name).pattern
+    except KeyError:
+        return name.lower()
+    return f"`{pattern.value}`" if pattern.type == "str" else name.lower()
+
+
+def _expected(names: set[str]) -> str:
+    described = sorted({_describe_terminal(n) for n in names})
+    if len(described) > 8:
+        described = described[:8] + ["…"]
+    return ", ".join(described)
+
+
+def decode(path: str, data: bytes) -> Source:
+    """Decode policy bytes as UTF-8 text, refusing binary input with a diagnostic."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ZcError(
+            "not a policy file",
+            [Diagnostic("ZC0005", "error", f"file is not UTF-8 text (invalid byte at offset {exc.start})",
+                        None, "zc policies are UTF-8 text files", path=path)],
+        ) from None
+    if "\x00" in text:
+        raise ZcError(
+            "not a policy file",
+            [Diagnostic("ZC0005", "error", f"file contains a NUL byte at offset {text.index(chr(0))}",
+                        None, "zc policies are text files, this looks like binary data", path=path)],
+        )
+    return Source(path, text)
+
+
+def parse(source: Source) -> A.Policy:
+    """Parse a source into a Policy AST; raise ZcError with a ZC000x diagnostic on bad syntax."""
+    text = source.text
+    if not text.strip() or all(
+        not line.strip() or line.lstrip().startswith("#") for line in text.splitlines()
+    ):
+        raise ZcError("empty policy", [Diagnostic(
+            "ZC0004", "error", "empty policy file", None,
+            "a policy starts with `policy NAME`", path=source.path)])
+    try:
+        tree = _parser().parse(text)
+    except lark.exceptions.UnexpectedCharacters as exc:
+        span = Span(source, exc.pos_in_stream, exc.pos_in_stream + 1)
+        raise ZcError("syntax error", [Diagnostic(
+            "ZC0002", "error", f"unexpected character `{text[exc.pos_in_stream]}`", span,
+            f"expected {_expected(exc.allowed)}" if exc.allowed else None)]) from None
+    except lark.exceptions.UnexpectedEOF as exc:
+        end = len(text.rstrip())
+        raise ZcError("syntax error", [Diagnostic(
+            "ZC0003", "error", "unexpected end of file", Span(source, max(0, end - 1), end),
+            f"expected {_expected(set(exc.expected))}")]) from None
+    except lark.exceptions.UnexpectedToken as exc:
+        tok = exc.token
+        if tok.type == "$END":
+            end = len(text.rstrip())
+            raise ZcError("syntax error", [Diagnostic(
+                "ZC0003", "error", "unexpected end of file", Span(source, max(0, end - 1), end),
+                f"expected {_expected(exc.expected)}")]) from None
+        span = Span(source, tok.start_pos, tok.end_pos)
+        raise ZcError("syntax error", [Diagnostic(
+            "ZC0001", "error", f"unexpected `{tok.value}`", span,
+            f"expected {_expected(exc.expected)}")]) from None
+    _check_depth(source, tree)
+    return _ToAst(source).transform(tree)
+
+
+def parse_text(text: str, path: str = "<string>") -> A.Policy:
+    return parse(Source(path, text))
+
+
+def _check_depth(source: Source, tree: lark.Tree) -> None:
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            meta = node.meta
+            raise ZcError("syntax error", [Diagnostic(
+                "ZC0006", "error", f"expression nested more than {MAX_DEPTH} levels deep",
+                Span(source, meta.start_pos, meta.end_pos), "split it into smaller rules")])
+        stack.extend((c, depth + 1) for c in node.children if isinstance(c, lark.Tree))
+
+
+@v_args(inline=True, meta=True)
+class _ToAst(Transformer):
+    def __init__(self, source: Source) -> None:
+        super().__init__(visit_tokens=False)
+        self.src = source
+
+    def _span(self, meta) -> Span:
+        return Span(self.src, meta.start_pos, meta.end_pos)
+
+    def _tok(self, tok: Token) -> Span:
+        return Span(self.src, tok.start_pos, tok.end_pos)
+
+    def __default__(self, data, children, meta):  # noqa: D105 - guard against leaking trees
+        raise AssertionError(f"grammar rule {data!r} has no AST transform")
+
+    # names and literals
+    def name(self, meta, tok):
+        return A.Ident(text=str(tok), span=self._tok(tok))
+
+    path = name
+
+    def ref(self, meta, ident):
+        return A.Name(path=ident.text, span=ident.span)
+
+    def int_(self, meta, tok):
+        return A.LitNum(value=int(tok), span=self._tok(tok))
+
+    def float_(self, meta, tok):
+        return A.LitNum(value=float(tok), span=self._tok(tok))
+
+    def true(self, meta, tok=None):
+        return A.LitBool(value=True, span=self._span(meta))
+
+    def false(self, meta, tok=None):
+        return A.LitBool(value=False, span=self._span(meta))
+
+    def member(self, meta, ident):
+        return A.LitMember(name=ident, span=ident.span)
+
+    def string(self, meta, tok):
+        return A.LitString(value=_unquote(tok), span=self._tok(tok))
+
+    def neg(self, meta, operand):
+        if isinstance(operand, A.LitNum):
+            return A.LitNum(value=-operand.value, span=self._span(meta))
+        return A.Neg(operand=_expr(operand), span=self._span(meta))
+
+    def set_lit(self, meta, *items):
+        return A.LitSet(items=tuple(i for i in items if i is not None), span=self._span(meta))
+
+    # state
+    def start(self, meta, head, *items):
+        by = {k: [] for k in ("fields", "actions", "fallbacks", "intents", "rules", "tiers", "routes")}
+        for item in items:
+            if isinstance(item, tuple):
+                by["fields"].extend(item)
+            else:
+                by[_KIND[type(item)]].append(item)
+        return A.Policy(name=head, span=self._span(meta), **{k: tuple(v) for k, v in by.items()})
+
+    def policy_decl(self, meta, ident):
+        return ident
+
+    def state_block(self, meta, *fields):
+        return tuple(fields)
+
+    def field_decl(self, meta, path, type_ref, *rest):
+        optional = any(isinstance(r, Token) for r in rest)
+        default = next((r for r in rest if not isinstance(r, Token)), None)
+        return A.FieldDecl(path=path, type=type_ref, optional=optional, default=default,
+                           span=self._span(meta))
+
+    def default(self, meta, lit):
+        return lit
+
+    def enum_type(self, meta, *members):
+        return A.EnumType(members=members, span=self._span(meta))
+
+    def scalar_type(self, meta, tok):
+        return A.ScalarType(kind=str(tok), span=self._span(meta))
+
+    def set_type(self, meta):
+        return A.SetType(span=self._span(meta))
+
+    # actions, fallback, intents
+    def action_decl(self, meta, name, *rest):
+        tags, cost, desc = (), None, None
+        for r in rest:
+            if isinstance(r, tuple):
+                tags = r
+            elif isinstance(r, A.LitNum):
+                cost = r
+            else:
+                desc = r.value
+        return A.ActionDecl(name=name, tags=tags, cost=cost, description=desc, span=self._span(meta))
+
+    def tags(self, meta, *names):
+        return tuple(names)
+
+    def cost(self, meta, num):
+        return num
+
+    def description(self, meta, tok):
+        return A.LitString(value=_unquote(tok), span=self._tok(tok))
+
+    def fallback_decl(self, meta, name):
+        return A.FallbackDecl(action=name, span=self._span(meta))
+
+    def intent_decl(self, meta, name, *rest):
+        desc = _unquote(rest[0]) if len(rest) == 2 else None
+        return A.IntentDecl(name=name, description=desc, allow=rest[-1], span=self._span(meta))
+
+    def path_list(self, meta, *names):
+        return tuple(names)
+
+    name_list = path_list
+
+    # rules
+    def rule_decl(self, meta, name, body):
+        kind, target, cond, after = body
+        return A.RuleDecl(name=name, kind=kind, target=target, cond=cond, after=after,
+                          span=self._span(meta))
+
+    def requires(self, meta, target, cond):
+        return ("requires", target, _expr(cond), ())
+
+    def forbid_when(self, meta, target, cond):
+        return ("forbid_when", target, _expr(cond), ())
+
+    def forbid_unless(self, meta, target, cond):
+        return ("forbid_unless", target, _expr(cond), ())
+
+    def after(self, meta, target, names):
+        return ("after", target, None, names)
+
+    def target_actions(self, meta, names):
+        return A.TargetActions(names=names, span=self._span(meta))
+
+    def target_tags(self, meta, tags):
+        return A.TargetTags(tags=tags, span=self._span(meta))
+
+    def target_all(self, meta):
+        return A.TargetAll(span=self._span(meta))
+
+    # tiers and routes
+    def tier_decl(self, meta, name, *opts):
+        values = dict(opts)
+        return A.TierDecl(name=name, max_ms=values.get("max_ms"), cost=values.get("cost"),
+                          span=self._span(meta))
+
+    def max_ms(self, meta, num):
+        return ("max_ms", num)
+
+    def tier_cost(self, meta, num):
+        return ("cost", num)
+
+    def route_decl(self, meta, name, *rest):
+        when = _expr(rest[0]) if len(rest) == 2 else None
+        return A.RouteDecl(name=name, when=when, tiers=rest[-1], span=self._span(meta))
+
+    # expressions
+    def or_(self, meta, *operands):
+        return A.Or(operands=tuple(map(_expr, operands)), span=self._span(meta))
+
+    def and_(self, meta, *operands):
+        return A.And(operands=tuple(map(_expr, operands)), span=self._span(meta))
+
+    def not_(self, meta, operand):
+        return A.Not(operand=_expr(operand), span=self._span(meta))
+
+    def compare(self, meta, left, op, right):
+        return A.Compare(op=str(op), left=_expr(left), right=_expr(right), span=self._span(meta))
+
+    def in_lit(self, meta, operand, items, negated=False):
+        return A.InLit(operand=_expr(operand), items=tuple(map(_expr, items.items)),
+                       negated=negated, span=self._span(meta))
+
+    def not_in_lit(self, meta, operand, items):
+        return self.in_lit(meta, operand, items, True)
+
+    def in_field(self, meta, operand, path, negated=False):
+        return A.InField(operand=_expr(operand), field=A.Name(path=path.text, span=path.span),
+                         negated=negated, span=self._span(meta))
+
+    def not_in_field(self, meta, operand, path):
+        return self.in_field(meta, operand, path, True)
+
+    def _arith(self, op, meta, left, right):
+        return A.Arith(op=op, left=_expr(left), right=_expr(right), span=self._span(meta))
+
+    def add(self, meta, left, right):
+        return self._arith("+", meta, left, right)
+
+    def sub(self, meta, left, right):
+        return self._arith("-", meta, left, right)
+
+    def mul(self, meta, left, right):
+        return self._arith("*", meta, left, right)
+
+    def self_(self, meta):
+        return A.SelfRef(span=self._span(meta))
+
+    def cost_ref(self, meta):
+        return A.CostRef(span=self._span(meta))
+
+
+_KIND = {
+    A.ActionDecl: "actions", A.FallbackDecl: "fallbacks", A.IntentDecl: "intents",
+    A.RuleDecl: "rules", A.TierDecl: "tiers", A.RouteDecl: "routes",
+}
+
+
+def _expr(node):
+    """Literals in expression position become expression nodes."""
+    if isinstance(node, A.LitNum):
+        return A.Num(value=node.value, span=node.span)
+    if isinstance(node, A.LitBool):
+        return A.Bool(value=node.value, span=node.span)
+    if isinstance(node, (A.Ident, A.LitMember)):
+        ident = node if isinstance(node, A.Ident) else node.name
+        return A.Name(path=ident.text, span=ident.span)
+    return node
+
+
+def _unquote(tok) -> str:
+    import json
+
+    return json.loads(str(tok))

@@ -1,0 +1,112 @@
+"""State validation: the policy's state schema as msgspec types, errors as `$.path: problem`."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+import msgspec
+
+from . import ir
+from .errors import ZcError
+
+
+class StateError(ZcError):
+    """A runtime state that does not match the policy's schema."""
+
+    def __init__(self, message: str, path: str = "$") -> None:
+        super().__init__(message)
+        self.path = path
+
+
+_UNSET = object()
+
+
+def _leaf_type(f: ir.FieldDef, actions: tuple[str, ...]) -> Any:
+    base: Any
+    if f.kind == "enum":
+        base = Literal[f.members]  # type: ignore[valid-type]
+    elif f.kind == "set":
+        base = list[Literal[actions]] if actions else list[str]  # type: ignore[valid-type]
+    else:
+        base = {"bool": bool, "int": int, "float": float, "text": str}[f.kind]
+    if f.optional or f.has_default:
+        return base | None, None
+    return base, _UNSET
+
+
+class Schema:
+    """A compiled state schema: `convert(obj)` validates and returns the root Struct."""
+
+    def __init__(self, fields: tuple[ir.FieldDef, ...], actions: tuple[str, ...], strict: bool) -> None:
+        self.fields = {f.path: f for f in fields}
+        self.actions = actions
+        tree: dict = {}
+        for f in fields:
+            node = tree
+            *parents, leaf = f.path.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = f
+        self.attrs: dict[str, tuple[str, ...]] = {}  # field path -> attribute chain on the Struct
+        self.type = self._struct("State", tree, (), strict)[0]
+
+    def _struct(self, name: str, tree: dict, prefix: tuple[str, ...], strict: bool):
+        specs, rename, required = [], {}, False
+        for i, (key, sub) in enumerate(tree.items()):
+            attr = f"f{i}"
+            rename[attr] = key
+            if isinstance(sub, dict):
+                t, req = self._struct(f"{name}_{key}", sub, prefix + (attr,), strict)
+                default = _UNSET if req else None
+                t = t if req else t | None
+            else:
+                t, default = _leaf_type(sub, self.actions)
+                req = default is _UNSET
+                self.attrs[sub.path] = prefix + (attr,)
+            required = required or req
+            specs.append((attr, t) if default is _UNSET else (attr, t, default))
+        specs.sort(key=lambda s: len(s) == 3)  # required fields first
+        st = msgspec.defstruct(name, specs, rename=rename, forbid_unknown_fields=strict,
+                               frozen=True)
+        return st, required
+
+    def convert(self, obj: Any) -> Any:
+        try:
+            return msgspec.convert(obj, self.type, strict=True)
+        except msgspec.ValidationError as exc:
+            raise self._error(str(exc)) from None
+
+    def _error(self, text: str) -> StateError:
+        msg, sep, where = text.rpartition(" - at `")
+        if not sep:
+            msg, where = text, "$`"
+        path = where.rstrip("`")
+        msg = msg[0].lower() + msg[1:] if msg else "invalid value"
+        bad = re.match(r"invalid enum value (.*)", msg)
+        field = self.fields.get(re.sub(r"\[\d+\]$", "", path)[2:])
+        if bad and field is not None:
+            allowed = field.members if field.kind == "enum" else self.actions
+            shown = "|".join(allowed[:12]) + ("|…" if len(allowed) > 12 else "")
+            value = bad.group(1).strip("'")
+            msg = f"expected one of {shown}, got {msgspec.json.encode(value).decode()}"
+        m = re.match(r"object missing required field `(.*)`", msg)
+        if m:
+            path = f"{path}.{m.group(1)}"
+            msg = "required field is missing"
+        return StateError(f"{path}: {msg}", path)
+
+
+def read_path(schema: Schema, root: Any, path: str) -> Any:
+    """A field's value from a converted state (its default when absent; None when unknown)."""
+    node = root
+    for attr in schema.attrs[path]:
+        if node is None:
+            break
+        node = getattr(node, attr)
+    f = schema.fields[path]
+    if node is None:
+        node = f.default if f.has_default else None
+    if f.kind == "set" and node is not None:
+        return frozenset(node)
+    return node
