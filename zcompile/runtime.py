@@ -37,7 +37,7 @@ class Reason:
 
     def to_dict(self) -> dict[str, Any]:
         return {"rule": self.rule, "kind": self.kind, "message": self.message,
-                "span": str(self.span) if self.span else None,
+                "span": msgspec.to_builtins(self.span) if self.span else None,
                 "values": {k: _show(v) for k, v in self.values}}
 
 

@@ -1,0 +1,100 @@
+"""The compiled artifact: round trip, refusal of tampered/foreign/newer files, runtime isolation."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import zcompile
+from zcompile import ZcError, ir
+from zcompile.driver import artifact_bytes, compile_source, read_source
+
+POLICIES = Path(__file__).parents[1] / "policies"
+STATE = {"user": {"role": "admin", "verified": True}, "budget": {"units": 3}, "history": ["get_order"]}
+SRC = Path(__file__).parent / "golden" / "ok" / "support_desk.zc"
+
+
+@pytest.fixture
+def artifact(tmp_path) -> Path:
+    policy, _ = compile_source(read_source(SRC))
+    out = tmp_path / "support_desk.zcp"
+    out.write_bytes(artifact_bytes(policy))
+    return out
+
+
+def test_round_trip_preserves_ir_and_answers(artifact):
+    policy, _ = compile_source(read_source(SRC))
+    loaded = zcompile.load(artifact)
+    assert loaded.ir == policy
+    direct = zcompile.compile_file(SRC)
+    assert loaded.legal(STATE).actions == direct.legal(STATE).actions
+    assert loaded.legal(STATE).removed.keys() == direct.legal(STATE).removed.keys()
+    assert len(loaded.sha256) == 64
+
+
+def test_artifact_is_deterministic():
+    a, _ = compile_source(read_source(SRC))
+    b, _ = compile_source(read_source(SRC))
+    assert artifact_bytes(a) == artifact_bytes(b)
+
+
+def test_tampered_artifact_refused(artifact):
+    data = artifact.read_bytes().replace(b'"cost":5', b'"cost":0', 1)
+    assert data != artifact.read_bytes()
+    artifact.write_bytes(data)
+    with pytest.raises(ZcError, match="does not match its sha256"):
+        zcompile.load(artifact)
+
+
+def test_newer_version_refused(artifact):
+    env = json.loads(artifact.read_bytes())
+    env["version"] = ir.VERSION + 1
+    artifact.write_text(json.dumps(env))
+    with pytest.raises(ZcError, match="newer than this zc supports"):
+        zcompile.load(artifact)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"\x00\x01garbage", "not a zc artifact"),
+    (b'{"format": "onnx", "version": 1}', "not a zc artifact"),
+    (b"[1, 2]", "not a zc artifact"),
+    (b'{"format": "zcp", "version": 1, "compiler": "x", "sha256": "00", "policy": {}}', "sha256"),
+])
+def test_foreign_or_corrupt_refused(tmp_path, content, message):
+    f = tmp_path / "x.zcp"
+    f.write_bytes(content)
+    with pytest.raises(ZcError, match=message):
+        zcompile.load(f)
+
+
+def test_rehashed_but_inconsistent_artifact_refused(artifact):
+    """A hand-edited artifact with a recomputed hash still must not reference unknown names."""
+    import hashlib
+
+    env = json.loads(artifact.read_bytes())
+    env["policy"]["fallback"] = "nonexistent"
+    body = json.dumps(env["policy"]).encode()
+    env["sha256"] = hashlib.sha256(body).hexdigest()
+    raw = json.dumps({k: v for k, v in env.items() if k != "policy"})[:-1] + ', "policy": ' + body.decode() + "}"
+    artifact.write_text(raw)
+    with pytest.raises(ZcError, match="unknown action `nonexistent`"):
+        zcompile.load(artifact)
+
+
+def test_runtime_imports_no_compiler(artifact):
+    code = f"""
+import sys, zcompile
+p = zcompile.load({str(artifact)!r})
+ls = p.legal({STATE!r}, intent="cancel")
+ls.removed; p.route({STATE!r})
+bad = [m for m in sys.modules if m == "lark" or m.startswith("lark.") or m in
+       ("zcompile.parse", "zcompile.ast", "zcompile.check", "zcompile.lower", "zcompile.interp",
+        "zcompile.driver", "zcompile.cli", "click")]
+print(",".join(bad))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
