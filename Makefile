@@ -19,7 +19,7 @@ test: venv
 demo: venv
 	$(ZC) check policies/
 	$(ZC) compile policies/ -o build/
-	$(ZC) legal build/agent_core.zcp --state tests/golden/ok/agent_core/security_fault.json
+	$(ZC) legal build/agent_core.zcp --state tests/golden/ok/agent_core/security_injected_instructions.json
 
 bench: venv
 	$(PIP) install -c constraints.txt -e '.[test,bench]'
