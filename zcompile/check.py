@@ -272,27 +272,32 @@ class _Checker:
                 for t in sorted(targets[rule.name.text]):
                     for a in rule.after:
                         graph.setdefault(t, []).append((a.text, rule))
-        state: dict[str, int] = {}
+        colour: dict[str, int] = {}  # 1: on the current path, 2: done
         reported: set[frozenset[str]] = set()
-
-        def visit(node: str, trail: list[str]) -> None:
-            state[node] = 1
-            for nxt, rule in graph.get(node, ()):
-                if state.get(nxt) == 1:
-                    cycle = trail[trail.index(nxt):] + [nxt] if nxt in trail else [node, nxt]
-                    key = frozenset(cycle)
-                    if key not in reported:
-                        reported.add(key)
+        for root in list(graph):
+            if root in colour:
+                continue
+            colour[root] = 1
+            trail = [root]
+            stack = [iter(graph.get(root, ()))]
+            while stack:
+                step = next(stack[-1], None)
+                if step is None:
+                    colour[trail.pop()] = 2
+                    stack.pop()
+                    continue
+                nxt, rule = step
+                if colour.get(nxt) == 1:
+                    cycle = trail[trail.index(nxt):] + [nxt]
+                    if frozenset(cycle) not in reported:
+                        reported.add(frozenset(cycle))
                         self.err("ZC0401", "`after` rules form a cycle: "
                                  + " → ".join(f"`{c}`" for c in cycle), rule.span,
                                  "no action on the cycle can ever be legal")
-                elif nxt not in state:
-                    visit(nxt, trail + [nxt])
-            state[node] = 2
-
-        for node in list(graph):
-            if node not in state:
-                visit(node, [node])
+                elif nxt not in colour:
+                    colour[nxt] = 1
+                    trail.append(nxt)
+                    stack.append(iter(graph.get(nxt, ())))
 
     def _target_quiet(self, target: A.Target) -> frozenset[str]:
         if isinstance(target, A.TargetAll):
@@ -489,19 +494,34 @@ class _Linter:
     def __init__(self, checker: _Checker, checked: Checked) -> None:
         self.c = checker
         self.k = checked
+        self._uses: dict[int, tuple[bool, bool]] = {}
+        self._cache: dict[tuple, bool | None] = {}
 
     def run(self) -> None:
         k = self.k
         rules = k.policy.rules
-        by_action = {a.name.text: [r for r in rules if a.name.text in k.targets[r.name.text]]
-                     for a in k.actions}
+        by_action: dict[str, list[A.RuleDecl]] = {a.name.text: [] for a in k.actions}
+        for r in rules:
+            for t in k.targets[r.name.text]:
+                by_action[t].append(r)
         for a in k.actions:
             name = a.name.text
-            conds = [(r, name) for r in by_action[name]]
-            if conds and self._exists(conds, want_keep=True) is False:
+            cases = [(r, name) for r in by_action[name]]
+            verdict = self._exists(cases, want_keep=True) if cases else True
+            if verdict is None:  # decide on the rules that can be decided: fewer rules, more states
+                decidable = [c for c in cases if self._exists([c], want_keep=True) is not None]
+                if decidable:
+                    verdict = self._exists(decidable, want_keep=True)
+                    cases = decidable if verdict is False else cases
+            if verdict is False:
+                for case in list(cases):  # name a minimal set of rules that conflict
+                    rest = [c for c in cases if c is not case]
+                    if rest and self._exists(rest, want_keep=True) is False:
+                        cases = rest
                 self.c.warn("ZC1001", f"action `{name}` can never be legal", a.name.span,
-                            "no state satisfies all of: "
-                            + ", ".join(f"`{r.name.text}`" for r in by_action[name]))
+                            "no state satisfies "
+                            + ", ".join(f"`{r.name.text}`" for r, _ in cases)
+                            + (" together" if len(cases) > 1 else ""))
         for r in rules:
             cases = [(r, t) for t in sorted(k.targets[r.name.text])]
             if not cases or all(self._exists([c], want_keep=False) is False for c in cases):
@@ -529,11 +549,26 @@ class _Linter:
                 return True
         return False
 
+    def _key(self, rule: A.RuleDecl, action: str) -> tuple:
+        """What a (rule, action) question depends on: the action only through `self` / `cost`."""
+        uses = self._uses.get(id(rule))
+        if uses is None:
+            nodes = list(walk(rule.cond)) if rule.cond is not None else []
+            uses = self._uses[id(rule)] = (any(isinstance(e, A.SelfRef) for e in nodes),
+                                          any(isinstance(e, A.CostRef) for e in nodes))
+        return (id(rule), action if uses[0] else None, self.k.costs[action] if uses[1] else None)
+
     def _exists(self, cases: list[tuple[A.RuleDecl, str]], want_keep: bool) -> bool | None:
         """Is there a state where every case keeps (want_keep) / one case removes its action?
 
         None when undecided (arithmetic between fields, or too many combinations).
         """
+        key = (want_keep, frozenset(self._key(r, a) for r, a in cases))
+        if key not in self._cache:
+            self._cache[key] = self._decide(cases, want_keep)
+        return self._cache[key]
+
+    def _decide(self, cases: list[tuple[A.RuleDecl, str]], want_keep: bool) -> bool | None:
         k = self.k
         exprs, history_needs = [], set()
         for rule, action in cases:

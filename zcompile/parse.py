@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from importlib import resources
 
 import lark
@@ -12,7 +13,9 @@ from . import ast as A
 from .errors import Diagnostic, ZcError
 from .source import Source, Span
 
-MAX_DEPTH = 200  # deepest syntax tree accepted; deeper input gets ZC0006, not a RecursionError
+MAX_DEPTH = 200
+MAX_SYNTAX_ERRORS = 20
+_DECL = re.compile(r"^[ \t]*(state|action|fallback|intent|rule|tier|route)\b", re.M)  # deepest syntax tree accepted; deeper input gets ZC0006, not a RecursionError
 
 _TERMINAL_NAMES = {
     "NAME": "a name",
@@ -30,7 +33,8 @@ _TERMINAL_NAMES = {
 @functools.cache
 def _parser() -> lark.Lark:
     grammar = resources.files("zcompile.grammar").joinpath("zc.lark").read_text("utf-8")
-    return lark.Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=False)
+    return lark.Lark(grammar, parser="lalr", lexer="basic", propagate_positions=True,
+                     maybe_placeholders=False)
 
 
 def _describe_terminal(name: str) -> str:
@@ -43,8 +47,14 @@ def _describe_terminal(name: str) -> str:
     return f"`{pattern.value}`" if pattern.type == "str" else name.lower()
 
 
+_SOFT = {"`enum`", "`set`", "`bool`", "`int`", "`float`", "`text`", "`allow`", "`use`", "`max_ms`"}
+
+
 def _expected(names: set[str]) -> str:
-    described = sorted({_describe_terminal(n) for n in names})
+    described = {_describe_terminal(n) for n in names}
+    if "a name" in described:  # soft keywords are names there too
+        described -= _SOFT
+    described = sorted(described)
     if len(described) > 8:
         described = described[:8] + ["…"]
     return ", ".join(described)
@@ -78,31 +88,60 @@ def parse(source: Source) -> A.Policy:
         raise ZcError("empty policy", [Diagnostic(
             "ZC0004", "error", "empty policy file", None,
             "a policy starts with `policy NAME`", path=source.path)])
-    try:
-        tree = _parser().parse(text)
-    except lark.exceptions.UnexpectedCharacters as exc:
-        span = Span(source, exc.pos_in_stream, exc.pos_in_stream + 1)
-        raise ZcError("syntax error", [Diagnostic(
-            "ZC0002", "error", f"unexpected character `{text[exc.pos_in_stream]}`", span,
-            f"expected {_expected(exc.allowed)}" if exc.allowed else None)]) from None
-    except lark.exceptions.UnexpectedEOF as exc:
-        end = len(text.rstrip())
-        raise ZcError("syntax error", [Diagnostic(
-            "ZC0003", "error", "unexpected end of file", Span(source, max(0, end - 1), end),
-            f"expected {_expected(set(exc.expected))}")]) from None
-    except lark.exceptions.UnexpectedToken as exc:
-        tok = exc.token
-        if tok.type == "$END":
-            end = len(text.rstrip())
-            raise ZcError("syntax error", [Diagnostic(
-                "ZC0003", "error", "unexpected end of file", Span(source, max(0, end - 1), end),
-                f"expected {_expected(exc.expected)}")]) from None
-        span = Span(source, tok.start_pos, tok.end_pos)
-        raise ZcError("syntax error", [Diagnostic(
-            "ZC0001", "error", f"unexpected `{tok.value}`", span,
-            f"expected {_expected(exc.expected)}")]) from None
+    diags: list[Diagnostic] = []
+    work = text
+    while True:
+        try:
+            tree = _parser().parse(work)
+            break
+        except lark.exceptions.UnexpectedInput as exc:
+            diag, pos = _syntax_error(source, exc)
+            diags.append(diag)
+            blanked = _blank_declaration(work, pos)
+            if blanked is None or len(diags) >= MAX_SYNTAX_ERRORS:
+                break
+            work = blanked
+    if diags:
+        raise ZcError("syntax error", diags)
     _check_depth(source, tree)
     return _ToAst(source).transform(tree)
+
+
+def _syntax_error(source: Source, exc: lark.exceptions.UnexpectedInput) -> tuple[Diagnostic, int]:
+    text = source.text
+    if isinstance(exc, lark.exceptions.UnexpectedCharacters):
+        pos = exc.pos_in_stream
+        return Diagnostic(
+            "ZC0002", "error", f"unexpected character `{text[pos]}`", Span(source, pos, pos + 1),
+            f"expected {_expected(exc.allowed)}" if exc.allowed and len(exc.allowed) <= 8 else None), pos
+    tok = getattr(exc, "token", None)
+    if isinstance(exc, lark.exceptions.UnexpectedEOF) or tok is None or tok.type == "$END":
+        end = len(text.rstrip())
+        expected = set(exc.expected) if exc.expected else set()
+        return Diagnostic(
+            "ZC0003", "error", "unexpected end of file", Span(source, max(0, end - 1), max(end, 1)),
+            f"expected {_expected(expected)}" if expected else None), len(text)
+    return Diagnostic(
+        "ZC0001", "error", f"unexpected `{tok.value}`", Span(source, tok.start_pos, tok.end_pos),
+        f"expected {_expected(exc.expected)}"), tok.start_pos
+
+
+def _blank_declaration(text: str, pos: int) -> str | None:
+    """Text with the declaration holding a syntax error blanked out (offsets kept), to go on parsing.
+
+    When the error is at the keyword opening a declaration, the broken one is the one before it.
+    None when no declaration can be isolated (the error is in the `policy` header).
+    """
+    starts = [m.start(1) for m in _DECL.finditer(text)]
+    before = [s for s in starts if s < pos]
+    if not before:
+        return None
+    start = before[-1]
+    after = [s for s in starts if s > start and s >= pos]
+    end = after[0] if after else len(text)
+    if start == end:
+        return None
+    return text[:start] + re.sub(r"[^\n]", " ", text[start:end]) + text[end:]
 
 
 def parse_text(text: str, path: str = "<string>") -> A.Policy:
