@@ -69,6 +69,7 @@ def test_every_emitted_code_has_a_golden_case():
     for py in (ROOT / "zcompile").rglob("*.py"):
         emitted |= set(re.findall(r'"(ZC\d{4})"', py.read_text(encoding="utf-8")))
     emitted.discard("ZC0000")  # the CLI's wrapper for errors without a diagnostic
+    emitted.discard("ZC1000")  # lint budget exhausted: needs a huge policy, see test_bad_input
     covered = {code for stem in CASES for _, code in CODE_RE.findall(_expected(stem))}
     assert emitted - covered == set()
 

@@ -15,6 +15,7 @@ from .source import Source, Span
 RISKY_TAGS = ("destructive", "publish", "money", "credential")
 HISTORY = "history"
 LINT_BUDGET = 1 << 16  # most states enumerated to decide one lint; beyond it the lint stays silent
+LINT_WORK = 5_000_000  # most rule evaluations for all lints of a file; beyond it they stay silent
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +196,6 @@ class _Checker:
             if clash:
                 self.err("ZC0109", f"field `{path}` clashes with field `{clash}`", f.path.span,
                          "a path cannot be both a value and an object holding other fields")
-                continue
             decls[path] = f
             self.fields[path] = self._field_info(f)
         self.fields[HISTORY] = FieldInfo(HISTORY, "set", default=frozenset(), has_default=True)
@@ -229,7 +229,7 @@ class _Checker:
             "set": isinstance(d, A.LitSet),
         }[info.kind]
         if not ok:
-            self.err("ZC0307", f"default of `{info.path}` is not a `{info.kind}`", d.span)
+            self.err("ZC0307", f"default of `{info.path}` must have type `{info.kind}`", d.span)
             return None
         if info.kind == "enum":
             if d.name.text not in info.members:
@@ -319,10 +319,19 @@ class _Checker:
     def _bare(self, expr: A.Expr, want) -> tuple[A.Expr, object]:
         """Resolve a bare name against what the other side of an operator wants."""
         name = expr.path
+        if want == T_ERR:  # the other side already has an error: say nothing more
+            return expr, T_ERR
+        if want == T_NUM:
+            if name in self.fields:
+                self.err("ZC0309", f"`{{…}}` holds constants, and `{name}` is a field", expr.span,
+                         f"compare one by one: `… == {name} or …`")
+            else:
+                self.err("ZC0309", f"`{name}` is not a number", expr.span)
+            return expr, T_ERR
         if isinstance(want, TEnum):
             if name in want.members:
                 return A.MemberRef(value=name, span=expr.span), want
-            self.err("ZC0202", f"`{name}` is not a member of {want}", expr.span,
+            self.err("ZC0202", f"`{name}` is not a member of `{want}`", expr.span,
                      did_you_mean(name, want.members) or f"members: {', '.join(want.members)}")
             return expr, T_ERR
         if want == T_ACTION:
@@ -384,9 +393,13 @@ class _Checker:
                     return rp(e, operand=new), T_BOOL
                 news = []
                 for item in items:
-                    ni, it = self._operand(item, in_rule, want=t)
+                    if isinstance(item, A.Name):
+                        ni, it = self._bare(item, t)
+                    else:
+                        ni, it = item, T_NUM
                     if it != T_ERR and it != t:
-                        self.err("ZC0309", f"`{item.span.text}` is a `{it}`, not a `{t}`", item.span)
+                        self.err("ZC0309", f"`{item.span.text}` has type `{it}`, expected `{t}`",
+                                 item.span)
                     news.append(ni)
                 return rp(e, operand=new, items=tuple(news)), T_BOOL
             case A.InField(operand=o, field=f):
@@ -423,19 +436,21 @@ class _Checker:
     def _compare(self, e, op, l, r, in_rule):
         nl, lt = self._expr(l, in_rule)
         nr, rt = self._expr(r, in_rule)
-        if isinstance(lt, TName) and not isinstance(rt, TName):
-            nl, lt = self._bare(nl, rt)
+        context = lambda t: t if isinstance(t, TEnum) or t in (T_ACTION, T_ERR) else None  # noqa: E731
+        if isinstance(lt, TName) and isinstance(rt, TName):
+            nl, lt = self._bare(nl, None)  # report the left one; the right is then moot
+            nr, rt = self._bare(nr, T_ERR)
+        elif isinstance(lt, TName):
+            nl, lt = self._bare(nl, context(rt))
         elif isinstance(rt, TName):
-            nr, rt = self._bare(nr, lt if not isinstance(lt, TName) else None)
-            if isinstance(lt, TName):
-                nl, lt = self._bare(nl, None)
+            nr, rt = self._bare(nr, context(lt))
         new = dataclasses.replace(e, left=nl, right=nr)
         if T_ERR in (lt, rt):
             return new, T_BOOL
         if op in ("<", "<=", ">", ">="):
-            for side, t in ((l, lt), (r, rt)):
-                if t != T_NUM:
-                    self.err("ZC0302", f"`{op}` compares numbers, found `{t}`", side.span)
+            bad = next(((side, t) for side, t in ((l, lt), (r, rt)) if t != T_NUM), None)
+            if bad:
+                self.err("ZC0302", f"`{op}` compares numbers, found `{bad[1]}`", bad[0].span)
             return new, T_BOOL
         if lt != rt and not (isinstance(lt, TEnum) and isinstance(rt, TEnum)
                              and set(lt.members) == set(rt.members)):
@@ -496,6 +511,9 @@ class _Linter:
         self.k = checked
         self._uses: dict[int, tuple[bool, bool]] = {}
         self._cache: dict[tuple, bool | None] = {}
+        self._facts_cache: dict[tuple, tuple | None] = {}
+        self.work = 0
+        self.exhausted = False
 
     def run(self) -> None:
         k = self.k
@@ -535,6 +553,11 @@ class _Linter:
                             "is not guarded", a.name.span,
                             "add a rule that checks authority or confirmation, "
                             f"e.g. `rule confirm: {a.name.text} requires self in confirmed`")
+        if self.exhausted:
+            self.c.diags.append(Diagnostic(
+                "ZC1000", "note", "some ZC1001/ZC1002 lints were left undecided", k.policy.name.span,
+                f"the policy is too large to enumerate within {LINT_WORK:,} rule evaluations",
+                path=self.c.src.path))
         for f in k.policy.fields:
             path = f.path.text
             if path in k.fields and k.fields[path].kind != "text" and path not in self.c.reads:
@@ -563,6 +586,8 @@ class _Linter:
 
         None when undecided (arithmetic between fields, or too many combinations).
         """
+        if self.exhausted:
+            return None
         key = (want_keep, frozenset(self._key(r, a) for r, a in cases))
         if key not in self._cache:
             self._cache[key] = self._decide(cases, want_keep)
@@ -570,13 +595,17 @@ class _Linter:
 
     def _decide(self, cases: list[tuple[A.RuleDecl, str]], want_keep: bool) -> bool | None:
         k = self.k
-        exprs, history_needs = [], set()
+        consts: dict[str, set] = {}
+        members: dict[str, set[str]] = {}
         for rule, action in cases:
-            if rule.kind == "after":
-                history_needs.update(a.text for a in rule.after)
-            else:
-                exprs.append((rule, substitute(rule.cond, action, k.costs[action]), action))
-        domains = self._domains([e for _, e, _ in exprs], history_needs)
+            facts = self._facts(rule, action)
+            if facts is None:
+                return None
+            for path, values in facts[0].items():
+                consts.setdefault(path, set()).update(values)
+            for path, names in facts[1].items():
+                members.setdefault(path, set()).update(names)
+        domains = self._domains(consts, members)
         if domains is None:
             return None
         paths = list(domains)
@@ -585,6 +614,10 @@ class _Linter:
             total *= len(domains[p])
             if total > LINT_BUDGET:
                 return None
+        self.work += total * len(cases)
+        if self.work > LINT_WORK:
+            self.exhausted = True
+            return None
         for combo in itertools.product(*(domains[p] for p in paths)):
             state = dict(zip(paths, combo))
             outcomes = (interp.keeps(rule, state, action, k.costs[action]) for rule, action in cases)
@@ -592,30 +625,48 @@ class _Linter:
                 return True
         return False
 
-    def _domains(self, exprs: list[A.Expr], history_needs: set[str]) -> dict[str, list] | None:
+    def _facts(self, rule: A.RuleDecl, action: str):
+        """(constants per field, action names per set field) one case mentions; None if undecidable."""
+        key = self._key(rule, action)
+        if key in self._facts_cache:
+            return self._facts_cache[key]
+        if rule.kind == "after":
+            facts = ({"history": set()}, {"history": {a.text for a in rule.after}})
+        else:
+            expr = substitute(rule.cond, action, self.k.costs[action])
+            facts = self._expr_facts(expr)
+            self.work += len(rule.cond.span.text)  # rough cost of walking it
+        if self.work > LINT_WORK:
+            self.exhausted = True
+        self._facts_cache[key] = facts
+        return facts
+
+    def _expr_facts(self, expr: A.Expr):
         k = self.k
         consts: dict[str, set] = {}
         members: dict[str, set[str]] = {}
-        for expr in exprs:
-            for e in walk(expr):
-                if isinstance(e, A.Arith) or (isinstance(e, A.Compare) and all(
-                        isinstance(x, A.FieldRef) and k.fields[x.path].kind in ("int", "float")
-                        for x in (e.left, e.right))):
-                    if any(isinstance(x, A.FieldRef) for x in walk(e)):
-                        return None  # not decided by interval reasoning
-                if isinstance(e, A.FieldRef):
-                    consts.setdefault(e.path, set())
-                if isinstance(e, (A.Compare, A.InLit)):
-                    sides = (e.left, e.right) if isinstance(e, A.Compare) else (e.operand, *e.items)
-                    fields = [s.path for s in sides if isinstance(s, A.FieldRef)]
-                    nums = [s.value for s in sides if isinstance(s, A.Num)]
-                    for f in fields:
-                        consts.setdefault(f, set()).update(nums)
-                if isinstance(e, A.InField) and isinstance(e.operand, A.ActionRef):
-                    members.setdefault(e.field.path, set()).add(e.operand.name)
-        if history_needs:
-            members.setdefault("history", set()).update(history_needs)
-            consts.setdefault("history", set())
+        for e in walk(expr):
+            if isinstance(e, A.Arith) or (isinstance(e, A.Compare) and all(
+                    isinstance(x, A.FieldRef) and k.fields[x.path].kind in ("int", "float")
+                    for x in (e.left, e.right))):
+                if any(isinstance(x, A.FieldRef) for x in walk(e)):
+                    return None  # not decided by interval reasoning
+            if isinstance(e, A.FieldRef):
+                consts.setdefault(e.path, set())
+            if isinstance(e, (A.Compare, A.InLit)):
+                sides = (e.left, e.right) if isinstance(e, A.Compare) else (e.operand, *e.items)
+                fields = [s.path for s in sides if isinstance(s, A.FieldRef)]
+                nums = [interp.evaluate(s, {}) for s in sides
+                        if not any(isinstance(x, (A.FieldRef, A.ActionRef, A.MemberRef, A.Bool))
+                                   for x in walk(s))]
+                for f in fields:
+                    consts.setdefault(f, set()).update(n for n in nums if n is not None)
+            if isinstance(e, A.InField) and isinstance(e.operand, A.ActionRef):
+                members.setdefault(e.field.path, set()).add(e.operand.name)
+        return consts, members
+
+    def _domains(self, consts: dict[str, set], members: dict[str, set[str]]) -> dict[str, list] | None:
+        k = self.k
         domains: dict[str, list] = {}
         for path in consts:
             info = k.fields[path]

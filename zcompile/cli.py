@@ -43,7 +43,7 @@ def _report(results, quiet: bool = False) -> tuple[int, int]:
     for _, _, diags in results:
         for d in diags:
             errors += d.is_error
-            warnings += not d.is_error
+            warnings += d.severity == "warning"
             if d.is_error or not quiet:
                 click.echo(d.render() + "\n", err=True)
     return errors, warnings
@@ -125,10 +125,16 @@ def _read_json(path: str):
         data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     except OSError as exc:
         raise ZcError(f"{name}: cannot read: {exc.strerror}") from None
+    if not data.strip():
+        raise ZcError(f"{name}: empty input, expected a JSON object")
     try:
         return msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
         text = str(exc)
+        if "truncated" in text:
+            lines = data.rstrip().split(b"\n")
+            raise ZcError(f"{name}:{len(lines)}:{len(lines[-1]) + 1}: invalid JSON: "
+                          "the document ends before it is complete") from None
         import re
 
         m = re.search(r"\(byte (\d+)\)", text)
@@ -137,7 +143,8 @@ def _read_json(path: str):
             head = data[:off]
             line = head.count(b"\n") + 1
             col = off - (head.rfind(b"\n") + 1) + 1
-            raise ZcError(f"{name}:{line}:{col}: invalid JSON: {text.split(' (byte')[0]}") from None
+            what = text.split(" (byte")[0]
+            raise ZcError(f"{name}:{line}:{col}: invalid JSON: {what[0].lower() + what[1:]}") from None
         raise ZcError(f"{name}: invalid JSON: {text}") from None
 
 

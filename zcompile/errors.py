@@ -14,7 +14,7 @@ class Diagnostic:
     """One finding about a source file."""
 
     code: str
-    severity: str  # "error" | "warning"
+    severity: str  # "error" | "warning" | "note"
     message: str
     span: Span | None
     help: str | None = None

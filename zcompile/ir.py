@@ -158,8 +158,8 @@ class Envelope(msgspec.Struct, frozen=True):
 
 
 class _Head(msgspec.Struct):
-    format: str = ""
-    version: int = 0
+    format: str
+    version: int
 
 
 def dumps(policy: PolicyIR, compiler: str) -> bytes:

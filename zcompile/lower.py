@@ -23,11 +23,11 @@ def lower(checked: Checked, source: Source) -> ir.PolicyIR:
         ir.ActionDef(name=a.name.text, tags=tuple(dict.fromkeys(t.text for t in a.tags)),
                      cost=checked.costs[a.name.text], description=a.description)
         for a in checked.actions)
-    order = [a.name for a in actions]
+    order = {a.name: i for i, a in enumerate(actions)}
     rules = tuple(
         ir.RuleDef(
             name=r.name.text, kind=r.kind,
-            targets=tuple(n for n in order if n in checked.targets[r.name.text]),
+            targets=tuple(sorted(checked.targets[r.name.text], key=order.__getitem__)),
             span=span_def(r.span),
             text=r.cond.span.text if r.cond is not None else ", ".join(a.text for a in r.after),
             cond=expr(r.cond) if r.cond is not None else None,

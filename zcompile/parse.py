@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import re
 from importlib import resources
 
@@ -15,6 +16,7 @@ from .source import Source, Span
 
 MAX_DEPTH = 200
 MAX_SYNTAX_ERRORS = 20
+RECOVER_BYTES = 1 << 20  # larger files report their first syntax error only (each retry re-parses)
 _DECL = re.compile(r"^[ \t]*(state|action|fallback|intent|rule|tier|route)\b", re.M)  # deepest syntax tree accepted; deeper input gets ZC0006, not a RecursionError
 
 _TERMINAL_NAMES = {
@@ -33,7 +35,7 @@ _TERMINAL_NAMES = {
 @functools.cache
 def _parser() -> lark.Lark:
     grammar = resources.files("zcompile.grammar").joinpath("zc.lark").read_text("utf-8")
-    return lark.Lark(grammar, parser="lalr", lexer="basic", propagate_positions=True,
+    return lark.Lark(grammar, parser="lalr", lexer="basic", propagate_positions=True, cache=True,
                      maybe_placeholders=False)
 
 
@@ -65,10 +67,13 @@ def decode(path: str, data: bytes) -> Source:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
+        head = data[: exc.start]
+        line, col = head.count(b"\n") + 1, exc.start - head.rfind(b"\n")
         raise ZcError(
             "not a policy file",
-            [Diagnostic("ZC0005", "error", f"file is not UTF-8 text (invalid byte at offset {exc.start})",
-                        None, "zc policies are UTF-8 text files", path=path)],
+            [Diagnostic("ZC0005", "error", f"file is not UTF-8 text (invalid byte 0x{data[exc.start]:02x} "
+                        f"at line {line}, column {col})", None, "zc policies are UTF-8 text files",
+                        path=path)],
         ) from None
     if "\x00" in text:
         raise ZcError(
@@ -81,6 +86,16 @@ def decode(path: str, data: bytes) -> Source:
 
 def parse(source: Source) -> A.Policy:
     """Parse a source into a Policy AST; raise ZcError with a ZC000x diagnostic on bad syntax."""
+    enabled = gc.isenabled()
+    gc.disable()  # the parse allocates millions of small objects and frees none: skip the GC passes
+    try:
+        return _parse(source)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _parse(source: Source) -> A.Policy:
     text = source.text
     if not text.strip() or all(
         not line.strip() or line.lstrip().startswith("#") for line in text.splitlines()
@@ -97,7 +112,7 @@ def parse(source: Source) -> A.Policy:
         except lark.exceptions.UnexpectedInput as exc:
             diag, pos = _syntax_error(source, exc)
             diags.append(diag)
-            blanked = _blank_declaration(work, pos)
+            blanked = _blank_declaration(work, pos) if len(text) <= RECOVER_BYTES else None
             if blanked is None or len(diags) >= MAX_SYNTAX_ERRORS:
                 break
             work = blanked
@@ -111,9 +126,10 @@ def _syntax_error(source: Source, exc: lark.exceptions.UnexpectedInput) -> tuple
     text = source.text
     if isinstance(exc, lark.exceptions.UnexpectedCharacters):
         pos = exc.pos_in_stream
+        accepts = _accepts_before(text, pos)
         return Diagnostic(
             "ZC0002", "error", f"unexpected character `{text[pos]}`", Span(source, pos, pos + 1),
-            f"expected {_expected(exc.allowed)}" if exc.allowed and len(exc.allowed) <= 8 else None), pos
+            f"expected {_expected(accepts)}" if accepts else None), pos
     tok = getattr(exc, "token", None)
     if isinstance(exc, lark.exceptions.UnexpectedEOF) or tok is None or tok.type == "$END":
         end = len(text.rstrip())
@@ -121,9 +137,20 @@ def _syntax_error(source: Source, exc: lark.exceptions.UnexpectedInput) -> tuple
         return Diagnostic(
             "ZC0003", "error", "unexpected end of file", Span(source, max(0, end - 1), max(end, 1)),
             f"expected {_expected(expected)}" if expected else None), len(text)
+    accepts = exc.interactive_parser.accepts() if exc.interactive_parser else exc.expected
     return Diagnostic(
         "ZC0001", "error", f"unexpected `{tok.value}`", Span(source, tok.start_pos, tok.end_pos),
-        f"expected {_expected(exc.expected)}"), tok.start_pos
+        f"expected {_expected(accepts)}"), tok.start_pos
+
+
+def _accepts_before(text: str, pos: int) -> set[str]:
+    """The terminals the grammar accepts at `pos`, given the text before it parsed cleanly."""
+    try:
+        ip = _parser().parse_interactive(text[:pos])
+        ip.exhaust_lexer()
+        return set(ip.accepts())
+    except lark.exceptions.LarkError:
+        return set()
 
 
 def _blank_declaration(text: str, pos: int) -> str | None:

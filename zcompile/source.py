@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import re
 from dataclasses import dataclass, field
 
 
@@ -11,13 +12,12 @@ class Source:
     """A named source text; line and column are computed on demand."""
 
     path: str
-    text: str
+    text: str = field(repr=False)
     _starts: list[int] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
-        starts = [0]
-        starts.extend(i + 1 for i, ch in enumerate(self.text) if ch == "\n")
-        self._starts.extend(starts)
+        self._starts.append(0)
+        self._starts.extend(m.end() for m in re.finditer("\n", self.text))
 
     def line_col(self, offset: int) -> tuple[int, int]:
         """1-based (line, column) of a character offset."""

@@ -94,6 +94,11 @@ class Schema:
         if m:
             path = f"{path}.{m.group(1)}"
             msg = "required field is missing"
+        m = re.match(r"object contains unknown field `(.*)`", msg)
+        if m:
+            path = f"{path}.{m.group(1)}"
+            msg = "unknown field (the policy's state schema does not declare it)"
+        msg = msg.replace(" | null`", "`")
         return StateError(f"{path}: {msg}", path)
 
 
