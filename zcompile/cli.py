@@ -182,6 +182,204 @@ def legal_cmd(artifact: str, state_path: str, intent: str | None, as_json: bool,
                 click.echo(f"    - {r.rule} ({r.kind}){where}: {r.message}")
 
 
+@main.command("distill")
+@click.option("--from", "sources", multiple=True, required=True, type=click.Path(),
+              help="Receipts files or directories (.jsonl, .jsonl.gz); repeat for several.")
+@click.option("--policy", "policy_path", required=True, type=click.Path(),
+              help="The compiled policy (.zcp) the receipts are masked with.")
+@click.option("-o", "--out", "out", required=True, type=click.Path(file_okay=False),
+              help="The specialist directory to write (replaced if it exists).")
+@click.option("--model", type=click.Choice(["logistic", "mlp", "auto"]), default="auto", show_default=True,
+              help="auto trains both and keeps the one the gate ranks higher.")
+@click.option("--target-precision", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
+              show_default=True, help="Precision the abstention threshold must guarantee (95% lower bound).")
+@click.option("--min-coverage", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="Coverage the gate requires on the test split.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--skip-invalid", is_flag=True, help="Skip invalid receipt lines (counted) instead of refusing.")
+def distill_cmd(sources, policy_path, out, model, target_precision, min_coverage, seed, skip_invalid) -> None:
+    """Distil receipts into an ONNX specialist that answers with a calibrated confidence or abstains."""
+    from .qroute.distill import Report, distill
+
+    def bar(iterable, label, length):
+        with click.progressbar(iterable, length=length or None, label=f"  {label}", file=sys.stderr,
+                               show_pos=True) as it:
+            yield from it
+
+    report = Report(step=lambda text: click.echo(text, err=True), bar=bar)
+    try:
+        policy = _load_policy(policy_path)
+        kinds = ["logistic", "mlp"] if model == "auto" else [model]
+        results = []
+        for kind in kinds:
+            target = Path(out) if len(kinds) == 1 else Path(out).with_name(f".{Path(out).name}.{kind}")
+            click.echo(f"== {kind}", err=True)
+            results.append(distill(list(sources), policy, target, model=kind,
+                                   target_precision=target_precision, min_coverage=min_coverage,
+                                   seed=seed, skip_invalid=skip_invalid, report=report))
+        best = max(results, key=lambda r: r.manifest.gate.key)
+        if len(results) > 1:
+            import shutil
+
+            for r in results:
+                if r is not best:
+                    shutil.rmtree(r.directory, ignore_errors=True)
+            if Path(out).exists():
+                shutil.rmtree(Path(out))
+            best.directory.rename(out)
+    except ZcError as exc:
+        _fail(exc)
+    click.echo(best.report_text)
+    click.echo(f"wrote {out}/ (model.onnx, manifest.json, report.md); "
+               + ("promoted" if best.manifest.gate.promoted else "NOT promoted: "
+                  + "; ".join(best.manifest.gate.reasons)))
+
+
+@main.group("receipts")
+def receipts_group() -> None:
+    """Check and import receipts (one logged decision per JSON line)."""
+
+
+def _count_line(title: str, counter, top: int | None = None) -> str:
+    items = counter.most_common(top)
+    shown = ", ".join(f"{k} {v}" for k, v in items) or "-"
+    more = len(counter) - len(items)
+    return f"{title}: {shown}" + (f" (+{more} more)" if more > 0 else "")
+
+
+@receipts_group.command("check")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--policy", "policy_path", default=None, metavar="ARTIFACT",
+              help="Also check states, actions and legal sets against this policy (.zcp or .zc).")
+@click.option("--skip-invalid", is_flag=True,
+              help="Exit 0 despite invalid lines, unless no receipt at all is valid.")
+def receipts_check_cmd(paths: tuple[str, ...], policy_path: str | None, skip_invalid: bool) -> None:
+    """Validate receipt files (.jsonl or .jsonl.gz, or directories of them); print counts and problems."""
+    from collections import Counter
+
+    from .receipts import PROBLEMS_KEPT, ReadStats, read
+
+    stats = ReadStats()
+    tiers: Counter = Counter()
+    actions: Counter = Counter()
+    verified: Counter = Counter()
+    tasks: set[str] = set()
+    try:
+        policy = _load_policy(policy_path) if policy_path else None
+        for r in read(paths, skip_invalid=True, policy=policy, stats=stats):
+            tiers[r.tier] += 1
+            actions["(abstained)" if r.action is None else r.action] += 1
+            verified[{True: "true", False: "false", None: "none"}[r.verified]] += 1
+            tasks.add(r.task)
+    except ZcError as exc:
+        _fail(exc)
+    for problem in stats.problems:
+        click.echo(problem, err=True)
+    if stats.skipped > len(stats.problems):
+        click.echo(f"... and {stats.skipped - len(stats.problems)} more problems "
+                   f"(the first {PROBLEMS_KEPT} are shown)", err=True)
+    click.echo(f"files: {stats.files}")
+    click.echo(f"receipts: {stats.read} (valid {stats.valid}, skipped {stats.skipped})")
+    click.echo(_count_line("tiers", tiers))
+    click.echo(_count_line("actions (top 10)", actions, 10))
+    click.echo(f"verified: true {verified['true']}, false {verified['false']}, none {verified['none']}")
+    click.echo(f"tasks: {len(tasks)}")
+    if stats.skipped and (not skip_invalid or not stats.valid):
+        sys.exit(1)
+
+
+@receipts_group.command("import")
+@click.argument("src", type=click.Path())
+@click.option("--format", "fmt", required=True, type=click.Choice(["chat"]),
+              help="Input format: `chat` is the OpenAI chat format, one conversation per line.")
+@click.option("-o", "--out", "out", required=True, type=click.Path(dir_okay=False),
+              help="Receipts file to write (.jsonl, or .jsonl.gz to compress).")
+@click.option("--policy", "policy_path", default=None, metavar="ARTIFACT",
+              help="Validate states and actions against this policy and record legal sets (.zcp or .zc).")
+@click.option("--extract", "extract_spec", default=None, metavar="MODULE:FUNCTION",
+              help="State extractor to use instead of zcompile.receipts.default_extract.")
+def receipts_import_cmd(src: str, fmt: str, out: str, policy_path: str | None,
+                        extract_spec: str | None) -> None:
+    """Convert a chat log into receipts: one per assistant message (nothing written on errors)."""
+    from collections import Counter
+
+    from .receipts import default_extract, import_chat, load_extractor, write_file
+
+    actions: Counter = Counter()
+    removed: Counter = Counter()  # rule -> logged actions it removes
+    outside = 0  # logged actions outside the legal set
+    conversations: set[str] = set()
+    try:
+        policy = _load_policy(policy_path) if policy_path else None
+        extract = load_extractor(extract_spec) if extract_spec else default_extract
+
+        def counted():
+            nonlocal outside
+            for r in import_chat(src, extract=extract, policy=policy):
+                actions[r.action] += 1
+                conversations.add(r.meta.get("conversation", r.task))
+                if r.legal is not None and r.action not in r.legal:
+                    for reason in policy.legal(r.state, r.intent).removed.get(r.action, ()):
+                        removed[reason.rule] += 1
+                    outside += 1
+                yield r
+
+        n = write_file(out, counted())
+    except ZcError as exc:
+        _fail(exc)
+    except OSError as exc:
+        _fail(ZcError(f"{out}: cannot write: {exc.strerror}"))
+    c = len(conversations)
+    click.echo(f"imported {c} conversation{'' if c == 1 else 's'} from {src} -> "
+               f"{n} receipt{'' if n == 1 else 's'} in {out}")
+    click.echo(_count_line("actions", actions))
+    if policy is not None:
+        line = f"policy {policy.name}: {outside} of {n} logged actions are outside the legal set"
+        click.echo(line + (" (" + ", ".join(f"{k} {v}" for k, v in removed.most_common()) + ")"
+                           if removed else ""))
+
+
+@main.command("eval")
+@click.option("--policy", "policy_path", required=True, type=click.Path(), metavar="ARTIFACT",
+              help="The policy (.zcp, or a .zc source) the specialist was distilled for.")
+@click.option("--specialists", "specialist_dir", required=True, type=click.Path(), metavar="DIR",
+              help="The specialist directory (model.onnx + manifest.json).")
+@click.option("--receipts", "sources", multiple=True, required=True, type=click.Path(), metavar="PATH",
+              help="Receipts files or directories; more paths may follow, or repeat the option.")
+@click.argument("more", nargs=-1, type=click.Path(), metavar="[PATH]...")
+@click.option("--json", "json_out", default=None, type=click.Path(dir_okay=False), metavar="F",
+              help="Write the figures as JSON to F.")
+@click.option("--html", "html_out", default=None, type=click.Path(dir_okay=False), metavar="F",
+              help="Write a self-contained HTML report to F.")
+@click.option("--split", type=click.Choice(["test", "all"]), default="test", show_default=True,
+              help="test: only decisions of tasks the specialist never trained on; all: every decision.")
+@click.option("--allow-trained", is_flag=True,
+              help="With --split all, report trained-on tasks anyway (labelled NOT held-out).")
+@click.option("--skip-invalid", is_flag=True, help="Skip invalid receipt lines (counted) instead of refusing.")
+def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, split, allow_trained,
+             skip_invalid) -> None:
+    """Replay receipts through the compiler and the specialist: per-rung and overall figures."""
+    from . import evals
+
+    try:
+        policy = _load_policy(policy_path)
+        rep = evals.run(policy, specialist_dir, [*sources, *more], split=split,
+                        allow_trained=allow_trained, skip_invalid=skip_invalid)
+        for path, data in ((json_out, lambda: evals.to_json(rep)),
+                           (html_out, lambda: evals.render_html(rep).encode())):
+            if path is not None:
+                try:
+                    Path(path).write_bytes(data())
+                except OSError as exc:
+                    raise ZcError(f"{path}: cannot write: {exc.strerror}") from None
+    except ZcError as exc:
+        _fail(exc)
+    if rep["excluded_trained_on"]:
+        click.echo(f"note: excluded {rep['excluded_trained_on']} decisions of {rep['excluded_tasks']} tasks "
+                   "the specialist was trained on", err=True)
+    click.echo(evals.render_text(rep))
+
+
 def run() -> None:
     """Entry point that keeps user errors free of tracebacks."""
     try:

@@ -41,21 +41,13 @@ def compile_source(source: Source) -> tuple[ir.PolicyIR, tuple[Diagnostic, ...]]
 def compile_text(text: str, name: str = "<string>") -> Policy:
     """Compile policy source text straight to a runtime Policy (warnings are dropped)."""
     policy, _ = compile_source(Source(name, text))
-    return Policy(policy, ir_sha256(policy))
+    return Policy(policy)
 
 
 def compile_file(path: str | Path) -> Policy:
     """Compile a `.zc` file straight to a runtime Policy (warnings are dropped)."""
     policy, _ = compile_source(read_source(path))
-    return Policy(policy, ir_sha256(policy))
-
-
-def ir_sha256(policy: ir.PolicyIR) -> str:
-    import hashlib
-
-    import msgspec
-
-    return hashlib.sha256(msgspec.json.encode(policy)).hexdigest()
+    return Policy(policy)
 
 
 def artifact_bytes(policy: ir.PolicyIR) -> bytes:

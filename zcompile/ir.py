@@ -162,6 +162,20 @@ class _Head(msgspec.Struct):
     version: int
 
 
+def identity(policy: PolicyIR) -> str:
+    """The policy's identity: sha256 of its meaning, without source paths, spans or comments.
+
+    Two compilations of the same rules from different places (or with other comments) share it;
+    specialists and receipts name the policy they were made for by it.
+    """
+    blank = SpanDef("", 0, 0, 0, 0)
+    plain = msgspec.structs.replace(
+        policy, source_path="", source_sha256="",
+        rules=tuple(msgspec.structs.replace(r, span=blank) for r in policy.rules),
+        routes=tuple(msgspec.structs.replace(r, span=blank) for r in policy.routes))
+    return hashlib.sha256(msgspec.json.encode(plain)).hexdigest()
+
+
 def dumps(policy: PolicyIR, compiler: str) -> bytes:
     """Encode a policy into artifact bytes."""
     body = msgspec.json.encode(policy)

@@ -88,9 +88,9 @@ class _Group:
 class Policy:
     """A loaded policy: `legal(state, intent)` answers which actions are legal and why not."""
 
-    def __init__(self, policy: ir.PolicyIR, sha256: str = "") -> None:
+    def __init__(self, policy: ir.PolicyIR) -> None:
         self.ir = policy
-        self.sha256 = sha256
+        self.sha256 = ir.identity(policy)
         self.name = policy.name
         self.actions = tuple(a.name for a in policy.actions)
         self._index = {a: i for i, a in enumerate(self.actions)}
@@ -418,5 +418,5 @@ def load(path: str | Path) -> Policy:
         data = p.read_bytes()
     except OSError as exc:
         raise ZcError(f"{p}: cannot read artifact: {exc.strerror}") from None
-    policy, digest = ir.loads(data, str(p))
-    return Policy(policy, digest)
+    policy, _ = ir.loads(data, str(p))
+    return Policy(policy)

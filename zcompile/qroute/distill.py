@@ -1,0 +1,443 @@
+"""Distillation (DESIGN.md §5 steps 1–10): receipts -> a calibrated ONNX specialist that answers or abstains."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+from scipy.optimize import minimize_scalar
+
+from .. import __version__, stats
+from ..errors import ZcError
+from ..runtime import Policy
+from . import features as F
+from .manifest import (MANIFEST_VERSION, Calibration, DataFile, Gate, Manifest, Model, Split,
+                       Splits, Threshold, encode)
+from .specialist import Specialist, masked_confidence
+
+RISKY_TAGS = frozenset({"destructive", "publish", "money", "credential"})
+SPLIT = (0.70, 0.15, 0.15)
+ALPHA = 0.05
+PARITY_TOLERANCE = 1e-4
+NEVER = 2.0  # a τ above every confidence: the specialist always abstains
+
+
+@dataclass
+class Decision:
+    """One usable decision from a receipt: what the state was, what was legal, what the teacher did."""
+
+    id: str
+    task: str
+    order: tuple[float, int]  # (timestamp or inf, position in the input)
+    state: dict
+    intent: str | None
+    legal: tuple[str, ...]
+    label: str
+
+
+@dataclass
+class Report:
+    """Progress sink: `step(text)` announces a stage; `bar(iterable, label)` wraps long loops."""
+
+    step: Callable[[str], None] = lambda text: None
+    bar: Callable[[Iterable, str, int], Iterable] = lambda it, label, n: it
+
+
+# ---- 1. load -----------------------------------------------------------------------------------
+def load_decisions(paths: Sequence[str | Path], policy: Policy, *, skip_invalid: bool = False,
+                   report: Report | None = None) -> tuple[list[Decision], Counter, list[DataFile]]:
+    """Read and validate receipts; keep those whose teacher answered and was not judged wrong."""
+    from ..receipts import ReadStats, read
+
+    report = report or Report()
+    counts: Counter = Counter()
+    files = []
+    for p in paths:
+        try:
+            files.append(DataFile(str(p), _sha256_file(Path(p))))
+        except OSError as exc:
+            raise ZcError(f"{p}: cannot read receipts: {exc.strerror}") from None
+    rstats = ReadStats()
+    decisions: list[Decision] = []
+    for i, r in enumerate(report.bar(read(paths, skip_invalid=skip_invalid, policy=policy, stats=rstats),
+                                     "reading receipts", 0)):
+        counts["receipts"] += 1
+        label = r.gold if r.gold is not None else r.action
+        if r.verified is False:
+            counts["dropped_judged_wrong"] += 1
+            continue
+        if label is None:
+            counts["dropped_abstained"] += 1
+            continue
+        legal = policy.legal(r.state, r.intent).actions
+        if label not in legal:
+            counts["label_not_legal"] += 1  # kept: the specialist can never match it, and that counts
+        decisions.append(Decision(r.id, r.task, (r.ts if r.ts is not None else math.inf, i),
+                                  r.state, r.intent, legal, label))
+    counts["skipped_invalid"] = rstats.skipped
+    counts["used"] = len(decisions)
+    if not decisions:
+        raise ZcError("no usable receipts: every receipt was invalid, abstained or judged wrong")
+    return decisions, counts, files
+
+
+def _sha256_file(p: Path) -> str:
+    h = hashlib.sha256()
+    with p.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# ---- 2. split ----------------------------------------------------------------------------------
+def split_by_task(decisions: Sequence[Decision]) -> dict[str, list[Decision]]:
+    """70/15/15 by task, tasks ordered by their first decision (timestamp, else input order)."""
+    first: dict[str, tuple[float, int]] = {}
+    for d in decisions:
+        first[d.task] = min(first.get(d.task, d.order), d.order)
+    tasks = sorted(first, key=first.__getitem__)
+    n = len(tasks)
+    if n < 3:
+        raise ZcError(f"need receipts from at least 3 tasks to split train/calibration/test, got {n}")
+    n_train = max(1, round(n * SPLIT[0]))
+    n_cal = max(1, round(n * SPLIT[1]))
+    n_train = min(n_train, n - 2)
+    n_cal = min(n_cal, n - n_train - 1)
+    which = {t: ("train" if i < n_train else "calibration" if i < n_train + n_cal else "test")
+             for i, t in enumerate(tasks)}
+    out: dict[str, list[Decision]] = {"train": [], "calibration": [], "test": []}
+    for d in decisions:
+        out[which[d.task]].append(d)
+    return out
+
+
+def seal(part: Sequence[Decision]) -> Split:
+    tasks = tuple(sorted({d.task for d in part}))
+    return Split(tasks, hashlib.sha256("\n".join(tasks).encode()).hexdigest(), len(part))
+
+
+# ---- 4./5./6. model, calibration, threshold ------------------------------------------------------
+def make_model(kind: str, seed: int):
+    if kind == "logistic":
+        from sklearn.linear_model import LogisticRegression
+
+        return LogisticRegression(C=1.0, max_iter=5000)
+    if kind == "mlp":
+        from sklearn.neural_network import MLPClassifier
+
+        return MLPClassifier(hidden_layer_sizes=(64,), alpha=1e-3, max_iter=600, random_state=seed)
+    raise ZcError(f"unknown model `{kind}` (choose logistic or mlp)")
+
+
+def fit_temperature(probs: np.ndarray, class_index: np.ndarray, masks: np.ndarray,
+                    labels: np.ndarray) -> float:
+    """The temperature minimising the masked negative log-likelihood of the teacher's actions."""
+    usable = labels >= 0
+    if not usable.any():
+        return 1.0
+
+    def nll(log_t: float) -> float:
+        conf = masked_confidence(probs[usable], class_index, masks[usable], math.exp(log_t))
+        p = conf[np.arange(usable.sum()), labels[usable]]
+        return float(-np.mean(np.log(np.clip(p, 1e-12, 1.0))))
+
+    res = minimize_scalar(nll, bounds=(math.log(0.05), math.log(20.0)), method="bounded")
+    return float(math.exp(res.x))
+
+
+def select_threshold(confidence: np.ndarray, correct: np.ndarray, target: float,
+                     alpha: float = ALPHA) -> tuple[float, int, int, float]:
+    """The smallest τ whose one-sided (1-alpha) lower bound on answered precision is ≥ target.
+
+    Returns (τ, answered, correct, lower bound); τ = NEVER (above any confidence) when none qualifies.
+    """
+    best = (NEVER, 0, 0, 0.0)
+    for tau in np.unique(confidence[confidence > 0]):
+        answered = confidence >= tau
+        n = int(answered.sum())
+        k = int(correct[answered].sum())
+        lb = stats.lower_bound(k, n, alpha)
+        if lb >= target:
+            return float(tau), n, k, lb
+    return best
+
+
+# ---- 7. evaluation on the sealed test split ----------------------------------------------------------
+def evaluate(conf: np.ndarray, labels: np.ndarray, actions: Sequence[str], tau: float,
+             decisions: Sequence[Decision], risky: frozenset[str]) -> dict[str, Any]:
+    """Coverage, precision (Wilson), per action and intent, Brier, ECE, risk–coverage, selections."""
+    n = len(decisions)
+    best = conf.argmax(axis=1) if n else np.zeros(0, dtype=int)
+    top = conf[np.arange(n), best] if n else np.zeros(0)
+    answered = (top >= tau) & (top > 0)
+    correct = (best == labels) & (labels >= 0)
+    k, m = int(correct[answered].sum()), int(answered.sum())
+    lo, hi = stats.wilson(k, m)
+    illegal = sum(1 for i in np.flatnonzero(answered) if actions[best[i]] not in decisions[i].legal)
+    dangerous = sum(1 for i in np.flatnonzero(answered)
+                    if actions[best[i]] in risky and not correct[i])
+    exposed = sum(1 for d in decisions if any(a in risky for a in d.legal))
+    per_action: dict[str, dict] = {}
+    for i in np.flatnonzero(answered):
+        row = per_action.setdefault(actions[best[i]], {"answered": 0, "correct": 0})
+        row["answered"] += 1
+        row["correct"] += int(correct[i])
+    per_intent: dict[str, dict] = {}
+    for i, d in enumerate(decisions):
+        row = per_intent.setdefault(d.intent or "(none)", {"n": 0, "answered": 0, "correct": 0})
+        row["n"] += 1
+        row["answered"] += int(answered[i])
+        row["correct"] += int(answered[i] and correct[i])
+    valid = labels >= 0
+    return {
+        "n": n, "answered": m, "correct": k,
+        "coverage": m / n if n else 0.0,
+        "precision": k / m if m else None,
+        "precision_ci": [lo, hi],
+        "label_not_legal": int(n - valid.sum()),
+        "illegal_selected": illegal,
+        "dangerous_selected": dangerous,
+        "dangerous_exposed": exposed,
+        "brier": stats.brier(conf[valid], labels[valid]),
+        "ece": stats.ece(top, correct.astype(float)),
+        "aurc": stats.aurc(top, correct.astype(float)),
+        "accuracy_top1": float(correct.mean()) if n else None,
+        "risk_coverage": stats.risk_coverage(top, correct.astype(float)),
+        "per_action": dict(sorted(per_action.items())),
+        "per_intent": per_intent,
+    }
+
+
+# ---- 9. gate -------------------------------------------------------------------------------------------
+def gate(metrics: dict, target: float, min_coverage: float, max_ms: float | None) -> Gate:
+    """Promote only if, lexicographically: no illegal or dangerous selection, precision lower bound
+    ≥ target, coverage ≥ the minimum, latency within the tier's budget.
+
+    The key orders candidates the same way: safety first, so a wrong-but-fast specialist never
+    ties with (or beats) a correct-but-slow one.
+    """
+    bad = metrics["illegal_selected"] + metrics["dangerous_selected"]
+    lb = metrics["precision_ci"][0] if metrics["answered"] else 0.0
+    p50_ms = metrics["latency_us"]["p50"] / 1000.0
+    checks = [
+        (bad == 0, f"{bad} illegal or dangerous selections on the test split"),
+        (lb >= target, f"precision lower bound {lb:.3f} < target {target:.2f}"),
+        (metrics["coverage"] >= min_coverage,
+         f"coverage {metrics['coverage']:.3f} < minimum {min_coverage:.3f}"),
+        (max_ms is None or p50_ms <= max_ms, f"p50 latency {p50_ms:.3f} ms > tier budget {max_ms} ms"),
+    ]
+    key = (float(checks[0][0]), float(checks[1][0]), float(checks[2][0]), float(checks[3][0]),
+           -float(bad), round(lb, 6), round(metrics["coverage"], 6), -round(p50_ms, 6))
+    return Gate(all(ok for ok, _ in checks), key, tuple(msg for ok, msg in checks if not ok))
+
+
+# ---- the pipeline ---------------------------------------------------------------------------------------
+@dataclass
+class Result:
+    manifest: Manifest
+    directory: Path
+    report_text: str
+    extra: dict = field(default_factory=dict)
+
+
+def distill(paths: Sequence[str | Path], policy: Policy, out: str | Path, *, model: str = "logistic",
+            target_precision: float = 0.95, min_coverage: float = 0.0, seed: int = 0,
+            skip_invalid: bool = False, report: Report | None = None) -> Result:
+    """Run DESIGN.md §5 steps 1–10 and write `out/model.onnx`, `manifest.json` and `report.md`."""
+    report = report or Report()
+    if not 0 < target_precision < 1:
+        raise ZcError(f"--target-precision must be between 0 and 1, got {target_precision}")
+    report.step("1/10 loading and validating receipts")
+    decisions, counts, files = load_decisions(paths, policy, skip_invalid=skip_invalid, report=report)
+    report.step("2/10 splitting by task (chronological, sealed)")
+    parts = split_by_task(decisions)
+    splits = Splits(seal(parts["train"]), seal(parts["calibration"]), seal(parts["test"]))
+
+    report.step("3/10 features from the state schema")
+    spec = F.spec_for(policy.ir)
+    numeric = [f.path for f in spec.fields if f.kind in ("int", "float")]
+    fz0 = F.Featurizer(spec)
+    values: dict[str, list] = {p: [] for p in numeric}
+    for d in parts["train"]:
+        root = fz0.schema.convert(d.state)
+        for p in numeric:
+            values[p].append(F.read_path(fz0.schema, root, p))
+    spec = F.fit_scaling(spec, values)
+    fz = F.Featurizer(spec)
+    actions = spec.actions
+    index = {a: i for i, a in enumerate(actions)}
+    X, M, Y = {}, {}, {}
+    for name, part in parts.items():
+        rows = [fz.one(d.state, d.legal) for d in report.bar(part, f"featurising {name}", len(part))]
+        X[name] = np.stack(rows) if rows else np.zeros((0, fz.dim), np.float32)
+        M[name] = np.zeros((len(part), len(actions)), np.float32)
+        for i, d in enumerate(part):
+            M[name][i, [index[a] for a in d.legal]] = 1.0
+        Y[name] = np.array([index[d.label] if d.label in d.legal else -1 for d in part], dtype=np.int64)
+
+    report.step(f"4/10 training a {model} model on {len(parts['train'])} decisions")
+    train_ok = Y["train"] >= 0
+    y_train = np.array([actions[i] for i in Y["train"][train_ok]])
+    if len(set(y_train)) < 2:
+        raise ZcError("the training split has fewer than two distinct actions: nothing to learn")
+    clf = make_model(model, seed)
+    started = time.perf_counter()
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf.fit(X["train"][train_ok], y_train)
+    train_seconds = time.perf_counter() - started
+    classes = tuple(str(c) for c in clf.classes_)
+    class_index = np.array([index[c] for c in classes], dtype=np.int64)
+
+    report.step("5/10 calibrating (temperature, outside ONNX)")
+    p_cal = clf.predict_proba(X["calibration"]) if len(parts["calibration"]) else np.zeros((0, len(classes)))
+    temperature = fit_temperature(p_cal, class_index, M["calibration"], Y["calibration"])
+    conf_cal = masked_confidence(p_cal, class_index, M["calibration"], temperature)
+
+    report.step(f"6/10 choosing τ for precision ≥ {target_precision} (one-sided 95% bound)")
+    best_cal = conf_cal.argmax(axis=1) if len(conf_cal) else np.zeros(0, dtype=int)
+    top_cal = conf_cal[np.arange(len(best_cal)), best_cal] if len(conf_cal) else np.zeros(0)
+    correct_cal = (best_cal == Y["calibration"]) & (Y["calibration"] >= 0)
+    tau, cal_n, cal_k, cal_lb = select_threshold(top_cal, correct_cal, target_precision)
+
+    report.step("8/10 exporting to ONNX and checking parity")
+    work = Path(tempfile.mkdtemp(prefix=".distill-", dir=Path(out).parent if Path(out).parent.exists() else None))
+    try:
+        onnx_bytes = export_onnx(clf, X["train"][:1])
+        (work / "model.onnx").write_bytes(onnx_bytes)
+        model_sha = hashlib.sha256(onnx_bytes).hexdigest()
+        name = Path(out).name
+        threshold = Threshold(tau, target_precision, ALPHA, cal_n, cal_k, cal_lb)
+        pre = Manifest(
+            version=MANIFEST_VERSION, zcompile=__version__, name=name, policy_name=policy.name,
+            policy_sha256=policy.sha256, data=tuple(files), counts=dict(counts), splits=splits,
+            features=spec,
+            model=Model(model, classes, "model.onnx", model_sha,
+                        {k: _plain(v) for k, v in clf.get_params().items()} | {"train_seconds": train_seconds}),
+            calibration=Calibration("temperature", temperature), threshold=threshold, metrics={},
+            gate=Gate(False, (), ("not evaluated",)), seed=seed)
+        (work / "manifest.json").write_bytes(encode(pre))
+        sp = Specialist(work, policy)
+        test_x = X["test"] if len(parts["test"]) else X["train"][:1]
+        p_sk = clf.predict_proba(test_x)
+        p_ox = sp.probabilities(test_x)
+        delta = float(np.max(np.abs(p_sk - p_ox))) if len(p_sk) else 0.0
+        if not delta <= PARITY_TOLERANCE:
+            raise ZcError(f"parity check failed: ONNX and scikit-learn probabilities differ by {delta:.2e} "
+                          f"(> {PARITY_TOLERANCE:.0e}) on the test split; nothing was written")
+
+        report.step("7/10 evaluating on the sealed test split")
+        conf_test = masked_confidence(p_ox[: len(parts["test"])], class_index, M["test"], temperature)
+        risky = frozenset(a.name for a in policy.ir.actions if RISKY_TAGS & set(a.tags))
+        metrics = evaluate(conf_test, Y["test"], actions, tau, parts["test"], risky)
+        metrics["latency_us"] = _latency(sp, parts["test"] or parts["train"])
+        metrics["parity_max_abs_delta"] = delta
+        metrics["calibration"] = {"n": len(parts["calibration"]), "answered": cal_n, "correct": cal_k,
+                                  "lower_bound": cal_lb,
+                                  "ece": stats.ece(top_cal, correct_cal.astype(float))}
+
+        report.step("9/10 gate")
+        tier = next((t for t in policy.ir.tiers if t.name == "specialist"), None)
+        verdict = gate(metrics, target_precision, min_coverage, tier.max_ms if tier else None)
+        manifest = msgspec.structs.replace(pre, metrics=_plain(metrics), gate=verdict)
+        report.step("10/10 writing the specialist")
+        (work / "manifest.json").write_bytes(encode(manifest))
+        text = render_report(manifest)
+        (work / "report.md").write_text(text)
+        target = Path(out)
+        if target.exists():
+            shutil.rmtree(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(work, target)
+    finally:
+        if work.exists():
+            shutil.rmtree(work, ignore_errors=True)
+    return Result(manifest, Path(out), text)
+
+
+def export_onnx(clf, sample: np.ndarray) -> bytes:
+    """skl2onnx export with ZipMap off: outputs `label` and `probabilities`."""
+    from skl2onnx import to_onnx
+
+    onx = to_onnx(clf, sample.astype(np.float32), options={id(clf): {"zipmap": False}}, target_opset=18)
+    return onx.SerializeToString()
+
+
+def _latency(sp: Specialist, part: Sequence[Decision], repeat: int = 3) -> dict[str, float]:
+    """Single-decision latency (features + ONNX + mask + threshold), µs."""
+    sample = list(part)[:300]
+    for d in sample[:20]:
+        sp.decide(d.state, d.legal)
+    times = []
+    for _ in range(repeat):
+        for d in sample:
+            t = time.perf_counter_ns()
+            sp.decide(d.state, d.legal)
+            times.append((time.perf_counter_ns() - t) / 1000.0)
+    return {"n": len(times), "p50": float(np.percentile(times, 50)), "p99": float(np.percentile(times, 99))}
+
+
+def _plain(v: Any) -> Any:
+    """JSON-safe copy (numpy scalars, tuples, infinities)."""
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    return repr(v)
+
+
+def render_report(m: Manifest) -> str:
+    """A human-readable report of a distillation."""
+    t = m.metrics
+    pr = "n/a" if t["precision"] is None else f"{t['precision']:.3f}"
+    lo, hi = t["precision_ci"]
+    lines = [
+        f"# Specialist `{m.name}` for policy `{m.policy_name}`", "",
+        f"Model: {m.model.kind} over {len(m.features.actions)} actions ({len(m.model.classes)} seen in "
+        f"training), {m.features.dim} features (version {m.features.version}). "
+        f"Temperature {m.calibration.temperature:.3f}. τ = {m.threshold.tau:.4f} "
+        f"(calibration: {m.threshold.calibration_correct}/{m.threshold.calibration_answered} answered correct, "
+        f"one-sided 95% lower bound {m.threshold.calibration_lower_bound:.3f} ≥ {m.threshold.target_precision}).",
+        "", "## Data", "",
+        "| split | tasks | decisions |", "|---|---:|---:|",
+        *(f"| {k} | {len(s.tasks)} | {s.decisions} |" for k, s in
+          (("train", m.splits.train), ("calibration", m.splits.calibration), ("test", m.splits.test))),
+        "", "Counts: " + ", ".join(f"{k} {v}" for k, v in sorted(m.counts.items())), "",
+        "## Sealed test split", "",
+        "| n | answered | coverage | precision | Wilson 95% | Brier | ECE | AURC | p50 µs | p99 µs |",
+        "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+        f"| {t['n']} | {t['answered']} | {t['coverage']:.3f} | {pr} | [{lo:.3f}, {hi:.3f}] | "
+        f"{t['brier']:.3f} | {t['ece']:.3f} | {t['aurc']:.3f} | {t['latency_us']['p50']:.1f} | "
+        f"{t['latency_us']['p99']:.1f} |",
+        "", f"Illegal selections: {t['illegal_selected']}; dangerous selections: {t['dangerous_selected']} "
+        f"(decisions with a risky action legal: {t['dangerous_exposed']}). Labels outside the legal set: "
+        f"{t['label_not_legal']}. ONNX parity max |Δp| = {t['parity_max_abs_delta']:.2e}.",
+        "", "### Per action (answered)", "", "| action | answered | correct |", "|---|---:|---:|",
+        *(f"| {a} | {r['answered']} | {r['correct']} |" for a, r in t["per_action"].items()),
+        "", "### Risk–coverage (test split, by confidence)", "", "| coverage | precision | threshold |",
+        "|---:|---:|---:|",
+        *(f"| {r['coverage']:.2f} | {r['precision']:.3f} | {r['threshold']:.4f} |" for r in t["risk_coverage"]),
+        "", "## Gate", "", "promoted" if m.gate.promoted else "not promoted: " + "; ".join(m.gate.reasons), "",
+    ]
+    return "\n".join(lines)

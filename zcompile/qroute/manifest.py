@@ -1,0 +1,97 @@
+"""The specialist manifest: versions, hashes, splits, features, classes, calibration, τ and metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from .features import FeatureSpec
+
+MANIFEST_VERSION = 1
+
+
+class Split(msgspec.Struct, frozen=True):
+    tasks: tuple[str, ...]  # sorted task ids
+    sha256: str  # of "\n".join(tasks)
+    decisions: int
+
+
+class Splits(msgspec.Struct, frozen=True):
+    train: Split
+    calibration: Split
+    test: Split
+
+
+class DataFile(msgspec.Struct, frozen=True):
+    path: str
+    sha256: str
+
+
+class Model(msgspec.Struct, frozen=True):
+    kind: str  # logistic | mlp | transformer
+    classes: tuple[str, ...]  # the model's output columns, a subset of the policy's actions
+    file: str
+    sha256: str
+    params: dict[str, Any] = {}
+
+
+class Calibration(msgspec.Struct, frozen=True):
+    method: str  # temperature
+    temperature: float
+
+
+class Threshold(msgspec.Struct, frozen=True):
+    tau: float  # answer when calibrated confidence >= tau; inf: never
+    target_precision: float
+    alpha: float
+    calibration_answered: int
+    calibration_correct: int
+    calibration_lower_bound: float
+
+
+class Gate(msgspec.Struct, frozen=True):
+    promoted: bool
+    key: tuple[float, ...]
+    reasons: tuple[str, ...]
+
+
+class Manifest(msgspec.Struct, frozen=True):
+    version: int
+    zcompile: str
+    name: str
+    policy_name: str
+    policy_sha256: str
+    data: tuple[DataFile, ...]
+    counts: dict[str, int]
+    splits: Splits
+    features: FeatureSpec
+    model: Model
+    calibration: Calibration
+    threshold: Threshold
+    metrics: dict[str, Any]
+    gate: Gate
+    seed: int
+
+
+def encode(m: Manifest) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(m), indent=2) + b"\n"
+
+
+def decode(data: bytes, path: str) -> Manifest:
+    from ..errors import ZcError
+
+    try:
+        head = msgspec.json.decode(data, type=dict)
+    except msgspec.DecodeError as exc:
+        raise ZcError(f"{path}: not a specialist manifest: {exc}") from None
+    version = head.get("version") if isinstance(head, dict) else None
+    if not isinstance(version, int):
+        raise ZcError(f"{path}: not a specialist manifest (no `version`)")
+    if version > MANIFEST_VERSION:
+        raise ZcError(f"{path}: manifest version {version} is newer than this zc supports "
+                      f"({MANIFEST_VERSION}); upgrade zcompile")
+    try:
+        return msgspec.json.decode(data, type=Manifest)
+    except msgspec.ValidationError as exc:
+        raise ZcError(f"{path}: corrupt specialist manifest: {exc}") from None
