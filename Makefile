@@ -16,10 +16,21 @@ venv: $(VENV)/.installed
 test: venv
 	$(PY) -m pytest
 
+CHAT   := ../shared/data/receipts/tau-airline-gpt4o.chat.jsonl
+
 demo: venv
 	$(ZC) check policies/
 	$(ZC) compile policies/ -o build/
-	$(ZC) legal build/agent_core.zcp --state tests/golden/ok/agent_core/security_injected_instructions.json
+	$(ZC) legal build/agent_core.zcp --state examples/agent_core_state.json
+	@if [ -f $(CHAT) ]; then \
+	  $(ZC) receipts import --format chat $(CHAT) --policy build/airline_chat.zcp -o build/receipts/tau-airline-gpt4o.jsonl.gz && \
+	  cmp build/receipts/tau-airline-gpt4o.jsonl.gz receipts/tau-airline-gpt4o.jsonl.gz && \
+	  echo "re-imported $(CHAT): identical to the bundled receipts/"; \
+	else echo "($(CHAT) is not here: using the bundled receipts/)"; fi
+	$(ZC) receipts check receipts/ --policy build/airline_chat.zcp
+	$(ZC) distill --from receipts/ --policy build/airline_chat.zcp -o specialists/airline_chat
+	$(ZC) eval --policy build/airline_chat.zcp --specialists specialists/airline_chat --receipts receipts/ \
+	  --json build/eval.json --html build/eval.html
 
 bench: venv
 	$(PIP) install -c constraints.txt -e '.[test,bench]'

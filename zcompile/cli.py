@@ -102,6 +102,7 @@ def compile_cmd(paths: tuple[str, ...], out: str, quiet: bool) -> None:
             fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{policy.name}.", suffix=".tmp")
             with os.fdopen(fd, "wb") as fh:
                 fh.write(artifact_bytes(policy))
+            os.chmod(tmp, 0o644)  # mkstemp makes 0600; an artifact is meant to be shared
             os.replace(tmp, target)
             click.echo(f"compiled {path} -> {target}")
     except OSError as exc:
@@ -216,7 +217,8 @@ def distill_cmd(sources, policy_path, out, model, target_precision, min_coverage
             click.echo(f"== {kind}", err=True)
             results.append(distill(list(sources), policy, target, model=kind,
                                    target_precision=target_precision, min_coverage=min_coverage,
-                                   seed=seed, skip_invalid=skip_invalid, report=report))
+                                   seed=seed, skip_invalid=skip_invalid, report=report,
+                                   name=Path(out).name))
         best = max(results, key=lambda r: r.manifest.gate.key)
         if len(results) > 1:
             import shutil

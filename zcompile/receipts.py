@@ -92,7 +92,8 @@ class ReadStats:
 
 # ---- reading ------------------------------------------------------------------------------------
 
-def _expand(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
+def expand(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
+    """The receipt files named by paths: files as given, directories expanded (sorted)."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     out: list[Path] = []
@@ -206,7 +207,7 @@ def read(paths: str | os.PathLike | Iterable[str | os.PathLike], *, skip_invalid
             `skip_invalid`), and for unreadable files and truncated gzip streams in any case
             (with `skip_invalid`, a truncated gzip stream is a problem and the next file is read).
     """
-    files = _expand(paths)
+    files = expand(paths)
     return _read(files, skip_invalid, policy, stats if stats is not None else ReadStats())
 
 

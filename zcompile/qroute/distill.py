@@ -58,12 +58,12 @@ class Report:
 def load_decisions(paths: Sequence[str | Path], policy: Policy, *, skip_invalid: bool = False,
                    report: Report | None = None) -> tuple[list[Decision], Counter, list[DataFile]]:
     """Read and validate receipts; keep those whose teacher answered and was not judged wrong."""
-    from ..receipts import ReadStats, read
+    from ..receipts import ReadStats, expand, read
 
     report = report or Report()
     counts: Counter = Counter()
     files = []
-    for p in paths:
+    for p in expand(paths):
         try:
             files.append(DataFile(str(p), _sha256_file(Path(p))))
         except OSError as exc:
@@ -132,7 +132,7 @@ def make_model(kind: str, seed: int):
     if kind == "logistic":
         from sklearn.linear_model import LogisticRegression
 
-        return LogisticRegression(C=1.0, max_iter=5000)
+        return LogisticRegression(C=0.1, max_iter=5000)  # strong L2: hundreds of decisions, hundreds of features
     if kind == "mlp":
         from sklearn.neural_network import MLPClassifier
 
@@ -253,7 +253,7 @@ class Result:
 
 def distill(paths: Sequence[str | Path], policy: Policy, out: str | Path, *, model: str = "logistic",
             target_precision: float = 0.95, min_coverage: float = 0.0, seed: int = 0,
-            skip_invalid: bool = False, report: Report | None = None) -> Result:
+            skip_invalid: bool = False, report: Report | None = None, name: str | None = None) -> Result:
     """Run DESIGN.md §5 steps 1–10 and write `out/model.onnx`, `manifest.json` and `report.md`."""
     report = report or Report()
     if not 0 < target_precision < 1:
@@ -321,7 +321,7 @@ def distill(paths: Sequence[str | Path], policy: Policy, out: str | Path, *, mod
         onnx_bytes = export_onnx(clf, X["train"][:1])
         (work / "model.onnx").write_bytes(onnx_bytes)
         model_sha = hashlib.sha256(onnx_bytes).hexdigest()
-        name = Path(out).name
+        name = name or Path(out).name
         threshold = Threshold(tau, target_precision, ALPHA, cal_n, cal_k, cal_lb)
         pre = Manifest(
             version=MANIFEST_VERSION, zcompile=__version__, name=name, policy_name=policy.name,

@@ -85,7 +85,8 @@ def fit_scaling(spec: FeatureSpec, values: dict[str, list[float]]) -> FeatureSpe
 
 _SHAPE = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
                        "A" * 26 + "a" * 26 + "9" * 10)
-_RUNS = re.compile(r"(.)\1+")
+_RUNS = tuple((re.compile(c + "+"), c) for c in ("A", "a", "9"))
+CACHE_TOKENS = 200_000  # token -> bucket memo per featurizer; cleared when full
 
 
 def text_tokens(text: str) -> tuple[list[str], int]:
@@ -94,18 +95,34 @@ def text_tokens(text: str) -> tuple[list[str], int]:
     n = len(words)
     if n > MAX_WORDS:
         words = words[: MAX_WORDS // 2] + words[-MAX_WORDS // 2 :]
-    lower = [w.lower() for w in words]
+    if not words:
+        return [], n
+    joined = " ".join(words)
+    lower = joined.lower().split(" ")
+    shape = joined.translate(_SHAPE)
+    for run, c in _RUNS:
+        shape = run.sub(c, shape)
+    shapes = shape.split(" ")
     tokens = lower + [a + " " + b for a, b in zip(lower, lower[1:])]
-    tokens += ["~" + _RUNS.sub(r"\1", w.translate(_SHAPE)) + str(min(len(w), 12)) for w in words]
-    if lower:
-        tokens.append("^" + lower[0])
+    tokens += [f"~{s}{min(len(w), 12)}" for s, w in zip(shapes, words)]
+    tokens.append("^" + lower[0])
     return tokens, n
 
 
-def text_buckets(text: str, dim: int) -> tuple[np.ndarray, int]:
-    """Hashed log-counts of a text's tokens, and its word count."""
+def text_buckets(text: str, dim: int, cache: dict[str, int] | None = None) -> tuple[np.ndarray, int]:
+    """Hashed log-counts of a text's tokens, and its word count. `cache` memoises token -> bucket."""
     tokens, n = text_tokens(text)
-    idx = [zlib.crc32(t.encode()) % dim for t in tokens]
+    if cache is None:
+        idx = [zlib.crc32(t.encode()) % dim for t in tokens]
+    else:
+        get = cache.get
+        idx = [get(t) for t in tokens]
+        if None in idx:
+            if len(cache) >= CACHE_TOKENS:
+                cache.clear()
+            for i, t in enumerate(tokens):
+                if idx[i] is None:
+                    idx[i] = cache[t] = zlib.crc32(t.encode()) % dim
     return np.log1p(np.bincount(idx, minlength=dim).astype(np.float32)), n
 
 
@@ -128,6 +145,7 @@ class Featurizer:
         self.schema = Schema(spec.fields, spec.actions, strict=False)
         self.index = {a: i for i, a in enumerate(spec.actions)}
         self.dim = spec.dim
+        self._cache: dict[str, int] = {}
 
     def one(self, state: Any, legal: Sequence[str]) -> np.ndarray:
         """The feature row of one state (a dict, validated here) and its legal set."""
@@ -161,7 +179,7 @@ class Featurizer:
                 j += len(spec.actions)
             elif f.kind == "text":
                 if v:
-                    buckets, n = text_buckets(v, spec.text_dim)
+                    buckets, n = text_buckets(v, spec.text_dim, self._cache)
                     x[j : j + spec.text_dim] = buckets
                     x[j + spec.text_dim] = math.log1p(n)
                 j += spec.text_dim + 1
