@@ -8,8 +8,21 @@ from .errors import ZcError
 from .runtime import LegalSet, Policy, Reason, load
 from .state import StateError
 
-__all__ = ["LegalSet", "Policy", "Reason", "StateError", "ZcError", "compile_file",
-           "compile_text", "load"]
+__all__ = ["LegalSet", "OpenAITier", "Policy", "Reason", "Router", "StateError", "ZcError",
+           "compile_file", "compile_text", "load"]
+
+
+def __getattr__(name: str):
+    """The router and tiers load on first use, so `import zcompile` stays light."""
+    if name == "Router":
+        from .router import Router
+
+        return Router
+    if name == "OpenAITier":
+        from .tiers import OpenAITier
+
+        return OpenAITier
+    raise AttributeError(f"module 'zcompile' has no attribute {name!r}")
 
 
 def compile_text(text: str, name: str = "<string>") -> Policy:
