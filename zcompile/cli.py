@@ -382,6 +382,48 @@ def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, spl
     click.echo(evals.render_text(rep))
 
 
+@main.command("route")
+@click.option("--policy", "policy_path", required=True, type=click.Path(), help="Compiled policy (.zcp) or .zc source.")
+@click.option("--specialists", "specialists", multiple=True, type=click.Path(file_okay=False),
+              help="Specialist directory; repeat for several (asked in order).")
+@click.option("--tiers", "tiers_path", type=click.Path(dir_okay=False), help="tiers.toml binding tier names to endpoints.")
+@click.option("--state", "state_path", required=True, metavar="FILE|-", help="State JSON file, or - for stdin.")
+@click.option("--intent", default=None, help="Restrict the universe to this intent's `allow` list.")
+@click.option("--receipts", "receipts_path", type=click.Path(dir_okay=False), help="Append the receipt here.")
+@click.option("--deadline-ms", type=click.FloatRange(min=0, min_open=True), default=None, help="Overall budget.")
+@click.option("--json", "as_json", is_flag=True, help="Print the decision and its receipt as JSON.")
+def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts_path, deadline_ms, as_json) -> None:
+    """Decide one step through the ladder: compiler, specialists, LLM tiers, fallback."""
+    from .router import Router
+
+    try:
+        policy = _load_policy(policy_path)
+        tiers = {}
+        if tiers_path:
+            from .tiers import load_tiers
+
+            tiers = load_tiers(tiers_path)
+        state = _read_json(state_path)
+        with Router(policy, specialists=list(specialists) or None, tiers=tiers, receipts=receipts_path,
+                    deadline_ms=deadline_ms) as router:
+            d = router.decide(state, intent)
+    except ZcError as exc:
+        if state_path != "-" and exc.__class__.__name__ == "StateError":
+            exc = ZcError(f"{state_path}: {exc}")
+        _fail(exc)
+    if as_json:
+        click.echo(msgspec.json.encode({"action": d.action, "tier": d.tier, "confidence": d.confidence,
+                                        "legal": list(d.legal.actions), "receipt": d.receipt}).decode())
+        return
+    conf = "" if d.confidence is None else f" (confidence {d.confidence:.3f})"
+    click.echo(f"action: {d.action or '(none: every rung abstained and the fallback is not legal)'}"
+               f" by {d.tier}{conf}")
+    click.echo("legal: " + ", ".join(d.legal.actions))
+    for r in d.rungs:
+        extra = f" {r.action}" if r.action else ""
+        click.echo(f"  {r.tier:<12} {r.outcome}{extra} {r.latency_ms:.2f} ms {r.detail}".rstrip())
+
+
 def run() -> None:
     """Entry point that keeps user errors free of tracebacks."""
     try:
