@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,9 +107,9 @@ class Router:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def ladder(self, state: Any) -> tuple[str | None, tuple[str, ...]]:
-        """(route name, tier names) for a state: the policy's first holding route, else every rung."""
-        route = self.policy.route(state)
+    def ladder(self, legal: LegalSet) -> tuple[str | None, tuple[str, ...]]:
+        """(route name, tier names) for a legal set's state: the first holding route, else every rung."""
+        route = self.policy.route_of(legal)
         if route is not None:
             return route.name, route.tiers
         return None, (SPECIALIST, *self.tiers)
@@ -129,7 +129,7 @@ class Router:
                               (time.perf_counter() - t0) * 1000,
                               "fallback: nothing else is legal" if legal.fallback else "single legal action"))
         else:
-            route_name, names = self.ladder(state)
+            route_name, names = self.ladder(legal)
             deadline = None if self.deadline_ms is None else t0 + self.deadline_ms / 1000
             for name in names:
                 left = None if deadline is None else deadline - time.perf_counter()
@@ -152,7 +152,7 @@ class Router:
         action, tier, confidence, model = answer
         latency = (time.perf_counter() - t0) * 1000
         receipt = Receipt(
-            id=uuid.uuid4().hex, task=task, state=dict(state), tier=tier, ts=time.time(),
+            id=os.urandom(16).hex(), task=task, state=dict(state), tier=tier, ts=time.time(),
             policy=self.policy.sha256, intent=intent, legal=legal.actions, model=model, action=action,
             confidence=confidence, latency_ms=round(latency, 4), cost=cost,
             meta={**(meta or {}), "route": route_name, "fallback": legal.fallback,

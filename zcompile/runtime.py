@@ -134,7 +134,14 @@ class Policy:
 
     def route(self, state: Any, *, strict: bool = False) -> ir.RouteDef | None:
         """The first route whose `when` definitely holds (routes without `when` always hold)."""
-        index = self._route(self._schemas[strict].convert(state))
+        return self._route_root(self._schemas[strict].convert(state))
+
+    def route_of(self, legal: LegalSet) -> ir.RouteDef | None:
+        """`route` for the state a LegalSet was computed from (validated once, not twice)."""
+        return self._route_root(legal._root)
+
+    def _route_root(self, root: Any) -> ir.RouteDef | None:
+        index = self._route(root)
         return None if index < 0 else self.ir.routes[index]
 
     def _universe(self, intent: str) -> int:
