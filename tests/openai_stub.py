@@ -1,0 +1,223 @@
+"""A local OpenAI-compatible chat-completions server for tests: no model, scripted behaviours.
+
+    with OpenAIStub() as stub:            # 127.0.0.1, a free port, HTTP/1.1 keep-alive
+        tier = OpenAITier(stub.base_url, "stub-model")
+        stub.behaviour = "slow"; stub.delay_ms = 500
+        ...
+        stub.requests                      # the parsed JSON bodies it received, in order
+        stub.connections                   # how many TCP connections it accepted
+
+Behaviours:
+    correct    answer with `answer` (an offered name, or an index into the offered names) or the
+               first offered action, as a tool call when the request offered tools, else as JSON
+               content {"action": …}
+    slow       sleep `delay_ms`, then answer as "correct"
+    garbage    200 with a body that is not JSON
+    illegal    answer `illegal_action` (default: a name that was not offered)
+    empty      200, no tool call and empty content
+    http_error 500 with an OpenAI-style error body (`status` picks another code)
+    drop       close the connection without any response
+    malformed  200 with JSON that has no "choices"
+    refuse     content {"action": null}
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+BEHAVIOURS = ("correct", "slow", "garbage", "illegal", "empty", "http_error", "drop", "malformed", "refuse")
+FAST_BEHAVIOURS = tuple(b for b in BEHAVIOURS if b != "slow")
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 with nothing listening (bound, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def offered(body: dict) -> list[str]:
+    """The names a request offered: tool names, or the JSON-schema enum."""
+    if "tools" in body:
+        return [t["function"]["name"] for t in body["tools"]]
+    schema = body["response_format"]["json_schema"]["schema"]
+    return list(schema["properties"]["action"]["enum"])
+
+
+def _completion(body: dict, message: dict, finish: str = "stop") -> dict:
+    return {"id": "chatcmpl-stub", "object": "chat.completion", "created": 0,
+            "model": body.get("model", "stub"),
+            "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.stub._connected(self.connection)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.stub._disconnected(self.connection)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+        stub = self.server.stub
+        raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = {"_unparsable": raw.decode("utf-8", "replace")}
+        stub._record(self.path, dict(self.headers), body)
+        behaviour, delay_ms = stub.behaviour, stub.delay_ms
+        if self.path.rstrip("/") != stub.path:
+            return self._send(404, json.dumps({"error": {"message": f"no route {self.path}"}}).encode())
+        if behaviour == "drop":
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        if behaviour == "slow":
+            time.sleep(delay_ms / 1000.0)
+        if behaviour == "garbage":
+            return self._send(200, b"<html>this is not JSON</html>", "text/html")
+        if behaviour == "http_error":
+            err = {"error": {"message": "stub failure", "type": "server_error", "code": stub.status}}
+            return self._send(stub.status, json.dumps(err).encode())
+        if behaviour == "malformed":
+            return self._send(200, json.dumps({"id": "chatcmpl-stub", "object": "chat.completion"}).encode())
+        self._send(200, json.dumps(stub.reply(body, behaviour)).encode())
+
+    def _send(self, status: int, payload: bytes, ctype: str = "application/json") -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(payload)))
+            self._headers_buffer.append(b"\r\n")  # end_headers, with the body in the same write:
+            self.wfile.write(b"".join(self._headers_buffer) + payload)  # no Nagle/delayed-ACK stall
+            self._headers_buffer = []
+        except OSError:  # the client gave up (e.g. timed out) before the reply
+            self.close_connection = True
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 64
+    stub: OpenAIStub
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # dropped and timed-out connections are expected here
+
+
+class OpenAIStub:
+    """A local OpenAI-compatible server with a settable behaviour; a context manager."""
+
+    def __init__(self, behaviour: str = "correct", *, path: str = "/v1/chat/completions") -> None:
+        self.behaviour = behaviour
+        self.answer: str | int | None = None
+        self.illegal_action: str | None = None
+        self.delay_ms = 500.0
+        self.status = 500
+        self.path = path
+        self.requests: list[dict] = []
+        self.headers: list[dict] = []
+        self.paths: list[str] = []
+        self.connections = 0
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "the stub is not started"
+        return self._server.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}{self.path.removesuffix('/chat/completions')}"
+
+    def start(self) -> OpenAIStub:
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server.stub = self
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="openai-stub", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.shutdown()
+        with self._lock:
+            sockets = list(self._open)
+        for s in sockets:  # idle keep-alive connections: wake their handler threads
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._server.server_close()
+        self._thread.join(timeout=5)
+        self._server = None
+
+    def __enter__(self) -> OpenAIStub:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def reset(self, behaviour: str = "correct") -> None:
+        """Back to answering correctly, with nothing recorded (connections are still counted)."""
+        with self._lock:
+            self.behaviour, self.answer, self.illegal_action = behaviour, None, None
+            self.delay_ms, self.status = 500.0, 500
+            self.requests.clear()
+            self.headers.clear()
+            self.paths.clear()
+
+    def reply(self, body: dict, behaviour: str) -> dict:
+        """The chat completion for a request that gets a well-formed reply."""
+        names = offered(body)
+        tools = "tools" in body
+        if behaviour == "empty":
+            return _completion(body, {"content": "", "tool_calls": []} if tools else {"content": ""})
+        if behaviour == "refuse":
+            return _completion(body, {"content": json.dumps({"action": None})})
+        if behaviour == "illegal":
+            name = self.illegal_action or next(f"deploy{i or ''}" for i in range(len(names) + 1)
+                                               if f"deploy{i or ''}" not in names)
+        elif isinstance(self.answer, int):
+            name = names[self.answer]
+        else:
+            name = self.answer if self.answer is not None else names[0]
+        if tools:
+            call = {"id": "call_0", "type": "function", "function": {"name": name, "arguments": "{}"}}
+            return _completion(body, {"content": None, "tool_calls": [call]}, "tool_calls")
+        return _completion(body, {"content": json.dumps({"action": name})})
+
+    def _record(self, path: str, headers: dict, body: dict) -> None:
+        with self._lock:
+            self.paths.append(path)
+            self.headers.append(headers)
+            self.requests.append(body)
+
+    def _connected(self, sock: socket.socket) -> None:
+        with self._lock:
+            self.connections += 1
+            self._open.add(sock)
+
+    def _disconnected(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._open.discard(sock)

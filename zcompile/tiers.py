@@ -1,0 +1,505 @@
+"""Tiers: LLM rungs that speak the OpenAI-compatible chat-completions protocol and answer or abstain."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import threading
+import time
+import tomllib
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, Protocol, runtime_checkable
+
+import httpx
+import msgspec
+
+from .errors import ZcError, did_you_mean
+
+__all__ = ["MODES", "OpenAITier", "Tier", "TierAnswer", "TierConfig", "load_tiers", "render_state",
+           "tool_names"]
+
+MODES = ("tools", "json_schema")
+OUTCOMES = ("answered", "abstained", "timeout", "illegal", "error")
+TOOL_NAME_MAX = 64  # OpenAI: tool names match ^[a-zA-Z0-9_-]{1,64}$
+_TOOL_NAME_OK = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_TOOL_NAME_BAD_CHAR = re.compile(r"[^A-Za-z0-9_-]")
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
+_SNIPPET = 120  # characters of a server's text quoted in a detail
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You choose the next action of an agent. Choose exactly one of the offered actions; "
+    "never invent an action that is not offered. Do not explain.")
+_MODE_INSTRUCTION = {
+    "tools": "Answer by calling the tool of the action you choose.",
+    "json_schema": 'Answer with a JSON object {"action": "<one of the offered actions>"}.',
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TierAnswer:
+    """What one tier did with one decision.
+
+    Attributes:
+        outcome: "answered" | "abstained" | "timeout" | "illegal" | "error".
+        action: the chosen action, only when `outcome == "answered"`; always a member of the legal
+            set that was offered.
+        confidence: the tier's confidence in `action`, when it reports one.
+        detail: the cause of a non-answer ("HTTP 500", "connection refused", "proposed `deploy`
+            outside the legal set", "malformed reply: …"), or a note on an answer.
+        latency_ms: wall-clock time of the call.
+        model: the model that answered (as the server names it), else the configured one.
+    """
+
+    outcome: str
+    action: str | None
+    confidence: float | None = None
+    detail: str = ""
+    latency_ms: float = 0.0
+    model: str | None = None
+
+
+@runtime_checkable
+class Tier(Protocol):
+    """A rung of the ladder: given a state and the legal actions, answer one of them or abstain."""
+
+    name: str
+
+    def propose(self, state: dict, legal: tuple[str, ...], *, timeout_s: float, intent: str | None = None,
+                descriptions: dict[str, str] | None = None) -> TierAnswer: ...
+
+
+def render_state(state: Any) -> str:
+    """The deterministic rendering of a state offered to a model: JSON with sorted keys.
+
+    Sets and tuples become (sorted) lists; anything else JSON cannot encode becomes its `str`.
+    """
+    return json.dumps(state, sort_keys=True, ensure_ascii=False, default=_jsonable)
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj, key=lambda x: (type(x).__name__, str(x)))
+    if isinstance(obj, tuple):
+        return list(obj)
+    return str(obj)
+
+
+def tool_names(legal: tuple[str, ...]) -> dict[str, str]:
+    """Map each action to a tool name that OpenAI-compatible servers accept (`[A-Za-z0-9_-]{1,64}`).
+
+    Valid names are kept as they are; others have each character outside the alphabet replaced by
+    `_` (`fs.read` -> `fs_read`) and are cut to 64 characters; a clash with another action's tool
+    name gets a numeric suffix (`fs_read_2`). The result is injective, so it is inverted exactly.
+    """
+    out: dict[str, str] = {}
+    used = {a for a in legal if _TOOL_NAME_OK.fullmatch(a)}
+    for action in legal:
+        if _TOOL_NAME_OK.fullmatch(action):
+            out[action] = action
+            continue
+        base = _TOOL_NAME_BAD_CHAR.sub("_", action)[:TOOL_NAME_MAX] or "_"
+        name, n = base, 1
+        while name in used:
+            n += 1
+            suffix = f"_{n}"
+            name = base[:TOOL_NAME_MAX - len(suffix)] + suffix
+        used.add(name)
+        out[action] = name
+    return out
+
+
+class _Offer:
+    """What is offered to the model for one legal set: tools or a schema, and the way back."""
+
+    __slots__ = ("actions", "back", "body", "listing")
+
+    def __init__(self, legal: tuple[str, ...], descriptions: dict[str, str] | None, mode: str) -> None:
+        descriptions = descriptions or {}
+        self.actions = frozenset(legal)
+        lines = []
+        if mode == "tools":
+            names = tool_names(legal)
+            self.back = {name: action for action, name in names.items()}
+            tools = []
+            for action in legal:
+                name, desc = names[action], descriptions.get(action, "")
+                label = f"action `{action}`" if name != action else ""
+                text = ": ".join(x for x in (label, desc) if x) or f"action `{action}`"
+                tools.append({"type": "function", "function": {
+                    "name": name, "description": text,
+                    "parameters": {"type": "object", "properties": {}}}})
+                lines.append(f"- {name}" + (f" (action `{action}`)" if name != action else "")
+                             + (f": {desc}" if desc else ""))
+            self.body = {"tools": tools, "tool_choice": "required"}
+        else:
+            self.back = {}
+            lines = [f"- {a}" + (f": {descriptions[a]}" if descriptions.get(a) else "") for a in legal]
+            self.body = {"response_format": {"type": "json_schema", "json_schema": {
+                "name": "choice", "strict": True, "schema": {
+                    "type": "object",
+                    "properties": {"action": {"type": "string", "enum": list(legal)}},
+                    "required": ["action"], "additionalProperties": False}}}}
+        self.listing = "\n".join(lines)
+
+
+class _Malformed(Exception):
+    """The reply is not a chat completion (missing or mistyped fields)."""
+
+
+class OpenAITier:
+    """An LLM tier behind an OpenAI-compatible `/chat/completions` endpoint (llama.cpp, Ollama, vLLM, …).
+
+    The request offers only the legal actions, as tools with `tool_choice: "required"` (mode
+    "tools") or as the enum of a JSON schema (mode "json_schema"), with the state rendered
+    deterministically. Every failure (timeout, refused or dropped connection, HTTP error,
+    malformed reply, empty answer, an action outside the legal set) becomes a non-answer with its
+    cause in `detail`; `propose` never raises for them and never returns an illegal action.
+    One `httpx.Client` per tier keeps connections alive; `propose` is thread-safe.
+
+    Args:
+        base_url: the server's OpenAI base URL, e.g. "http://127.0.0.1:8080/v1".
+        model: the model name sent in every request.
+        timeout_ms: this tier's budget per call; a call gets min(timeout_ms, timeout_s).
+        api_key_env: the environment variable holding the API key (sent as a Bearer token).
+        mode: "tools" or "json_schema".
+        temperature: sampling temperature (default 0).
+        max_tokens: the cap on generated tokens.
+        name: the tier's name (default: the model name).
+        system_prompt: replaces the default system prompt.
+        extra_body: extra request fields merged into every request body (they win on a clash).
+    """
+
+    def __init__(self, base_url: str, model: str, *, timeout_ms: float = 4000, api_key_env: str | None = None,
+                 mode: str = "tools", temperature: float = 0.0, max_tokens: int = 64, name: str | None = None,
+                 system_prompt: str | None = None, extra_body: dict | None = None) -> None:
+        if mode not in MODES:
+            raise ZcError(f"tier {name or model}: unknown mode {mode!r} (expected one of {', '.join(MODES)})")
+        if not timeout_ms > 0:
+            raise ZcError(f"tier {name or model}: timeout_ms must be > 0, got {timeout_ms}")
+        if not re.match(r"https?://", base_url):
+            raise ZcError(f"tier {name or model}: base_url must start with http:// or https://, "
+                          f"got {base_url!r}")
+        self.name = name or model
+        self.base_url = base_url.rstrip("/")
+        self.url = self.base_url + "/chat/completions"
+        self.model = model
+        self.timeout_ms = float(timeout_ms)
+        self.mode = mode
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.system_prompt = system_prompt
+        self.extra_body = dict(extra_body or {})
+        self.api_key_env = api_key_env
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if api_key_env is not None:
+            key = os.environ.get(api_key_env)
+            if not key:
+                raise ZcError(f"tier {self.name}: environment variable {api_key_env} is not set "
+                              f"(api_key_env = \"{api_key_env}\")")
+            headers["Authorization"] = f"Bearer {key}"
+        self._system = {"role": "system", "content": (system_prompt if system_prompt is not None else
+                                                      f"{DEFAULT_SYSTEM_PROMPT} {_MODE_INSTRUCTION[mode]}")}
+        # trust_env=False: proxy variables must not divert calls to a local model server.
+        # TCP_NODELAY: a small request must never wait on Nagle's algorithm for the server's delayed
+        # ACK (~40 ms on Linux), which a reused connection can otherwise hit on every call.
+        transport = httpx.HTTPTransport(
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
+        self._client = httpx.Client(headers=headers, transport=transport, trust_env=False,
+                                    follow_redirects=False)
+        self._offers: OrderedDict[tuple, _Offer] = OrderedDict()
+        self._offers_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (f"OpenAITier(name={self.name!r}, base_url={self.base_url!r}, model={self.model!r}, "
+                f"mode={self.mode!r})")
+
+    def __enter__(self) -> OpenAITier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the tier's connections. Later calls answer "error"."""
+        self._client.close()
+
+    def _offer(self, legal: tuple[str, ...], descriptions: dict[str, str] | None) -> _Offer:
+        key = (legal, tuple(sorted(descriptions.items())) if descriptions else ())
+        with self._offers_lock:
+            offer = self._offers.get(key)
+            if offer is not None:
+                self._offers.move_to_end(key)
+                return offer
+        offer = _Offer(legal, descriptions, self.mode)
+        with self._offers_lock:
+            self._offers[key] = offer
+            while len(self._offers) > 256:
+                self._offers.popitem(last=False)
+        return offer
+
+    def request_body(self, state: dict, legal: tuple[str, ...], intent: str | None = None,
+                     descriptions: dict[str, str] | None = None) -> dict[str, Any]:
+        """The JSON body `propose` sends for this decision (for inspection and tests)."""
+        return self._request_body(state, self._offer(tuple(dict.fromkeys(legal)), descriptions), intent)
+
+    def _request_body(self, state: dict, offer: _Offer, intent: str | None) -> dict[str, Any]:
+        user = f"State:\n{render_state(state)}\n"
+        if intent is not None:
+            user += f"Intent: {intent}\n"
+        user += f"Offered actions (choose exactly one):\n{offer.listing}"
+        body = {"model": self.model, "messages": [self._system, {"role": "user", "content": user}],
+                "temperature": self.temperature, "max_tokens": self.max_tokens, "stream": False, **offer.body}
+        body.update(self.extra_body)
+        return body
+
+    def propose(self, state: dict, legal: tuple[str, ...], *, timeout_s: float, intent: str | None = None,
+                descriptions: dict[str, str] | None = None) -> TierAnswer:
+        """Ask the model to choose one of `legal` for `state`.
+
+        Args:
+            state: the runtime state (JSON-like); rendered with sorted keys.
+            legal: the legal actions; only these are offered, and only these can be answered.
+            timeout_s: the caller's remaining budget; the call gets min(timeout_ms, timeout_s).
+            intent: the task's intent, when known.
+            descriptions: action -> a short description offered with the action.
+
+        Returns:
+            A TierAnswer; `action` is set only when `outcome == "answered"`, and is then in `legal`.
+        """
+        start = time.perf_counter()
+        legal = tuple(dict.fromkeys(legal))
+        budget = min(self.timeout_ms / 1000.0, timeout_s)
+        if not legal:
+            return self._answer("abstained", None, "no legal action offered", start)
+        if budget <= 0:
+            return self._answer("timeout", None, "no time left for this tier", start)
+        offer = self._offer(legal, descriptions)
+        try:
+            content = json.dumps(self._request_body(state, offer, intent), ensure_ascii=False,
+                                 default=_jsonable).encode()
+        except (TypeError, ValueError) as exc:  # e.g. a non-JSON value in extra_body
+            return self._answer("error", None, f"request not encodable: {exc}", start)
+        try:
+            status, raw = self._post(content, budget, start)
+        except httpx.TimeoutException as exc:
+            detail = f"timed out after {budget * 1000:.0f} ms ({_phase(exc)})"
+            return self._answer("timeout", None, detail, start)
+        except httpx.ConnectError as exc:
+            return self._answer("error", None, _connect_detail(exc), start)
+        except httpx.RemoteProtocolError as exc:
+            return self._answer("error", None, f"connection dropped: {_first_line(exc)}", start)
+        except httpx.ReadError as exc:
+            return self._answer("error", None, f"connection reset: {_first_line(exc)}", start)
+        except httpx.HTTPError as exc:
+            return self._answer("error", None, f"{type(exc).__name__}: {_first_line(exc)}", start)
+        except RuntimeError as exc:  # the client was closed
+            return self._answer("error", None, f"tier unavailable: {exc}", start)
+        if status != 200:
+            return self._answer("error", None, f"HTTP {status}{_error_message(raw)}", start)
+        try:
+            reply = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            return self._answer("error", None, f"malformed reply: body is not JSON: {_snippet(raw)}", start)
+        try:
+            return self._judge(reply, offer, start)
+        except _Malformed as exc:
+            return self._answer("error", None, f"malformed reply: {exc}", start)
+
+    def _post(self, content: bytes, budget: float, start: float) -> tuple[int, bytes]:
+        """POST with the budget covering connect, send and every wait; the whole reply must land in it."""
+        timeout = httpx.Timeout(budget)
+        with self._client.stream("POST", self.url, content=content, timeout=timeout) as resp:
+            chunks = []
+            for chunk in resp.iter_bytes():
+                chunks.append(chunk)
+                if time.perf_counter() - start > budget:
+                    raise httpx.ReadTimeout("reply still arriving at the deadline")
+            return resp.status_code, b"".join(chunks)
+
+    def _judge(self, reply: Any, offer: _Offer, start: float) -> TierAnswer:
+        if not isinstance(reply, dict):
+            raise _Malformed(f"expected a JSON object, got {type(reply).__name__}")
+        model = reply.get("model") if isinstance(reply.get("model"), str) else None
+        choices = reply.get("choices")
+        if not isinstance(choices, list):
+            raise _Malformed('no "choices" list')
+        if not choices:
+            raise _Malformed('empty "choices"')
+        message = choices[0].get("message") if isinstance(choices[0], dict) else None
+        if not isinstance(message, dict):
+            raise _Malformed('no "choices[0].message" object')
+        note = ""
+        tool_calls = message.get("tool_calls")
+        if offer.back and tool_calls:  # tools mode
+            if not isinstance(tool_calls, list):
+                raise _Malformed('"tool_calls" is not a list')
+            fn = tool_calls[0].get("function") if isinstance(tool_calls[0], dict) else None
+            name = fn.get("name") if isinstance(fn, dict) else None
+            if not isinstance(name, str):
+                raise _Malformed('no "tool_calls[0].function.name" string')
+            if len(tool_calls) > 1:
+                note = f"{len(tool_calls)} tool calls; took the first"
+            action = offer.back.get(name, name)
+            return self._verdict(action, offer, start, model, note)
+        content = message.get("content")
+        if content is not None and not isinstance(content, str):
+            raise _Malformed('"content" is not a string')
+        text = (content or "").strip()
+        if not text:
+            return self._answer("abstained", None, "empty answer", start, model)
+        fenced = _FENCE.match(text)
+        if fenced:
+            text = fenced.group(1)
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            obj = None
+        if not isinstance(obj, dict) or "action" not in obj:
+            if offer.back:  # tools mode, the model wrote prose instead of calling a tool
+                return self._answer("abstained", None, f"no tool call; replied {_snippet(text)}", start, model)
+            raise _Malformed(f'content is not a JSON object with "action": {_snippet(text)}')
+        action = obj["action"]
+        if action is None or action == "":
+            return self._answer("abstained", None, "declined (action: null)", start, model)
+        if not isinstance(action, str):
+            raise _Malformed(f'"action" is not a string: {_snippet(json.dumps(action))}')
+        return self._verdict(action, offer, start, model, note)
+
+    def _verdict(self, action: str, offer: _Offer, start: float, model: str | None, note: str) -> TierAnswer:
+        if action in offer.actions:
+            return self._answer("answered", action, note, start, model)
+        return self._answer("illegal", None, f"proposed `{action}` outside the legal set", start, model)
+
+    def _answer(self, outcome: str, action: str | None, detail: str, start: float,
+                model: str | None = None) -> TierAnswer:
+        return TierAnswer(outcome, action, None, detail, (time.perf_counter() - start) * 1000.0,
+                          model or self.model)
+
+
+def _phase(exc: httpx.TimeoutException) -> str:
+    return {httpx.ConnectTimeout: "connect", httpx.ReadTimeout: "read", httpx.WriteTimeout: "write",
+            httpx.PoolTimeout: "pool"}.get(type(exc), "timeout")
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _connect_detail(exc: httpx.ConnectError) -> str:
+    text = _first_line(exc)
+    cause = exc.__cause__ or exc.__context__
+    while cause is not None and not isinstance(cause, OSError):
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(cause, ConnectionRefusedError) or "refused" in text.lower():
+        return "connection refused"
+    return f"connection failed: {text}"
+
+
+def _snippet(raw: bytes | str) -> str:
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    text = " ".join(text.split())
+    return repr(text if len(text) <= _SNIPPET else text[:_SNIPPET] + "…")
+
+
+def _error_message(raw: bytes) -> str:
+    """`: message` from an OpenAI-style error body, if there is one."""
+    try:
+        err = json.loads(raw).get("error")
+        msg = err.get("message") if isinstance(err, dict) else err
+    except (ValueError, AttributeError, UnicodeDecodeError):
+        return ""
+    if not isinstance(msg, str) or not msg.strip():
+        return ""
+    msg = " ".join(msg.split())
+    return ": " + (msg if len(msg) <= _SNIPPET else msg[:_SNIPPET] + "…")
+
+
+# --- tiers.toml ---------------------------------------------------------------------------------
+
+Positive = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class TierConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One `[tiers.NAME]` table of a tiers.toml file (the keyword arguments of OpenAITier)."""
+
+    base_url: str
+    model: str
+    timeout_ms: Positive = 4000.0
+    mode: Literal["tools", "json_schema"] = "tools"
+    api_key_env: str | None = None
+    temperature: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    max_tokens: Annotated[int, msgspec.Meta(ge=1)] = 64
+    system_prompt: str | None = None
+    extra_body: dict[str, Any] | None = None
+
+
+_UNKNOWN = re.compile(r"Object contains unknown field `(.*)`")
+_MISSING = re.compile(r"Object missing required field `(.*)`")
+_AT = re.compile(r"^(.*?)(?: - at `\$((?:\.\w+|\[[^\]]*\])*)`)?$", re.S)
+
+
+def _config_error(file: str, where: str, table: dict, exc: msgspec.ValidationError) -> ZcError:
+    text = str(exc)
+    if m := _UNKNOWN.fullmatch(text.split(" - at ")[0]):
+        fields = msgspec.structs.fields(TierConfig)
+        unset = [f.name for f in fields if f.name not in table]
+        required = [f.name for f in fields if f.required and f.name not in table]  # those first
+        hint = did_you_mean(m.group(1), required) or did_you_mean(m.group(1), unset)
+        return ZcError(f'{file}: {where} unknown key "{m.group(1)}"' + (f" ({hint})" if hint else ""))
+    if m := _MISSING.fullmatch(text.split(" - at ")[0]):
+        return ZcError(f'{file}: {where} missing key "{m.group(1)}"')
+    m = _AT.match(text)
+    problem, path = m.group(1), (m.group(2) or "")
+    key = path.lstrip(".").split(".")[0].split("[")[0]
+    problem = problem[:1].lower() + problem[1:]
+    return ZcError(f'{file}: {where} key "{key}": {problem}' if key else f"{file}: {where} {problem}")
+
+
+def load_tiers(path: str | os.PathLike) -> dict[str, OpenAITier]:
+    """Read a tiers.toml file: one `[tiers.NAME]` table per tier.
+
+    Raises:
+        ZcError: the file is missing or not TOML, a key is unknown or missing, a value has the
+            wrong type, or a tier's `api_key_env` variable is not set; the message names the file,
+            the tier and the key.
+    """
+    file = str(path)
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ZcError(f"{file}: cannot read: {exc.strerror or exc}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ZcError(f"{file}: not valid TOML: {exc}") from None
+    for key in data:
+        if key != "tiers":
+            raise ZcError(f'{file}: unknown key "{key}" (expected only [tiers.NAME] tables)')
+    tables = data.get("tiers", {})
+    if not isinstance(tables, dict):
+        raise ZcError(f'{file}: "tiers" must be a table of [tiers.NAME] tables')
+    configs: dict[str, TierConfig] = {}
+    for name, table in tables.items():
+        where = f"[tiers.{name}]"
+        if not isinstance(table, dict):
+            raise ZcError(f"{file}: {where} must be a table, got {type(table).__name__}")
+        try:
+            configs[name] = msgspec.convert(table, TierConfig, strict=True)
+        except msgspec.ValidationError as exc:
+            raise _config_error(file, where, table, exc) from None
+    tiers: dict[str, OpenAITier] = {}
+    try:
+        for name, cfg in configs.items():
+            try:
+                tiers[name] = OpenAITier(name=name, **msgspec.structs.asdict(cfg))
+            except ZcError as exc:
+                raise ZcError(f"{file}: [tiers.{name}] {str(exc).removeprefix(f'tier {name}: ')}") from None
+    except ZcError:
+        for tier in tiers.values():
+            tier.close()
+        raise
+    return tiers
