@@ -140,6 +140,23 @@ def test_specialist_never_proposes_an_illegal_action(trained, policy, data):
     assert answer.action is None or answer.action in legal
 
 
+def test_single_decision_agrees_with_batch_confidences(trained, policy):
+    sp = Specialist(trained.directory, policy)
+    rng = random.Random(5)
+    for _ in range(50):
+        legal = rng.sample(policy.actions, rng.randint(1, len(policy.actions)))
+        state = {"phase": rng.choice(list(TEACHER)), "fault": rng.random() < 0.5, "tries": rng.randrange(6)}
+        mask = np.zeros((1, len(sp.actions)), np.float32)
+        mask[0, [sp.actions.index(a) for a in legal]] = 1
+        conf = sp.confidences(sp.featurizer.one(state, legal)[None, :], mask)[0]
+        ans = sp.decide(state, legal)
+        if conf.max() == 0:
+            assert ans.best is None
+        else:
+            assert ans.best == sp.actions[int(conf.argmax())]
+            assert ans.confidence == pytest.approx(float(conf.max()), rel=1e-5)
+
+
 def test_onnx_parity_with_scikit_learn(trained):
     assert trained.manifest.metrics["parity_max_abs_delta"] <= D.PARITY_TOLERANCE
 
@@ -157,10 +174,10 @@ def test_learnable_teacher_is_learned_and_promoted(trained):
 
 def test_manifest_records_everything(trained, receipts, policy):
     raw = json.loads((trained.directory / "manifest.json").read_text())
-    assert raw["policy_sha256"] == policy.sha256
+    assert raw["policy_sha256"] == policy.sha256 and raw["name"] == trained.directory.name
     assert raw["data"][0]["path"] == str(receipts)
     assert set(raw["splits"]) == {"train", "calibration", "test"}
-    assert raw["features"]["version"] == 1 and raw["calibration"]["method"] == "temperature"
+    assert raw["features"]["version"] == 2 and raw["calibration"]["method"] == "temperature"
     assert 0 < raw["threshold"]["tau"] <= 1 and raw["threshold"]["target_precision"] == 0.95
     assert raw["model"]["sha256"] and raw["counts"]["used"] == 600
 
@@ -211,6 +228,18 @@ def test_feature_layout_is_named_and_deterministic(policy):
     names = spec.names()
     assert x1[names.index("phase=start")] == 1 and x1[names.index("lookup legal")] == 1
     assert x1[names.index("tries bucket <=0")] == 1
+
+
+def test_specialist_of_other_feature_version_refused(trained, policy, tmp_path):
+    import shutil
+
+    copy = tmp_path / "old"
+    shutil.copytree(trained.directory, copy)
+    raw = json.loads((copy / "manifest.json").read_text())
+    raw["features"]["version"] = 1
+    (copy / "manifest.json").write_text(json.dumps(raw))
+    with pytest.raises(ZcError, match="features of version 1 are not computed by this zc"):
+        Specialist(copy, policy)
 
 
 def test_decision_time_imports_only_onnxruntime_and_numpy(trained, policy):

@@ -278,13 +278,13 @@ def distill(paths: Sequence[str | Path], policy: Policy, out: str | Path, *, mod
     actions = spec.actions
     index = {a: i for i, a in enumerate(actions)}
     X, M, Y = {}, {}, {}
-    for name, part in parts.items():
-        rows = [fz.one(d.state, d.legal) for d in report.bar(part, f"featurising {name}", len(part))]
-        X[name] = np.stack(rows) if rows else np.zeros((0, fz.dim), np.float32)
-        M[name] = np.zeros((len(part), len(actions)), np.float32)
+    for split, part in parts.items():
+        rows = [fz.one(d.state, d.legal) for d in report.bar(part, f"featurising {split}", len(part))]
+        X[split] = np.stack(rows) if rows else np.zeros((0, fz.dim), np.float32)
+        M[split] = np.zeros((len(part), len(actions)), np.float32)
         for i, d in enumerate(part):
-            M[name][i, [index[a] for a in d.legal]] = 1.0
-        Y[name] = np.array([index[d.label] if d.label in d.legal else -1 for d in part], dtype=np.int64)
+            M[split][i, [index[a] for a in d.legal]] = 1.0
+        Y[split] = np.array([index[d.label] if d.label in d.legal else -1 for d in part], dtype=np.int64)
 
     report.step(f"4/10 training a {model} model on {len(parts['train'])} decisions")
     train_ok = Y["train"] >= 0

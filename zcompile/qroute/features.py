@@ -1,15 +1,16 @@
 """Features: one documented, versioned function from (state, legal set) to a vector, shared by training and runtime.
 
-Version 1, in order, for each state field of the policy (declaration order, `history` last):
+Version 2, in order, for each state field of the policy (declaration order, `history` last):
 - enum: one-hot over its members, then an `absent` indicator when the field may be absent;
 - bool: 1.0 / 0.0, then an `absent` indicator when the field may be absent;
 - int, float: the value standardised with the training split's mean and standard deviation
   (0 when absent), then an `absent` indicator when the field may be absent;
 - set[action] (and `history`): multi-hot over the policy's actions;
 - int: also a one-hot of its bucket (0, 1, 2, 3–4, 5–8, 9–16, more; negatives in the first);
-- text: `TEXT_DIM` hashed buckets of word unigrams, word bigrams, word shapes (`A6`, `a_a_915`:
-  case and digit patterns with the length, so identifiers count without their values) and the
-  first word, over the first and last 32 words, each bucket log(1 + count), then
+- text: `TEXT_DIM` hashed buckets of word unigrams, word bigrams, word shapes (`AAAAAA`,
+  `aaaa_aaa_9999`: each letter and digit mapped to its class, cut at 12 characters, so identifiers
+  count without their values) and the first word, over the first and last 16 words, each bucket
+  log(1 + count), then
   log(1 + number of words), then an `absent` indicator;
 then the legal set, multi-hot over the policy's actions. Hashing is crc32: stable across runs.
 """
@@ -26,11 +27,12 @@ import msgspec
 import numpy as np
 
 from .. import ir
+from ..errors import ZcError
 from ..state import Schema, read_path
 
-VERSION = 1
+VERSION = 2
 TEXT_DIM = 128
-MAX_WORDS = 64  # words hashed per text field: its first and last 32 (an opening and what was asked)
+MAX_WORDS = 32  # words hashed per text field: its first and last 16 (an opening and what was asked)
 _WORD = re.compile(r"[A-Za-z0-9_]+")
 
 
@@ -85,7 +87,6 @@ def fit_scaling(spec: FeatureSpec, values: dict[str, list[float]]) -> FeatureSpe
 
 _SHAPE = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
                        "A" * 26 + "a" * 26 + "9" * 10)
-_RUNS = tuple((re.compile(c + "+"), c) for c in ("A", "a", "9"))
 CACHE_TOKENS = 200_000  # token -> bucket memo per featurizer; cleared when full
 
 
@@ -99,12 +100,8 @@ def text_tokens(text: str) -> tuple[list[str], int]:
         return [], n
     joined = " ".join(words)
     lower = joined.lower().split(" ")
-    shape = joined.translate(_SHAPE)
-    for run, c in _RUNS:
-        shape = run.sub(c, shape)
-    shapes = shape.split(" ")
     tokens = lower + [a + " " + b for a, b in zip(lower, lower[1:])]
-    tokens += [f"~{s}{min(len(w), 12)}" for s, w in zip(shapes, words)]
+    tokens += ["~" + s[:12] for s in joined.translate(_SHAPE).split(" ")]
     tokens.append("^" + lower[0])
     return tokens, n
 
@@ -140,7 +137,8 @@ class Featurizer:
 
     def __init__(self, spec: FeatureSpec) -> None:
         if spec.version != VERSION:
-            raise ValueError(f"feature version {spec.version} is not supported (this zc has {VERSION})")
+            raise ZcError(f"features of version {spec.version} are not computed by this zc (version "
+                          f"{VERSION}); distil the specialist again")
         self.spec = spec
         self.schema = Schema(spec.fields, spec.actions, strict=False)
         self.index = {a: i for i, a in enumerate(spec.actions)}

@@ -93,6 +93,8 @@ class Specialist:
         self.actions = m.features.actions
         self._index = {a: i for i, a in enumerate(self.actions)}
         self._class_index = np.array([self._index[c] for c in m.model.classes], dtype=np.int64)
+        self.model_classes = m.model.classes
+        self._class_pos = {c: i for i, c in enumerate(m.model.classes)}
         self.tau = m.threshold.tau
         self.temperature = m.calibration.temperature
         self.name = m.name
@@ -105,17 +107,19 @@ class Specialist:
         return masked_confidence(self.probabilities(x), self._class_index, legal_mask, self.temperature)
 
     def decide(self, state: Any, legal: Sequence[str]) -> Answer:
-        """Answer with the most likely legal action, or abstain below the threshold τ."""
+        """Answer with the most likely legal action, or abstain below the threshold τ.
+
+        The single-row form of `masked_confidence`: the softmax runs over the legal classes only.
+        """
         x = self.featurizer.one(state, legal)[None, :]
-        mask = np.zeros((1, len(self.actions)), dtype=np.float32)
-        for a in legal:
-            mask[0, self._index[a]] = 1.0
-        conf = self.confidences(x, mask)[0]
-        j = int(conf.argmax())
-        c = float(conf[j])
-        if c <= 0.0:
+        cols = [self._class_pos[a] for a in legal if a in self._class_pos]
+        if not cols:
             return Answer(None, 0.0, None)
-        best = self.actions[j]
+        z = np.log(np.clip(self.probabilities(x)[0, cols], 1e-12, 1.0)) / self.temperature
+        z = np.exp(z - z.max())
+        j = int(z.argmax())
+        c = float(z[j] / z.sum())
+        best = self.model_classes[cols[j]]
         return Answer(best if c >= self.tau else None, c, best)
 
 
