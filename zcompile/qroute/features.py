@@ -9,9 +9,9 @@ Version 2, in order, for each state field of the policy (declaration order, `his
 - int: also a one-hot of its bucket (0, 1, 2, 3–4, 5–8, 9–16, more; negatives in the first);
 - text: `TEXT_DIM` hashed buckets of word unigrams, word bigrams, word shapes (`AAAAAA`,
   `aaaa_aaa_9999`: each letter and digit mapped to its class, cut at 12 characters, so identifiers
-  count without their values) and the first word, over the first and last 16 words, each bucket
-  log(1 + count), then
-  log(1 + number of words), then an `absent` indicator;
+  count without their values) and the first word, over the first and last 16 words (found in the
+  first and last 400 characters), each bucket log(1 + count), then log(1 + number of characters),
+  then an `absent` indicator;
 then the legal set, multi-hot over the policy's actions. Hashing is crc32: stable across runs.
 """
 
@@ -33,6 +33,7 @@ from ..state import Schema, read_path
 VERSION = 2
 TEXT_DIM = 128
 MAX_WORDS = 32  # words hashed per text field: its first and last 16 (an opening and what was asked)
+WINDOW = 400  # characters scanned at each end of a long text for those words
 _WORD = re.compile(r"[A-Za-z0-9_]+")
 
 
@@ -63,7 +64,7 @@ class FeatureSpec(msgspec.Struct, frozen=True):
             elif f.kind == "set":
                 out += [f"{a} in {f.path}" for a in self.actions]
             elif f.kind == "text":
-                out += [f"{f.path}#h{i}" for i in range(self.text_dim)] + [f"{f.path}#words"]
+                out += [f"{f.path}#h{i}" for i in range(self.text_dim)] + [f"{f.path}#chars"]
             if f.may_be_absent or f.kind == "text":
                 out.append(f"{f.path} absent")
         return out + [f"{a} legal" for a in self.actions]
@@ -90,25 +91,28 @@ _SHAPE = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123
 CACHE_TOKENS = 200_000  # token -> bucket memo per featurizer; cleared when full
 
 
-def text_tokens(text: str) -> tuple[list[str], int]:
-    """The hashed tokens of a text (see the module docstring) and its word count."""
-    words = _WORD.findall(text)
-    n = len(words)
-    if n > MAX_WORDS:
-        words = words[: MAX_WORDS // 2] + words[-MAX_WORDS // 2 :]
+def text_tokens(text: str) -> list[str]:
+    """The hashed tokens of a text (see the module docstring)."""
+    if len(text) > 2 * WINDOW:  # only its ends are hashed: do not scan the middle
+        head, tail = _WORD.findall(text[:WINDOW]), _WORD.findall(text[-WINDOW:])
+        words = head[: MAX_WORDS // 2] + tail[-MAX_WORDS // 2 :]
+    else:
+        words = _WORD.findall(text)
+        if len(words) > MAX_WORDS:
+            words = words[: MAX_WORDS // 2] + words[-MAX_WORDS // 2 :]
     if not words:
-        return [], n
+        return []
     joined = " ".join(words)
     lower = joined.lower().split(" ")
     tokens = lower + [a + " " + b for a, b in zip(lower, lower[1:])]
     tokens += ["~" + s[:12] for s in joined.translate(_SHAPE).split(" ")]
     tokens.append("^" + lower[0])
-    return tokens, n
+    return tokens
 
 
-def text_buckets(text: str, dim: int, cache: dict[str, int] | None = None) -> tuple[np.ndarray, int]:
-    """Hashed log-counts of a text's tokens, and its word count. `cache` memoises token -> bucket."""
-    tokens, n = text_tokens(text)
+def text_buckets(text: str, dim: int, cache: dict[str, int] | None = None) -> np.ndarray:
+    """Hashed log-counts of a text's tokens. `cache` memoises token -> bucket."""
+    tokens = text_tokens(text)
     if cache is None:
         idx = [zlib.crc32(t.encode()) % dim for t in tokens]
     else:
@@ -120,7 +124,7 @@ def text_buckets(text: str, dim: int, cache: dict[str, int] | None = None) -> tu
             for i, t in enumerate(tokens):
                 if idx[i] is None:
                     idx[i] = cache[t] = zlib.crc32(t.encode()) % dim
-    return np.log1p(np.bincount(idx, minlength=dim).astype(np.float32)), n
+    return np.log1p(np.bincount(idx, minlength=dim).astype(np.float32))
 
 
 INT_BUCKETS = ("<=0", "1", "2", "3-4", "5-8", "9-16", ">16")
@@ -177,9 +181,8 @@ class Featurizer:
                 j += len(spec.actions)
             elif f.kind == "text":
                 if v:
-                    buckets, n = text_buckets(v, spec.text_dim, self._cache)
-                    x[j : j + spec.text_dim] = buckets
-                    x[j + spec.text_dim] = math.log1p(n)
+                    x[j : j + spec.text_dim] = text_buckets(v, spec.text_dim, self._cache)
+                    x[j + spec.text_dim] = math.log1p(len(v))
                 j += spec.text_dim + 1
             if f.may_be_absent or f.kind == "text":
                 x[j] = 1.0 if v is None else 0.0

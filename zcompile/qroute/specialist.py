@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,10 +116,12 @@ class Specialist:
         cols = [self._class_pos[a] for a in legal if a in self._class_pos]
         if not cols:
             return Answer(None, 0.0, None)
-        z = np.log(np.clip(self.probabilities(x)[0, cols], 1e-12, 1.0)) / self.temperature
-        z = np.exp(z - z.max())
-        j = int(z.argmax())
-        c = float(z[j] / z.sum())
+        row = self.probabilities(x)[0].tolist()  # a handful of numbers: plain Python beats numpy calls
+        t = self.temperature
+        z = [math.log(min(max(row[c], 1e-12), 1.0)) / t for c in cols]
+        top = max(z)
+        j = z.index(top)  # the first best, as numpy's argmax
+        c = 1.0 / sum(math.exp(v - top) for v in z)
         best = self.model_classes[cols[j]]
         return Answer(best if c >= self.tau else None, c, best)
 
