@@ -35,6 +35,8 @@ demo: venv
 bench: venv
 	$(PIP) install -c constraints.txt -e '.[test,bench]'
 	$(PY) bench/legal_bench.py --write BENCHMARKS.md
+	$(PIP) install -c constraints.txt -e '.[routing]'
+	$(PY) bench/routing_bench.py --write BENCHMARKS.md
 
 clean:
 	rm -rf $(VENV) build .pytest_cache

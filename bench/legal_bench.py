@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Benchmark: zc legal sets against Cedar (cedarpy) on generated, equivalent authorization policies.
+"""Benchmark: zc legal sets against Cedar (cedarpy) and Casbin (pycasbin) on generated, equivalent policies.
 
-A seeded generator writes the same authorization policy twice, at 10 / 100 / 1,000 actions with
-~1.2 rules per action: once in the zc language (DESIGN.md section 2) and once as a Cedar policy set
-with its entities. Before anything is timed, both engines are checked to agree exactly, for every
-generated state and every action; a disagreement aborts the benchmark (timing engines that give
-different answers is meaningless).
+A seeded generator writes the same authorization policy three times, at 10 / 100 / 1,000 actions with
+~1.2 rules per action: in the zc language (DESIGN.md section 2), as a Cedar policy set with its
+entities, and as a Casbin ABAC model with its policy rows. Before anything is timed, the three
+engines (and a reference interpreter) are checked to agree exactly, for every generated state and
+every action; a disagreement aborts the benchmark (timing engines that give different answers is
+meaningless).
 
 Semantics bridged here: zc is default-allow-unless-a-rule-removes (`requires E` removes its targets
 unless E holds; `forbid ... when E` / `forbid ... unless E` remove them; deny wins), while Cedar is
@@ -14,6 +15,19 @@ conjunction of that action's `requires` conditions (or no condition), and turns 
 into a Cedar `forbid` (tags become Cedar action groups, `Action::"tag:x"`). All state fields are
 required (no `?`), so zc's three-valued logic never meets a missing value and Cedar never skips a
 policy on an evaluation error (the check also asserts Cedar reported no errors).
+
+Casbin (pycasbin) has no action groups that its indexing can use and no native condition language
+beyond its matcher, so the translation is its documented ABAC pattern "conditions as policy rows":
+request `r = sub, obj, act` (sub/obj are the state's `principal`/`resource` dicts), policy
+`p = sub_rule, eft, act`, matcher `r.act == p.act && eval(p.sub_rule)`, effect "allow unless denied"
+(`some(where (p.eft == allow)) && !some(where (p.eft == deny))`). Every action gets one `allow` row
+carrying the conjunction of its `requires` (written in Casbin's matcher syntax: `&&`, `||`, `!`,
+`in (...)`), and every zc forbid becomes one `deny` row per target action (tags expanded, `unless E`
+as `!(E)`). No Python function is registered: the conditions are plain Casbin expressions. The
+enforcer is pycasbin's `FastEnforcer` indexed on the action (`cache_key_order=[2]`), so a request
+only evaluates its own action's rows; the plain `Enforcer` scans every row and re-parses each
+`eval()` rule per row and request (~0.17 s per `enforce` at 1,000 actions / 2,544 rows, measured once
+by hand; so minutes per legal set), which is why it is not timed here.
 
 The state of a decision is given to Cedar in the way most favourable to Cedar: every generated
 state is one `User` and one `Resource` entity, all parsed once into a single `Entities` handle, so a
@@ -26,7 +40,8 @@ Usage:
     python bench/legal_bench.py --dump DIR ...                # also write the generated .zc/.cedar sources
 
 `--check-only --sizes 10,100` takes a few seconds (a test can run it in a subprocess); the 1,000-action
-check costs ~150 s of Cedar on 2 cores, because Cedar evaluates every policy for every request.
+check costs ~150 s of Cedar on 2 cores, because Cedar evaluates every policy for every request, and
+~30 s of Casbin.
 """
 
 from __future__ import annotations
@@ -36,27 +51,26 @@ import gc
 import json
 import math
 import os
-import platform
 import random
-import re
 import shlex
 import statistics
 import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run from a checkout without an editable install
     sys.path.insert(0, str(ROOT))
 
+from benchdoc import machine_table, write_section  # noqa: E402
+
 SEED = 20240611
 RULES_PER_ACTION = 1.2
 FALLBACK = "escalate"
-BEGIN = "<!-- legal_bench:begin -->"
-END = "<!-- legal_bench:end -->"
+PACKAGES = [("cedarpy", ("cedarpy",)), ("casbin (pycasbin)", ("casbin",)),
+            ("simpleeval (Casbin's expression evaluator)", ("simpleeval",)), ("msgspec", ("msgspec",))]
 
 # --------------------------------------------------------------------------------------------------
 # Vocabulary
@@ -155,6 +169,40 @@ def _cedar_operand(o) -> str:
         return o[1]
     v = o[1]
     return str(v).lower() if isinstance(v, bool) else (str(v) if isinstance(v, int) else json.dumps(v))
+
+
+_CASBIN_ROOTS = {"principal": "r.sub", "resource": "r.obj"}
+
+
+def _casbin_path(path: str) -> str:
+    head, rest = path.split(".", 1)
+    return f"{_CASBIN_ROOTS[head]}.{rest}"
+
+
+def casbin_expr(e) -> str:
+    """Render an expression in Casbin's matcher syntax (evaluated by pycasbin's `eval()`)."""
+    kind = e[0]
+    if kind == "in":
+        _, path, members, neg = e
+        tup = "(" + ", ".join(repr(m) for m in members) + ("," if len(members) == 1 else "") + ")"
+        s = f"{_casbin_path(path)} in {tup}"
+        return f"!({s})" if neg else s
+    if kind == "cmp":
+        _, lhs, op, rhs = e
+        return f"{_casbin_operand(lhs)} {op} {_casbin_operand(rhs)}"
+    if kind == "bool":
+        return _casbin_path(e[1])
+    if kind == "not":
+        return f"!({casbin_expr(e[1])})"
+    if kind == "and":
+        return f"({casbin_expr(e[1])} && {casbin_expr(e[2])})"
+    if kind == "or":
+        return f"({casbin_expr(e[1])} || {casbin_expr(e[2])})"
+    raise ValueError(e)
+
+
+def _casbin_operand(o) -> str:
+    return _casbin_path(o[1]) if o[0] == "f" else repr(o[1])
 
 
 _CMP = {
@@ -371,6 +419,62 @@ def to_cedar(pol: GenPolicy) -> str:
     return "\n".join(out) + "\n"
 
 
+CASBIN_MODEL = """\
+[request_definition]
+r = sub, obj, act
+
+[policy_definition]
+p = sub_rule, eft, act
+
+[policy_effect]
+e = some(where (p.eft == allow)) && !some(where (p.eft == deny))
+
+[matchers]
+m = r.act == p.act && eval(p.sub_rule)
+"""
+
+
+def to_casbin(pol: GenPolicy) -> list[list[str]]:
+    """Casbin policy rows [sub_rule, eft, act] equivalent to a generated policy (for CASBIN_MODEL)."""
+    requires: dict[str, list] = {a.name: [] for a in pol.actions}
+    for r in pol.rules:
+        if r.kind == "requires":
+            for t in pol.targets(r):
+                requires[t].append(r.cond)
+    rows = []
+    for a in pol.actions:
+        conds = requires[a.name]
+        rows.append([" && ".join(f"({casbin_expr(c)})" for c in conds) if conds else "True", "allow", a.name])
+    seen = set()
+    for r in pol.rules:
+        if r.kind == "requires":
+            continue
+        cond = casbin_expr(r.cond) if r.kind == "forbid_when" else f"!({casbin_expr(r.cond)})"
+        for t in pol.targets(r):
+            if (cond, t) not in seen:  # Casbin rejects duplicate rows (same rule text, same action)
+                seen.add((cond, t))
+                rows.append([cond, "deny", t])
+    return rows
+
+
+def casbin_text(rows: list[list[str]]) -> str:
+    """The rows as a readable listing (for --dump; rules may contain commas, so not a Casbin CSV)."""
+    return "".join(f"p | {r} | {e} | {a}\n" for r, e, a in rows)
+
+
+def build_casbin(rows: list[list[str]]):
+    """A pycasbin FastEnforcer indexed on the action, with the rows added in memory (no adapter)."""
+    import casbin
+    from casbin.model import FastModel
+
+    model = FastModel([2])
+    model.load_model_from_text(CASBIN_MODEL)
+    enforcer = casbin.FastEnforcer(model, None, cache_key_order=[2])
+    if not enforcer.add_policies(rows):
+        raise RuntimeError("casbin refused the generated policy rows")
+    return enforcer
+
+
 def gen_states(n_states: int, n_actions: int, seed: int = SEED) -> list[dict]:
     """Random flat states {path: value}, seeded."""
     rng = random.Random(f"{seed}:states:{n_actions}")
@@ -440,11 +544,16 @@ class Case:
     ps: object  # cedarpy.PolicySet
     ents: object  # cedarpy.Entities
     n_cedar_policies: int
+    casbin: object = None  # casbin.FastEnforcer
+    casbin_rows: list = field(default_factory=list)
+    casbin_reqs: list = field(default_factory=list)  # per state: (sub, obj) dicts
     zc_compile_s: float = 0.0
     cedar_parse_s: float = 0.0
+    casbin_build_s: float = 0.0
 
 
 def build_case(n: int, n_states: int) -> Case:
+    import casbin  # noqa: F401 - imported here so the Casbin build time excludes the import
     import cedarpy
     import zcompile
 
@@ -457,8 +566,21 @@ def build_case(n: int, n_states: int) -> Case:
     ps = cedarpy.PolicySet.from_str(cedar_src)
     t2 = time.perf_counter()
     ents = cedarpy.Entities.from_json_str(cedar_entities_json(pol, flat))
-    return Case(n, pol, zc_src, cedar_src, flat, [nest(s) for s in flat], zc_policy, ps, ents, len(ps),
-                zc_compile_s=t1 - t0, cedar_parse_s=t2 - t1)
+    rows = to_casbin(pol)
+    t3 = time.perf_counter()
+    enforcer = build_casbin(rows)
+    t4 = time.perf_counter()
+    nested = [nest(s) for s in flat]
+    # Casbin gets each state as two ready dicts (built once, like Cedar's entities)
+    reqs = [(s["principal"], s["resource"]) for s in nest_copy(nested)]
+    return Case(n, pol, zc_src, cedar_src, flat, nested, zc_policy, ps, ents, len(ps),
+                casbin=enforcer, casbin_rows=rows, casbin_reqs=reqs,
+                zc_compile_s=t1 - t0, cedar_parse_s=t2 - t1, casbin_build_s=t4 - t3)
+
+
+def nest_copy(states: list[dict]) -> list[dict]:
+    """Independent copies, so no engine can see another's objects."""
+    return [{k: dict(v) for k, v in s.items()} for s in states]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -475,7 +597,7 @@ def zc_legal_set(case: Case, state: dict) -> set[str]:
 
 
 def _check_states(case: Case, indices: list[int]) -> tuple[int, list[int], tuple | None]:
-    """Compare zc, Cedar and the reference on the given states; stop at the first disagreement."""
+    """Compare zc, Cedar, Casbin and the reference on the given states; stop at the first disagreement."""
     import cedarpy
 
     names = [a.name for a in case.pol.actions]
@@ -484,9 +606,15 @@ def _check_states(case: Case, indices: list[int]) -> tuple[int, list[int], tuple
         zc_set = zc_legal_set(case, case.states[i])
         ref = set(ref_legal(case.pol, case.flat_states[i]))
         results = cedarpy.is_authorized_batch([cedar_request(i, a) for a in names], case.ps, case.ents)
+        sub, obj = case.casbin_reqs[i]
         for a, res in zip(names, results):
             compared += 1
-            if res.diagnostics.errors or res.allowed != (a in zc_set) or (a in zc_set) != (a in ref):
+            try:
+                cb = case.casbin.enforce(sub, obj, a)
+            except Exception:  # noqa: BLE001 - reported by check_agreement
+                return compared, sizes, (i, a)
+            if (res.diagnostics.errors or res.allowed != (a in zc_set) or (a in zc_set) != (a in ref)
+                    or cb is not (a in zc_set)):
                 return compared, sizes, (i, a)
         sizes.append(len(zc_set))
     return compared, sizes, None
@@ -500,7 +628,7 @@ def _check_worker(indices: list[int]):
 
 
 def check_agreement(case: Case, log=print) -> dict:
-    """For every state and every action: zc membership == Cedar decision == the reference.
+    """For every state and every action: zc membership == Cedar decision == Casbin decision == the reference.
 
     Large sizes are split over the usable cores (fork; the check is not timed).
     """
@@ -528,16 +656,21 @@ def check_agreement(case: Case, log=print) -> dict:
         res = cedarpy.is_authorized(cedar_request(i, a), case.ps, case.ents)
         zc_ok = a in zc_legal_set(case, case.states[i])
         ref_ok = a in ref_legal(case.pol, case.flat_states[i])
-        _report_disagreement(case, i, a, zc_ok, res.allowed, ref_ok, res, res.diagnostics.errors, log)
+        try:
+            casbin_ok = case.casbin.enforce(*case.casbin_reqs[i], a)
+        except Exception as exc:  # noqa: BLE001 - diagnostic printing only
+            casbin_ok = f"error {exc!r}"
+        _report_disagreement(case, i, a, zc_ok, res.allowed, ref_ok, res, res.diagnostics.errors, log,
+                             casbin_ok=casbin_ok)
         raise SystemExit(1)
     return {"n": case.n, "states": len(case.states), "decisions": compared,
             "mean_legal": statistics.fmean(sizes), "min_legal": min(sizes),
             "max_legal": max(sizes), "seconds": time.perf_counter() - t0, "workers": workers}
 
 
-def _report_disagreement(case, i, action, zc_ok, cedar_ok, ref_ok, res, errs, log):
+def _report_disagreement(case, i, action, zc_ok, cedar_ok, ref_ok, res, errs, log, casbin_ok=None):
     log(f"\nDISAGREEMENT at {case.n} actions, state #{i}, action `{action}`:")
-    log(f"  zc legal: {zc_ok}   cedar allowed: {cedar_ok}   reference: {ref_ok}")
+    log(f"  zc legal: {zc_ok}   cedar allowed: {cedar_ok}   casbin allowed: {casbin_ok}   reference: {ref_ok}")
     if errs:
         log(f"  cedar errors: {errs}")
     log(f"  state: {json.dumps(case.states[i], sort_keys=True)}")
@@ -555,6 +688,10 @@ def _report_disagreement(case, i, action, zc_ok, cedar_ok, ref_ok, res, errs, lo
     for r in case.pol.rules:
         if action in case.pol.targets(r):
             log(f"    rule {r.name}: {r.kind} {zc_expr(r.cond)}   ref value = {ref_eval(r.cond, case.flat_states[i])}")
+    log("  casbin rows on this action:")
+    for row in case.casbin_rows:
+        if row[2] == action:
+            log(f"    p, {row[0]}, {row[1]}, {row[2]}")
     log("benchmark aborted: the engines disagree, so timing them would be meaningless")
 
 
@@ -596,24 +733,29 @@ class Series:
         return s[max(0, math.ceil(0.99 * len(s)) - 1)]
 
 
-PLAN = {  # size -> (rounds over all states for the per-state measurements, Cedar batch calls)
-    "full": {10: (10, 2000), 100: (8, 300), 1000: (4, 12)},
-    "quick": {10: (2, 300), 100: (2, 40), 1000: (1, 3)},
+PLAN = {  # size -> (rounds over all states for the per-state measurements, Cedar batch calls,
+        #          Casbin whole-legal-set calls, each as a loop of `enforce` and as one `batch_enforce`)
+    "full": {10: (10, 2000, 2000), 100: (8, 300, 300), 1000: (4, 12, 30)},
+    "quick": {10: (2, 300, 300), 100: (2, 40, 40), 1000: (1, 3, 3)},
 }
 
 
-def time_case(case: Case, rounds: int, batch_calls: int, seed: int = SEED) -> dict[str, Series]:
+def time_case(case: Case, rounds: int, batch_calls: int, casbin_calls: int | None = None,
+              seed: int = SEED) -> dict[str, Series]:
     """Interleaved timing in one process after warm-up."""
     import cedarpy
 
-    zc, ps, ents = case.zc, case.ps, case.ents
+    zc, ps, ents, cb = case.zc, case.ps, case.ents, case.casbin
     names = [a.name for a in case.pol.actions]
     regular = names[:-1]
     rng = random.Random(f"{seed}:timing:{case.n}")
     batch_reqs = [[cedar_request(i, a) for a in names] for i in range(len(case.states))]
+    casbin_calls = batch_calls if casbin_calls is None else casbin_calls
+    casbin_batches = {}  # state -> batch_enforce request list, built before timing
     clock = time.perf_counter_ns
     s = {k: Series() for k in ("zc_legal", "zc_one", "cedar_one", "cedar_one_engine",
-                               "cedar_batch", "cedar_batch_engine", "zc_legal_b")}
+                               "cedar_batch", "cedar_batch_engine", "zc_legal_b",
+                               "casbin_one", "casbin_loop", "casbin_batch")}
 
     # warm-up
     for i, st in enumerate(case.states[:50]):
@@ -621,6 +763,9 @@ def time_case(case: Case, rounds: int, batch_calls: int, seed: int = SEED) -> di
         _ = regular[0] in zc.legal(st).actions
         cedarpy.is_authorized(cedar_request(i, regular[i % len(regular)]), ps, ents)
     cedarpy.is_authorized_batch(batch_reqs[0], ps, ents)
+    for i, (sub, obj) in enumerate(case.casbin_reqs[:50]):
+        cb.enforce(sub, obj, regular[i % len(regular)])
+    cb.batch_enforce([(*case.casbin_reqs[0], a) for a in names])
 
     gc.collect()
     gc.disable()
@@ -642,16 +787,31 @@ def time_case(case: Case, rounds: int, batch_calls: int, seed: int = SEED) -> di
                 # zc: the same single question (honestly: the full evaluation)
                 t0 = clock(); _ = a in zc.legal(st).actions; t1 = clock()
                 s["zc_one"].add((t1 - t0) / 1e3)
+                # Casbin: one enforce, one action
+                sub, obj = case.casbin_reqs[i]
+                t0 = clock(); cb.enforce(sub, obj, a); t1 = clock()
+                s["casbin_one"].add((t1 - t0) / 1e3)
             gc.collect()
-        # Cedar's batch API for the whole legal set, interleaved with zc on the same state
-        for k in range(batch_calls):
+        # The whole legal set: Cedar's batch API, Casbin as a loop of enforce and as batch_enforce,
+        # interleaved with zc on the same state
+        for k in range(max(batch_calls, casbin_calls)):
             i = order[k % len(order)]
-            t0 = clock(); results = cedarpy.is_authorized_batch(batch_reqs[i], ps, ents); t1 = clock()
-            s["cedar_batch"].add((t1 - t0) / 1e3)
-            s["cedar_batch_engine"].add(float(sum(r.metrics["authz_duration_micros"] for r in results)))
-            del results
+            if k < batch_calls:
+                t0 = clock(); results = cedarpy.is_authorized_batch(batch_reqs[i], ps, ents); t1 = clock()
+                s["cedar_batch"].add((t1 - t0) / 1e3)
+                s["cedar_batch_engine"].add(float(sum(r.metrics["authz_duration_micros"] for r in results)))
+                del results
             t0 = clock(); zc.legal(case.states[i]); t1 = clock()
             s["zc_legal_b"].add((t1 - t0) / 1e3)
+            if k < casbin_calls:
+                sub, obj = case.casbin_reqs[i]
+                t0 = clock(); _ = [a for a in names if cb.enforce(sub, obj, a)]; t1 = clock()
+                s["casbin_loop"].add((t1 - t0) / 1e3)
+                breqs = casbin_batches.get(i)
+                if breqs is None:  # the request list is built untimed, like Cedar's
+                    breqs = casbin_batches[i] = [(sub, obj, a) for a in names]
+                t0 = clock(); cb.batch_enforce(breqs); t1 = clock()
+                s["casbin_batch"].add((t1 - t0) / 1e3)
             if k % 16 == 15:
                 gc.collect()
     finally:
@@ -682,56 +842,13 @@ def _r(x: float) -> str:
     return f"{x:#.2g}" if x < 1 else f"{x:.2f}"
 
 
-def machine_facts() -> list[tuple[str, str]]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    flags = ""
-    try:
-        txt = Path("/proc/cpuinfo").read_text()
-        m = re.search(r"^flags\s*:(.*)$", txt, re.M)
-        if m:
-            fl = set(m.group(1).split())
-            flags = ", ".join(f for f in ("avx2", "avx512f") if f in fl)
-    except OSError:
-        pass
-
-    def ver(pkg: str) -> str:
-        try:
-            return metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            try:
-                mod = __import__(pkg)
-                return getattr(mod, "__version__", "?") + " (not installed; from checkout)"
-            except Exception:  # noqa: BLE001
-                return "not installed"
-
-    return [
-        ("CPU", cpu + (f" ({flags})" if flags else "")),
-        ("cores (os.cpu_count)", str(os.cpu_count())),
-        ("affinity (usable cores)", str(len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else "?"),
-        ("Python", f"{platform.python_implementation()} {platform.python_version()} ({platform.platform()})"),
-        ("zcompile", ver("zcompile")),
-        ("cedarpy", ver("cedarpy")),
-        ("msgspec", ver("msgspec")),
-    ]
-
-
 def render(results: list[dict], checks: list[dict], command: str, mode: str, loads: dict) -> str:
     L = []
-    L.append("## Legal sets: zc against Cedar (`bench/legal_bench.py`)")
+    L.append("## Legal sets: zc against Cedar and Casbin (`bench/legal_bench.py`)")
     L.append("")
     L.append(f"Command: `{command}` ({mode} plan), run on {time.strftime('%Y-%m-%d %H:%M %Z')}.")
     L.append("")
-    L.append("| machine | |")
-    L.append("|---|---|")
-    for k, v in machine_facts():
-        L.append(f"| {k} | {v} |")
+    L += machine_table(PACKAGES)
     L.append("| load average (1 min): start of run; before / after timing | "
              f"{loads['start']:.2f}; {loads['before']:.2f} / {loads['after']:.2f} (timing alone accounts for ~1 "
              "and the agreement check's worker processes for up to ~2 more; anything beyond means other work "
@@ -752,9 +869,26 @@ def render(results: list[dict], checks: list[dict], command: str, mode: str, loa
         "Cedar's in-engine time is `metrics[\"authz_duration_micros\"]` (summed over the batch)."
     )
     L.append("")
+    L.append(
+        "Casbin (pycasbin) gets the same policy in its documented ABAC style, conditions as policy rows: "
+        "request `r = sub, obj, act` with the state's `principal` and `resource` as two ready-made dicts "
+        "(built once per state, like Cedar's entities; not validated), policy `p = sub_rule, eft, act`, "
+        "matcher `r.act == p.act && eval(p.sub_rule)`, effect "
+        "`some(where (p.eft == allow)) && !some(where (p.eft == deny))`. Each action has one `allow` row with "
+        "the conjunction of its `requires` and each zc forbid one `deny` row per target action (tags "
+        "expanded; `unless E` as `!(E)`). The conditions are plain Casbin matcher expressions (`&&`, `||`, `!`, "
+        "`in (…)`): no Python function is registered. The enforcer is pycasbin's `FastEnforcer` indexed on "
+        "the action (`cache_key_order=[2]`), so a request evaluates only its own action's rows; pycasbin "
+        "still re-parses every `eval()` rule text (`ast.parse` into a new `SimpleEval`) on every request, "
+        "which is most of its time. The plain `Enforcer` scans all rows per request (measured by hand once: "
+        "~0.17 s per `enforce` at 1,000 actions, so minutes per legal set) and is not timed. Casbin has no batch engine: `batch_enforce` is a Python "
+        "loop over `enforce`, timed anyway next to an explicit loop."
+    )
+    L.append("")
     L.append("**Agreement** (checked before timing; any disagreement aborts the run):")
     L.append("")
-    L.append("| actions | states | decisions compared | disagreements | legal-set size mean (min–max) |")
+    L.append("| actions | states | decisions compared (zc = Cedar = Casbin = reference) | disagreements | "
+             "legal-set size mean (min–max) |")
     L.append("|---:|---:|---:|---:|---|")
     for c in checks:
         L.append(f"| {c['n']:,} | {c['states']} | {c['decisions']:,} | 0 | "
@@ -787,6 +921,21 @@ def render(results: list[dict], checks: list[dict], command: str, mode: str, loa
                  f"{_f(co.p99)} | {_f(coe.median)} | {_f(coe.p99)} | {_r(zo.median / co.median)} | "
                  f"{_r(zo.p99 / co.p99)} | {_r(zo.median / coe.median)} |")
     L.append("")
+    L.append("**Casbin** (µs; the same zc series as above, measured in the same loops; legal set: a loop of "
+             "`enforce` over every action, and `batch_enforce` over every action; one question: one `enforce`):")
+    L.append("")
+    L.append("| actions | Casbin rows | legal set: Casbin n | loop median | loop p99 | `batch_enforce` median | "
+             "`batch_enforce` p99 | zc/Casbin loop (median) | zc/Casbin batch (median) | one action: Casbin n | "
+             "Casbin median | Casbin p99 | zc/Casbin (median) | zc/Casbin (p99) |")
+    L.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        s = r["series"]
+        zl, zo, cl, cbt, co = s["zc_legal"], s["zc_one"], s["casbin_loop"], s["casbin_batch"], s["casbin_one"]
+        L.append(f"| {r['n']:,} | {r['casbin_rows']:,} | {cl.n:,} | {_f(cl.median)} | {_f(cl.p99)} | "
+                 f"{_f(cbt.median)} | {_f(cbt.p99)} | {_r(zl.median / cl.median)} | {_r(zl.median / cbt.median)} | "
+                 f"{co.n:,} | {_f(co.median)} | {_f(co.p99)} | {_r(zo.median / co.median)} | "
+                 f"{_r(zo.p99 / co.p99)} |")
+    L.append("")
     L.append("**DESIGN.md §8 targets** (zc legal set, p50 on one CPython 3.11 core):")
     L.append("")
     L.append("| what | target p50 | measured p50 (p99), n | met |")
@@ -800,34 +949,18 @@ def render(results: list[dict], checks: list[dict], command: str, mode: str, loa
     L.append("")
     L.append("One-off costs (not part of any timing above): "
              + "; ".join(f"{r['n']:,} actions: zc `compile_text` {r['zc_compile_s']:.2f} s, Cedar "
-                         f"`PolicySet.from_str` {r['cedar_parse_s'] * 1e3:.1f} ms" for r in results) + ".")
+                         f"`PolicySet.from_str` {r['cedar_parse_s'] * 1e3:.1f} ms, Casbin model + "
+                         f"`add_policies` {r['casbin_build_s'] * 1e3:.1f} ms" for r in results) + ".")
     L.append("")
     slow = max(results, key=lambda r: r["n"])
     L.append("Ratios below 1 mean zc is faster. Medians are of the samples listed (n); the p99 of a small n is "
              f"close to its maximum. Cedar's batch at {slow['n']:,} actions takes "
-             f"{slow['series']['cedar_batch'].median / 1e6:.2f} s per call, so its repetitions are limited. "
+             f"{slow['series']['cedar_batch'].median / 1e6:.2f} s per call and Casbin's legal set "
+             f"{slow['series']['casbin_loop'].median / 1e6:.2f} s, so their repetitions are limited. "
              "zc's legal set was also timed between the batch calls (same states): "
              + "; ".join(f"{r['n']:,} actions median {_f(r['series']['zc_legal_b'].median)} µs"
                          for r in results) + ".")
     return "\n".join(L) + "\n"
-
-
-def write_section(path: Path, section: str) -> None:
-    block = f"{BEGIN}\n{section}{END}\n"
-    if path.exists():
-        text = path.read_text()
-        if BEGIN in text and END in text:
-            pre, rest = text.split(BEGIN, 1)
-            _, post = rest.split(END, 1)
-            text = pre + block.rstrip("\n") + post
-            if not text.endswith("\n"):
-                text += "\n"
-        else:
-            text = text.rstrip("\n") + "\n\n" + block
-    else:
-        text = ("# Benchmarks\n\nMeasured figures for the performance targets of DESIGN.md §8. Each section "
-                "is written by the script named in it; rerun the command to refresh it.\n\n" + block)
-    path.write_text(text)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -839,7 +972,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run, not for the record)")
-    ap.add_argument("--check-only", action="store_true", help="run only the zc/Cedar agreement check")
+    ap.add_argument("--check-only", action="store_true", help="run only the zc/Cedar/Casbin agreement check")
     ap.add_argument("--sizes", default="10,100,1000", help="comma-separated action counts (default 10,100,1000)")
     ap.add_argument("--states", type=int, default=None,
                     help="random states per size (default 200: the agreement check runs on all of them, and at "
@@ -867,10 +1000,13 @@ def main(argv: list[str] | None = None) -> int:
             d.mkdir(parents=True, exist_ok=True)
             (d / f"{case.pol.name}.zc").write_text(case.zc_src)
             (d / f"{case.pol.name}.cedar").write_text(case.cedar_src)
-        print(f"[{n} actions] {len(case.pol.rules)} zc rules, {case.n_cedar_policies} Cedar policies; "
+            (d / f"{case.pol.name}.casbin.conf").write_text(CASBIN_MODEL)
+            (d / f"{case.pol.name}.casbin.rows").write_text(casbin_text(case.casbin_rows))
+        print(f"[{n} actions] {len(case.pol.rules)} zc rules, {case.n_cedar_policies} Cedar policies, "
+              f"{len(case.casbin_rows)} Casbin rows; "
               f"built in {time.perf_counter() - t0:.2f} s; checking agreement on {n_states} states ...", flush=True)
         c = check_agreement(case)
-        print(f"[{n} actions] agree: {c['decisions']:,} decisions, legal-set size mean {c['mean_legal']:.1f} "
+        print(f"[{n} actions] agree: {c['decisions']:,} decisions (zc = Cedar = Casbin = reference), legal-set size mean {c['mean_legal']:.1f} "
               f"(min {c['min_legal']}, max {c['max_legal']}), {c['seconds']:.1f} s", flush=True)
         checks.append(c)
         cases.append(case)
@@ -881,20 +1017,22 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     loads = {"start": load_at_start, "before": os.getloadavg()[0]}
     for case in cases:
-        rounds, batch_calls = PLAN[mode].get(case.n, (2, max(3, 3000 // case.n)))
+        rounds, batch_calls, casbin_calls = PLAN[mode].get(case.n, (2, max(3, 3000 // case.n),
+                                                                     max(3, 30000 // case.n)))
         t0 = time.perf_counter()
-        series = time_case(case, rounds, batch_calls)
+        series = time_case(case, rounds, batch_calls, casbin_calls)
         print(f"[{case.n} actions] timed in {time.perf_counter() - t0:.1f} s", flush=True)
         results.append({"n": case.n, "rules": len(case.pol.rules), "cedar_policies": case.n_cedar_policies,
+                        "casbin_rows": len(case.casbin_rows),
                         "series": series, "zc_compile_s": case.zc_compile_s,
-                        "cedar_parse_s": case.cedar_parse_s})
+                        "cedar_parse_s": case.cedar_parse_s, "casbin_build_s": case.casbin_build_s})
 
     loads["after"] = os.getloadavg()[0]
     section = render(results, checks, command, mode, loads)
     print()
     print(section)
     if args.write:
-        write_section(Path(args.write), section)
+        write_section(Path(args.write), "legal_bench", section)
         print(f"wrote section to {args.write}")
     return 0
 

@@ -1,0 +1,64 @@
+"""What every benchmark in bench/ shares: machine facts and writing its own section of BENCHMARKS.md."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+from importlib import metadata
+from pathlib import Path
+
+HEADER = ("# Benchmarks\n\nMeasured figures for the performance targets of DESIGN.md §8. Each section is "
+          "written by the script named in it; rerun the command to refresh it (`make bench` reruns all).\n")
+
+
+def ver(pkg: str) -> str:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def cpu_model() -> str:
+    try:
+        txt = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or "unknown"
+    m = re.search(r"^model name\s*:(.*)$", txt, re.M)
+    cpu = m.group(1).strip() if m else "unknown"
+    m = re.search(r"^flags\s*:(.*)$", txt, re.M)
+    flags = [f for f in ("avx2", "avx512f") if m and f in m.group(1).split()]
+    return cpu + (f" ({', '.join(flags)})" if flags else "")
+
+
+def machine_facts(packages: list[tuple[str, tuple[str, ...]]]) -> list[tuple[str, str]]:
+    """CPU, cores, Python, and the versions of `packages` given as (label, distribution names)."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
+    return [
+        ("CPU", cpu_model()),
+        ("cores (os.cpu_count)", str(os.cpu_count())),
+        ("affinity (usable cores)", str(usable)),
+        ("Python", f"{platform.python_implementation()} {platform.python_version()} ({platform.platform()})"),
+        ("zcompile", ver("zcompile")),
+        *((label, " / ".join(ver(p) for p in pkgs)) for label, pkgs in packages),
+    ]
+
+
+def machine_table(packages: list[tuple[str, tuple[str, ...]]]) -> list[str]:
+    return ["| machine | |", "|---|---|", *(f"| {k} | {v} |" for k, v in machine_facts(packages))]
+
+
+def write_section(path: Path, name: str, section: str) -> None:
+    """Create or replace the section between `<!-- name:begin -->` and `<!-- name:end -->`; the rest of
+    the file is left as it is. Written to a temporary file and renamed, so a crash loses nothing."""
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    block = f"{begin}\n{section.rstrip()}\n{end}"
+    text = path.read_text() if path.exists() else HEADER
+    if begin in text and end in text:
+        pre, rest = text.split(begin, 1)
+        text = pre + block + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    tmp = path.with_name(f".{path.name}.{name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
