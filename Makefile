@@ -33,9 +33,9 @@ demo: venv
 	  --json build/eval.json --html build/eval.html
 
 bench: venv
-	$(PIP) install -c constraints.txt -e '.[test,bench]'
+	$(PIP) install -c constraints.txt -e '.[bench,routing]'
 	$(PY) bench/legal_bench.py --write BENCHMARKS.md
-	$(PIP) install -c constraints.txt -e '.[routing]'
+	$(PY) bench/router_bench.py --write BENCHMARKS.md
 	$(PY) bench/routing_bench.py --write BENCHMARKS.md
 
 clean:

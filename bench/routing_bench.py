@@ -337,13 +337,13 @@ def render(r: dict, command: str) -> str:
     L.append(f"| (c) zc specialist `airline_chat` ({r['specialist_model']}) | {thr_s} ({sc[0]}, {sc[1]}, {sc[2]:.3f}) | "
              f"{sp['answered']} / {n} | {sp['coverage']:.3f} | {_p(sp['precision'])} | "
              f"{_ci(sp['ci']) if sp['answered'] else '—'} | {100 * sp['removed']:.1f}% |")
+    none_qualify = (not math.isfinite(r["embedding_tau"]) and not math.isfinite(r["knn_tau"])
+                    and r["specialist_tau"] > 1)
     L += ["",
           "No learned router finds a qualifying threshold: a one-sided 95% bound of 0.95 needs at least 59 "
           "answered calibration decisions without an error, and the calibration split has "
           f"{r['split_n']['calibration']}. So at this target all of them ask the teacher every time, like (a). "
-          "The risk–coverage points compare them where the target cannot decide:" if
-          (not math.isfinite(r["embedding_tau"]) and not math.isfinite(r["knn_tau"])
-           and r["specialist_tau"] > 1) else
+          "The risk–coverage points compare them where the target cannot decide:" if none_qualify else
           "The risk–coverage points compare the routers at equal coverage:",
           "",
           "**Risk–coverage on the test split** (answering the most confident share by each router's own score; "
@@ -396,10 +396,11 @@ def render(r: dict, command: str) -> str:
           "",
           "Reading: zc's specialist (features from the policy's state schema, a small MLP, temperature-"
           "calibrated) ranks its own answers better than either MiniLM router (centroids or kNN) on the same text "
-          "at equal coverage (see AURC and the rows above), at a fraction of the latency; at the 0.95 target "
-          "neither removes a single teacher call on this data, so the honest figure for both today is the "
-          "always-expensive one. Intervals overlap at the smaller coverages: n = "
-          f"{n} test decisions from {len(r['test_tasks'])} tasks is little."
+          "at equal coverage (see AURC and the rows above), at a fraction of the latency"
+          + ("; at the 0.95 target none of them removes a single teacher call on this data, so the honest "
+             "figure for all of them today is the always-expensive one" if none_qualify else "")
+          + f". n = {n} test decisions from {len(r['test_tasks'])} tasks is little: compare the intervals, "
+          "not only the point estimates."
           if sp["aurc"] < min(emb["aurc"], alt["aurc"], kn["aurc"]) else
           "Reading: on this data the MiniLM centroid router ranks its answers at least as well as zc's "
           "specialist (AURC above); see the latency table for the price.",
