@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         f"ONNX model call alone / scikit-learn `predict_proba`: {spec_rows[1][2] / spec_rows[2][2]:.3f} (p50). "
         f"DESIGN.md §8 target for a tabular specialist (features + ONNX + mask): p50 ≤ 60 µs — "
         f"measured {spec_rows[0][2]:,.0f} µs: **{'met' if spec_rows[0][2] <= 60 else 'missed'}**"
-        + ("" if spec_rows[0][2] <= 60 else " (feature hashing of four text fields in Python dominates)") + ".",
+        + ("" if spec_rows[0][2] <= 60 else " (hashing the words of three text fields in Python dominates; the ONNX call alone is the row below it)") + ".",
         "",
         f"**Resident memory** of a process holding a loaded router (policy + specialist + receipt "
         f"writer), from `/proc/self/status` in a fresh interpreter: {rss['baseline']:.1f} MB after "
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         f"DESIGN.md §8 target, router decision with compiler + tabular specialist: p50 ≤ 150 µs — "
         f"measured {spec_p50:,.0f} µs: **{'met' if spec_p50 <= 150 else 'missed'}**"
         + ("" if spec_p50 <= 150 else
-           " (the specialist's features hash four conversation text fields in Python; see README, "
+           " (the specialist's features hash the words of three conversation text fields in Python; see README, "
            "Distillation)") + ".",
     ]
     text = "\n".join(lines)
