@@ -221,3 +221,11 @@ def test_cli_malformed_call(state_file, call, message):
     res = run("--state", state_file, "--call", call)
     assert res.exit_code == 1
     assert res.output.startswith(message), res.output
+
+
+def test_arguments_may_be_named_with_reserved_words():
+    # tool schemas name arguments freely (`state` in an address): a signature takes them as they are
+    p = zcompile.compile_text("policy p\naction a(state: enum(x, y), true: int, policy: bool?)\n"
+                              "action e\nfallback e\nrule r: a requires args.state == x and args.true > 1\n")
+    assert p.check({}, "a", {"state": "x", "true": 2}).allowed
+    assert [r.rule for r in p.check({}, "a", {"state": "y", "true": 2}).reasons] == ["r"]

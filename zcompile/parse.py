@@ -17,7 +17,7 @@ from .source import Source, Span
 MAX_DEPTH = 200
 MAX_SYNTAX_ERRORS = 20
 RECOVER_BYTES = 1 << 20  # larger files report their first syntax error only (each retry re-parses)
-_DECL = re.compile(r"^[ \t]*(state|action|fallback|intent|rule|tier|route)\b", re.M)  # deepest syntax tree accepted; deeper input gets ZC0006, not a RecursionError
+_DECL = re.compile(r"^[ \t]*(state(?=\s*\{)|action|fallback|intent|rule|tier|route)\b", re.M)  # deepest syntax tree accepted; deeper input gets ZC0006, not a RecursionError
 
 _TERMINAL_NAMES = {
     "NAME": "a name",
@@ -289,6 +289,11 @@ class _ToAst(Transformer):
 
     def params(self, meta, *params):
         return _Params(tuple(p for p in params if p is not None))
+
+    def param_name(self, meta, tok):
+        if isinstance(tok, A.Ident):
+            return tok
+        return A.Ident(text=str(tok), span=self._tok(tok))
 
     def param(self, meta, name, type_ref, *optional):
         return A.Param(name=name, type=type_ref, optional=bool(optional), span=self._span(meta))
