@@ -143,6 +143,7 @@ class Report:
     illegal: list[Illegal] = field(default_factory=list)
     refusals: list[dict] = field(default_factory=list)
     not_expressible: list[dict] = field(default_factory=list)
+    writes_only: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {
@@ -154,6 +155,7 @@ class Report:
             "refusals_blocked": sum(r["blocked"] for r in self.refusals),
             "refusals": self.refusals,
             "refusals_not_expressible": self.not_expressible,
+            "writes_only_traces": self.writes_only,
         }
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from zcompile import ZcError
 
+from .retail import LOOKUP_FIRST
 from .common import (DataError, Illegal, Report, expect, gold_actions, load_policy, normalize_args,
                      read_json, read_tasks, reason_dicts, scenario_text)
 
@@ -73,13 +74,23 @@ def run(domain: str, tasks_path: str | Path, db_path: str | Path,
     for c in cases:
         by_task.setdefault(c["task"], []).append(c)
     ids = {str(t["id"]) for t in tasks}
+    reads = {a.name for a in policy.ir.actions if "read" in a.tags}
+    writes = {a.name for a in policy.ir.actions if "write" in a.tags}
     report = Report(tasks=len(tasks),
                     not_expressible=[n for n in not_expressible if str(n.get("task")) in ids])
     for task in tasks:
         tid = str(task["id"])
         world = new_world(task)
         history: set[str] = set()
-        for step, (name, args) in enumerate(gold_actions(task)):
+        actions = gold_actions(task)
+        if (hasattr(world, "assume_authenticated") and any(n in writes for n, _ in actions)
+                and not any(n in reads for n, _ in actions)):
+            # tau2 lists only the graded writes for some tasks: the lookups the policy requires
+            # before any write (authentication, the order's status) are assumed to have happened
+            world.assume_authenticated(actions[0])
+            history |= set(LOOKUP_FIRST)
+            report.writes_only.append(tid)
+        for step, (name, args) in enumerate(actions):
             report.gold_actions += 1
             if name not in policy.actions:
                 report.illegal.append(Illegal(tid, step, name, args, [
@@ -95,6 +106,9 @@ def run(domain: str, tasks_path: str | Path, db_path: str | Path,
             history.add(name)
         for case in by_task.get(tid, []):
             name, args = case["call"]["name"], dict(case["call"].get("arguments") or {})
+            if getattr(world, "user", "") is None:  # nobody located in the trace: as for writes-only
+                world.assume_authenticated((name, args))
+                history |= set(LOOKUP_FIRST)
             state = world.state(name, args, history, about=case.get("about"))
             verdict = policy.check(state, name, normalize_args(policy, name, args))
             report.refusals.append({
@@ -111,6 +125,8 @@ def render(report: Report) -> str:
     for i in d["illegal"]:
         lines.append(f"  task {i['task']} step {i['step']}: {i['action']}")
         lines.extend(f"    - {r['rule']} ({r['kind']}): {r['message']}" for r in i["reasons"])
+    if d["writes_only_traces"]:
+        lines.append(f"writes-only gold traces (lookups assumed): {len(d['writes_only_traces'])} tasks")
     lines.append(f"refusals: {d['refusals_blocked']} of {d['refusals_checked']} forbidden calls blocked")
     for r in d["refusals"]:
         mark = "blocked" if r["blocked"] else "NOT BLOCKED"
