@@ -229,3 +229,10 @@ def test_arguments_may_be_named_with_reserved_words():
                               "action e\nfallback e\nrule r: a requires args.state == x and args.true > 1\n")
     assert p.check({}, "a", {"state": "x", "true": 2}).allowed
     assert [r.rule for r in p.check({}, "a", {"state": "y", "true": 2}).reasons] == ["r"]
+
+
+def test_a_long_condition_is_cut_in_reason_messages():
+    cond = " or ".join(f"n == {i}" for i in range(60))
+    p = zcompile.compile_text(f"policy p\nstate {{ n: int }}\naction a\naction e\nfallback e\nrule r: a requires {cond}\n")
+    [reason] = p.legal({"n": 99}).removed["a"]
+    assert len(reason.message) < 220 and "…` (n = 99)" in reason.message

@@ -24,6 +24,7 @@ from . import ir
 from .errors import ZcError, did_you_mean
 from .state import Schema, read_path
 
+MAX_SHOWN = 160  # a longer condition is cut in reason messages (its span points at the whole rule)
 _OPS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
         ">": operator.gt, ">=": operator.ge, "+": operator.add, "-": operator.sub,
         "*": operator.mul}
@@ -304,7 +305,8 @@ class Policy:
         else:
             verb = {"requires": "requires", "forbid_when": "is forbidden when",
                     "forbid_unless": "is forbidden unless"}[rule.kind]
-            msg = f"`{action}` {verb} `{rule.text}`" + (f" ({shown})" if shown else "")
+            text = rule.text if len(rule.text) <= MAX_SHOWN else rule.text[:MAX_SHOWN - 1] + "…"
+            msg = f"`{action}` {verb} `{text}`" + (f" ({shown})" if shown else "")
         return Reason(rule.name, rule.kind, msg, rule.span, values)
 
     # ---- code generation -------------------------------------------------------------------------
