@@ -39,7 +39,8 @@ def load_db(path: str | Path) -> dict[str, dict]:
 # The reason for cancelling, from what the user says. Only explicit words count; anything else the
 # user gives is `other`, and no words at all leave it absent (the agent has not asked).
 _REASONS = (
-    ("health", re.compile(r"\b(sick|ill|illness|flu|fever|hospital\w*|medical|injur\w*|surgery)\b", re.I)),
+    ("health", re.compile(r"\b(sick|ill|illness|unwell|not feeling well|under the weather|flu|fever|"
+                          r"hospital\w*|medical|injur\w*|surgery)\b", re.I)),
     ("weather", re.compile(r"\b(weather|storm|hurricane|snow\w*|blizzard|typhoon|flood\w*)\b", re.I)),
     ("airline_cancelled", re.compile(r"\b(airline cancel\w*|cancel\w* by the airline|flight (was|got|has been) cancel\w*)\b", re.I)),
     ("change_of_plan", re.compile(r"\b(change of plans?|plans? (have |has )?changed|no longer need|don'?t need)\b", re.I)),
