@@ -126,6 +126,7 @@ class Policy:
         self._params = {a.name: ({p.name: p for p in a.params} if a.params is not None else None)
                         for a in policy.actions}
         self._checks: dict[str, tuple[Any, tuple[int, ...]]] = {}
+        self._reads_cost: dict[str, bool] = {}  # rule name -> its condition reads `cost`
 
     @property
     def intents(self) -> tuple[str, ...]:
@@ -178,7 +179,8 @@ class Policy:
         reasons, values = self._schema(action, args)
         ls = self.legal(state, intent, strict=strict)
         if action not in ls.actions:
-            reasons.extend(ls.removed.get(action, ()))
+            removed = ls._reasons if ls._reasons is not None else self._explain(ls, only=action)
+            reasons.extend(removed.get(action, ()))
         fn, rules = self._check_fn(action)
         if rules:
             fired = fn(ls._root, values)
@@ -272,17 +274,21 @@ class Policy:
         return tuple(out)
 
     # ---- reasons -------------------------------------------------------------------------------
-    def _explain(self, ls: LegalSet) -> dict[str, tuple[Reason, ...]]:
+    def _explain(self, ls: LegalSet, only: str | None = None) -> dict[str, tuple[Reason, ...]]:
         legal = set(ls.actions)
-        reasons: dict[str, list[Reason]] = {a: [] for a in self.actions if a not in legal}
+        reasons: dict[str, list[Reason]] = {a: [] for a in self.actions
+                                            if a not in legal and (only is None or a == only)}
+        if not reasons:
+            return {}
         if ls._intent is not None:
             for a in reasons:
                 if not ls._universe >> self._index[a] & 1:
                     reasons[a].append(Reason("intent", "intent",
                                              f"not allowed by intent `{ls._intent}`", None))
         fired_rules: dict[int, int] = {}
+        want = self._all if only is None else 1 << self._index[only]
         for g, group in enumerate(self._groups):
-            if group.mask and (ls._fired >> g & 1 or group.rule < 0):
+            if group.mask & want and (ls._fired >> g & 1 or group.rule < 0):
                 fired_rules[abs(group.rule)] = fired_rules.get(abs(group.rule), 0) | group.mask
         for ri, mask in sorted(fired_rules.items()):
             rule = self.ir.rules[ri - 1]
@@ -294,7 +300,10 @@ class Policy:
 
     def _reason(self, rule: ir.RuleDef, action: str, values) -> Reason:
         cost = self.ir.actions[self._index[action]].cost
-        if rule.cond is not None and _reads_cost(rule.cond):
+        reads_cost = self._reads_cost.get(rule.name)
+        if reads_cost is None:
+            reads_cost = self._reads_cost[rule.name] = rule.cond is not None and _reads_cost(rule.cond)
+        if reads_cost:
             values = values + (("cost", cost),)
         shown = ", ".join(f"{k} = {_show(v)}" for k, v in values)
         if rule.kind == "after":
