@@ -193,3 +193,25 @@ def test_full_airline_conformance(capsys):
     assert [r["rule"] for r in err["reasons"]] == ["cancel_eligible"]
     assert report["refusals_checked"] == report["refusals_blocked"] == 22
     assert all(r["rules"] for r in report["refusals"])
+
+
+@pytest.mark.parametrize("content, message", [
+    ("[]", r"refusals.json: \$: expected"),
+    ('{"cases": [{"task": 7, "call": {"name": "cancel_reservation"}}]}', r"\$\.cases\[0\]\.task: expected the task id"),
+    ('{"cases": [{"task": "7", "call": {"arguments": {}}}]}', r"\$\.cases\[0\]\.call: expected"),
+])
+def test_bad_refusals_file(tmp_path, content, message):
+    f = tmp_path / "refusals.json"
+    f.write_text(content)
+    with pytest.raises(DataError, match=message):
+        conformance.run("airline", FIXTURE / "tasks.json", FIXTURE, refusals_path=f)
+
+
+def test_database_of_an_unexpected_shape_is_a_clear_error(tmp_path):
+    for table in ("users", "flights"):
+        (tmp_path / f"{table}.json").write_text((FIXTURE / f"{table}.json").read_text())
+    broken = json.loads((FIXTURE / "reservations.json").read_text())
+    del broken["XEHM4B"]["created_at"]
+    (tmp_path / "reservations.json").write_text(json.dumps(broken))
+    with pytest.raises(DataError, match=r"task 7 step \d: unexpected data shape \(KeyError: 'created_at'\)"):
+        conformance.run("airline", FIXTURE / "tasks.json", tmp_path)

@@ -96,13 +96,13 @@ def run(domain: str, tasks_path: str | Path, db_path: str | Path,
                 report.illegal.append(Illegal(tid, step, name, args, [
                     {"rule": "schema", "kind": "schema", "message": f"unknown tool `{name}`"}]))
                 continue
-            state = world.state(name, args, history)
+            state = _guarded(lambda: world.state(name, args, history), tasks_path, tid, step)
             verdict = policy.check(state, name, normalize_args(policy, name, args))
             if verdict.allowed:
                 report.legal += 1
             else:
                 report.illegal.append(Illegal(tid, step, name, args, reason_dicts(verdict)))
-            world.apply(name, args)
+            _guarded(lambda: world.apply(name, args), db_path, tid, step)
             history.add(name)
         for case in by_task.get(tid, []):
             name, args = case["call"]["name"], dict(case["call"].get("arguments") or {})
@@ -116,6 +116,15 @@ def run(domain: str, tasks_path: str | Path, db_path: str | Path,
                 "blocked": not verdict.allowed, "rules": [r.rule for r in verdict.reasons],
                 "reasons": reason_dicts(verdict)})
     return report
+
+
+def _guarded(fn, where, task: str, step: int):
+    """Run one adapter step; a database or task of an unexpected shape is a DataError, not a crash."""
+    try:
+        return fn()
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise DataError(f"{where}: task {task} step {step}: unexpected data shape "
+                        f"({type(exc).__name__}: {exc})") from None
 
 
 def render(report: Report) -> str:
