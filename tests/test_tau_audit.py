@@ -92,3 +92,17 @@ def test_full_audit(capsys):
     assert (ok["runs"], ok["write_calls"], ok["blocked"], ok["blocked_on_known_facts"]) == (49, 30, 19, 4)
     assert (failed["runs"], failed["write_calls"], failed["blocked"], failed["blocked_on_known_facts"]) == \
         (71, 127, 69, 35)
+
+
+def test_tool_output_of_an_unexpected_shape_is_a_clear_error(tmp_path):
+    bad = {k: v for k, v in RESERVATION.items() if k != "created_at"}
+    conv = {"id": "c1", "reward": 1.0, "messages": [
+        {"role": "assistant", "tool_calls": [{"function": {"name": "get_reservation_details",
+                                                           "arguments": '{"reservation_id": "AB12CD"}'}}]},
+        {"role": "tool", "name": "get_reservation_details", "content": json.dumps(bad)},
+        {"role": "assistant", "tool_calls": [{"function": {"name": "cancel_reservation",
+                                                           "arguments": '{"reservation_id": "AB12CD"}'}}]}]}
+    f = tmp_path / "chat.jsonl"
+    f.write_text(json.dumps(conv) + "\n")
+    with pytest.raises(DataError, match=r"chat.jsonl:1: \$\.messages\[2\]: unexpected data shape \(KeyError"):
+        audit.run(f)

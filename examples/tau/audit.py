@@ -131,6 +131,15 @@ def _calls(messages: list, where: str):
     return out
 
 
+def _guarded(fn, where: str, index: int):
+    """One step of the replay; a tool output of an unexpected shape is a DataError, not a crash."""
+    try:
+        return fn()
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise DataError(f"{where}: $.messages[{index}]: unexpected data shape "
+                        f"({type(exc).__name__}: {exc})") from None
+
+
 def run(chat_path: str | Path, examples: int = 3) -> dict:
     policy = load_policy("airline")
     writes = {a.name for a in policy.ir.actions if "write" in a.tags}
@@ -170,7 +179,8 @@ def run(chat_path: str | Path, examples: int = 3) -> dict:
                 users = " ".join(str(m.get("content") or "") for m in messages[:i] if m.get("role") == "user")
                 world.reason = cancel_reason(users)
                 norm = normalize_args(policy, name, args)
-                verdict = policy.check(world.state(name, args, history), name, norm)
+                state = _guarded(lambda: world.state(name, args, history), where, i)
+                verdict = policy.check(state, name, norm)
                 bucket["write_calls"] += 1
                 if not verdict.allowed:
                     bucket["blocked"] += 1
@@ -188,7 +198,7 @@ def run(chat_path: str | Path, examples: int = 3) -> dict:
                                       "rules": names, "reasons": reason_dicts(verdict),
                                       "tool_output": str(output)[:200] if output is not None else None})
             if name in policy.actions:
-                world.observe(name, args, output)
+                _guarded(lambda: world.observe(name, args, output), where, i)
             history.add(name)
         bucket["runs_with_a_block"] += blocked_here > 0
         bucket["runs_with_a_block_on_known_facts"] += known_here > 0
