@@ -422,8 +422,8 @@ def test_artifact_truncated(artifact, tmp_path):
 
 def test_artifact_version_bumped(artifact, tmp_path):
     data = artifact.read_bytes()
-    assert b'"version":1,' in data
-    result, path = _legal_with(tmp_path, "future.zcp", data.replace(b'"version":1,', b'"version":99,', 1))
+    assert b'"version":2,' in data
+    result, path = _legal_with(tmp_path, "future.zcp", data.replace(b'"version":2,', b'"version":99,', 1))
     assert_refused(result, str(path), "version 99", "newer")
 
 

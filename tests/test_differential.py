@@ -26,6 +26,10 @@ state {
 """
 ENUMS = {"a": "xyz", "b": "xyz", "u.v": "pq"}
 NUMS = ["n", "m", "f.g", "cost"]
+SIGNATURE = "(k: enum(x, y, z), q: int, r: int?, l: list, o: bool?, note: text?)"
+ARG_LEAVES = ["args.k == x", "args.k != y", "args.k in {x, z}", "args.k == a", "args.q > n",
+              "args.q + 1 <= cost", "args.r in {1, 2}", "len(args.l) <= args.q", "len(args.l) == 0",
+              "args.o", "not args.o", "args.r > m"]
 TAGS = ["t1", "t2", "t3"]
 
 
@@ -38,12 +42,14 @@ def num_expr(draw, actions, depth):
 
 
 @st.composite
-def bool_expr(draw, actions, depth):
+def bool_expr(draw, actions, depth, args=False):
     leaves = [
         lambda: f"{draw(st.sampled_from(list(ENUMS)))}",  # placeholder replaced below
     ]
     del leaves
-    kind = draw(st.integers(0, 11 if depth > 0 else 8))
+    kind = draw(st.integers(-1 if args else 0, 11 if depth > 0 else 8))
+    if kind == -1:
+        return draw(st.sampled_from(ARG_LEAVES))
     if kind == 0:
         field = draw(st.sampled_from(list(ENUMS)))
         op = draw(st.sampled_from(["==", "!="]))
@@ -72,9 +78,9 @@ def bool_expr(draw, actions, depth):
     if kind == 8:
         return f"cost {draw(st.sampled_from(['>', '<=']))} {draw(st.sampled_from(['n', 'm', 'f.g']))}"
     if kind == 9:
-        return f"not ({draw(bool_expr(actions, depth - 1))})"
+        return f"not ({draw(bool_expr(actions, depth - 1, args))})"
     word = "and" if kind == 10 else "or"
-    parts = draw(st.lists(bool_expr(actions, depth - 1), min_size=2, max_size=3))
+    parts = draw(st.lists(bool_expr(actions, depth - 1, args), min_size=2, max_size=3))
     return f" {word} ".join(f"({p})" for p in parts)
 
 
@@ -85,7 +91,7 @@ def policies(draw):
     lines = ["policy random", SCHEMA]
     for name in actions:
         tags = draw(st.lists(st.sampled_from(TAGS), min_size=1, max_size=2))
-        lines.append(f"action {name} tags({', '.join(tags)}) cost {draw(st.integers(0, 5))}")
+        lines.append(f"action {name}{SIGNATURE} tags({', '.join(tags)}) cost {draw(st.integers(0, 5))}")
     used_tags = sorted({t for line in lines if line.startswith("action")
                         for t in line.split("tags(")[1].split(")")[0].split(", ")})
     lines.append(f"fallback {draw(st.sampled_from(actions))}")
@@ -109,7 +115,7 @@ def policies(draw):
                 continue
             lines.append(f"rule r{i}: {target} after {', '.join(needs)}")
             continue
-        cond = draw(bool_expr(actions, 2))
+        cond = draw(bool_expr(actions, 2, args=draw(st.booleans())))
         body = {"requires": f"{target} requires {cond}",
                 "forbid_when": f"forbid {target} when {cond}",
                 "forbid_unless": f"forbid {target} unless {cond}"}[kind]
@@ -170,3 +176,38 @@ def test_runtime_matches_reference_interpreter(data):
         assert got.fallback == want_fb
         got_removed = {a: sorted(r.rule for r in rs) for a, rs in got.removed.items()}
         assert got_removed == {a: sorted(rs) for a, rs in want_removed.items()}, (src, state)
+
+
+@st.composite
+def calls(draw, actions):
+    """A proposed call: arguments present, absent, null, of the wrong type, or unknown."""
+    values = {
+        "k": st.one_of(st.sampled_from("xyz"), st.just("w"), st.integers(0, 2)),
+        "q": st.one_of(st.integers(-2, 6), st.just(1.5), st.just("3"), st.booleans()),
+        "r": st.one_of(st.integers(0, 3), st.none()),
+        "l": st.one_of(st.lists(st.integers(0, 3), max_size=4), st.just("abc"), st.none()),
+        "o": st.one_of(st.booleans(), st.just(0)),
+        "note": st.one_of(st.text(max_size=3), st.integers()),
+        "extra": st.integers(),
+    }
+    args = {k: draw(v) for k, v in values.items() if draw(st.integers(0, 4)) > (2 if k == "extra" else 0)}
+    return draw(st.sampled_from(actions)), args
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_check_matches_reference_interpreter(data):
+    src, actions = data.draw(policies())
+    checked = check_source(Source("random.zc", src))
+    policy = compile_text(src, "random.zc")
+    for _ in range(5):
+        state = data.draw(states(actions))
+        action, args = data.draw(calls(actions))
+        intent = data.draw(st.sampled_from([None, "focus"]))
+        universe = ([a.text for a in checked.policy.intents[0].allow] if intent else actions)
+        want_allowed, want_blocked = interp.check(
+            [(a, checked.costs[a]) for a in actions], checked.targets, checked.policy.rules,
+            checked.params, flat(checked, state), universe, checked.fallback, action, args)
+        got = policy.check(state, action, args, intent)
+        assert got.allowed == want_allowed, (src, state, action, args, intent)
+        assert sorted(r.rule for r in got.reasons) == sorted(want_blocked), (src, state, action, args)

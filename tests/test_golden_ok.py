@@ -29,6 +29,12 @@ SOURCES = sorted({_source(c.parent.name) for c in CASES} | set((ROOT / "policies
 def test_golden_legal_set(case):
     want = json.loads(case.read_text())
     policy = zcompile.compile_file(_source(case.parent.name))
+    if "call" in want:  # a golden verdict: one proposed call, allowed or every rule that blocks it
+        v = policy.check(want["state"], want["call"]["name"], want["call"]["arguments"],
+                         want.get("intent"))
+        assert v.allowed == want["allowed"]
+        assert sorted(r.rule for r in v.reasons) == sorted(want["reasons"])
+        return
     got = policy.legal(want["state"], want.get("intent"))
     assert list(got.actions) == want["legal"]
     assert got.fallback == want["fallback"]

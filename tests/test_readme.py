@@ -39,3 +39,19 @@ def test_readme_language_snippets_compile():
         "policy snippet\n" + state + "\naction cancel_order\naction escalate\nfallback escalate\n"
         "rule r: cancel_order requires user.verified and order.status == pending\n")
     assert policy.legal({"user": {"role": "admin", "verified": True}}).actions == ("escalate",)
+
+
+def test_readme_action_arguments_snippet():
+    """The snippet of "Action arguments" compiles, and behaves as the text around it says."""
+    block = re.search(r"### Action arguments\n\n```\n(.*?)```", README, re.S).group(1)
+    policy = zcompile.compile_text(
+        "policy snippet\nstate { order.items: int = 0 }\n" + block + "action escalate\nfallback escalate\n")
+    assert "add_bags" in policy.legal({}).actions  # argument rules are not evaluated by legal()
+    v = policy.check({}, "add_bags", {"order_id": "#W1", "bags": 1})
+    assert [r.rule for r in v.reasons] == []  # no rule reads `express` in the snippet
+    v = policy.check({}, "add_bags", {"order_id": "#W1", "bags": 0})
+    assert [r.rule for r in v.reasons] == ["add_only"]
+    v = policy.check({}, "cancel_pending_order", {"order_id": "#W1", "reason": "no longer needed"})
+    assert [r.kind for r in v.reasons] == ["schema", "requires"]  # the value is not a member: unknown
+    assert not policy.check({}, "list_all_airports", {"x": 1}).allowed
+    assert policy.check({}, "think", {"x": 1}).allowed

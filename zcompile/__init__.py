@@ -5,10 +5,10 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .errors import ZcError
-from .runtime import LegalSet, Policy, Reason, load
+from .runtime import LegalSet, Policy, Reason, Verdict, load
 from .state import StateError
 
-__all__ = ["LegalSet", "OpenAITier", "Policy", "Reason", "Router", "StateError", "ZcError",
+__all__ = ["LegalSet", "OpenAITier", "Policy", "Reason", "Router", "StateError", "Verdict", "ZcError",
            "compile_file", "compile_text", "load"]
 
 

@@ -38,7 +38,14 @@ class SetType:
     span: Span = _span()
 
 
-TypeRef = Union[EnumType, ScalarType, SetType]
+@node
+class ListType:
+    """`list`: an action argument holding a JSON array (rules read its length with `len`)."""
+
+    span: Span = _span()
+
+
+TypeRef = Union[EnumType, ScalarType, SetType, ListType]
 
 
 @node
@@ -98,6 +105,29 @@ class MemberRef:
 @node
 class ActionRef:
     name: str
+    span: Span = _span()
+
+
+@node
+class ArgRef:
+    """`args.NAME`: an argument of the proposed call (resolved by the checker)."""
+
+    name: str
+    span: Span = _span()
+
+
+@node
+class Call:
+    """`f(x)` as written; the checker turns `len(args.x)` into Len."""
+
+    func: Ident
+    operand: Expr
+    span: Span = _span()
+
+
+@node
+class Len:
+    operand: Expr
     span: Span = _span()
 
 
@@ -180,7 +210,7 @@ class Neg:
 
 
 Expr = Union[
-    Name, FieldRef, MemberRef, ActionRef, Num, Bool, SelfRef, CostRef,
+    Name, FieldRef, MemberRef, ActionRef, ArgRef, Call, Len, Num, Bool, SelfRef, CostRef,
     Not, And, Or, Compare, InLit, InField, Arith, Neg,
 ]
 
@@ -196,8 +226,19 @@ class FieldDecl:
 
 
 @node
+class Param:
+    """One argument of an action's signature: `reason: enum(a, b)`, `note: text?`."""
+
+    name: Ident
+    type: TypeRef
+    optional: bool
+    span: Span = _span()
+
+
+@node
 class ActionDecl:
     name: Ident
+    params: tuple[Param, ...] | None  # None: no signature (arguments are not checked)
     tags: tuple[Ident, ...]
     cost: LitNum | None
     description: str | None

@@ -45,6 +45,8 @@ class Checked:
     targets: dict[str, frozenset[str]]  # rule name -> target action names
     fallback: str
     diagnostics: tuple[Diagnostic, ...]
+    params: dict[str, dict[str, FieldInfo] | None] = dataclasses.field(default_factory=dict)
+    arg_rules: frozenset[str] = frozenset()  # rules whose condition reads `args.*`
 
     @property
     def name(self) -> str:
@@ -53,6 +55,9 @@ class Checked:
 
 # Expression types. Enums carry their member tuple; "name" is a bare name awaiting context.
 T_BOOL, T_NUM, T_ACTION, T_SET, T_TEXT, T_ERR = "bool", "number", "action", "set[action]", "text", "?"
+T_LIST = "list"
+ARGS = "args"  # `args.NAME` reads an argument of the proposed call
+FUNCTIONS = ("len",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +92,10 @@ class _Checker:
         self.actions: dict[str, A.ActionDecl] = {}
         self.tags: dict[str, list[str]] = {}
         self.reads: set[str] = set()
+        self.params: dict[str, dict[str, FieldInfo] | None] = {}
+        self.rule_targets: frozenset[str] = frozenset()
+        self.reads_args = False
+        self.arg_rules: set[str] = set()
 
     def err(self, code: str, msg: str, span: Span | None, help: str | None = None) -> None:
         self.diags.append(Diagnostic(code, "error", msg, span, help, path=self.src.path))
@@ -103,6 +112,7 @@ class _Checker:
                          f"the first declaration is on line {self.actions[a.name.text].span.line}")
                 continue
             self.actions[a.name.text] = a
+            self.params[a.name.text] = self._params(a)
             seen_tags = set()
             for t in a.tags:
                 if t.text not in seen_tags:
@@ -119,11 +129,14 @@ class _Checker:
         rules = []
         for rule in p.rules:
             targets.setdefault(rule.name.text, self._target(rule.target))
+            self.rule_targets, self.reads_args = targets[rule.name.text], False
             for name in rule.after:
                 self._action(name)
             cond = None
             if rule.cond is not None:
                 cond = self._condition(rule.cond, in_rule=True)
+                if self.reads_args:
+                    self.arg_rules.add(rule.name.text)
             rules.append(dataclasses.replace(rule, cond=cond))
         self._unique("ZC0105", "tier", p.tiers)
         self._unique("ZC0106", "route", p.routes)
@@ -146,7 +159,8 @@ class _Checker:
         checked = Checked(
             policy=policy, fields=self.fields, actions=tuple(self.actions.values()),
             costs={n: (a.cost.value if a.cost else 0) for n, a in self.actions.items()},
-            targets=targets, fallback=fallback, diagnostics=())
+            targets=targets, fallback=fallback, diagnostics=(), params=self.params,
+            arg_rules=frozenset(self.arg_rules))
         if not any(d.is_error for d in self.diags):
             _Linter(self, checked).run()
         return checked
@@ -179,6 +193,26 @@ class _Checker:
         self._action(fbs[0].action)
         return fbs[0].action.text
 
+    def _params(self, a: A.ActionDecl) -> dict[str, FieldInfo] | None:
+        if a.params is None:
+            return None
+        params: dict[str, FieldInfo] = {}
+        for prm in a.params:
+            name = prm.name.text
+            if name in params:
+                self.err("ZC0111", f"argument `{name}` of action `{a.name.text}` is declared twice",
+                         prm.name.span)
+                continue
+            if isinstance(prm.type, A.ListType):
+                params[name] = FieldInfo(name, "list", (), prm.optional)
+            elif isinstance(prm.type, A.SetType):  # the grammar never builds it; kept total
+                params[name] = FieldInfo(name, "set", (), prm.optional)
+            else:
+                params[name] = self._field_info(
+                    A.FieldDecl(path=prm.name, type=prm.type, optional=prm.optional, default=None,
+                                span=prm.span))
+        return params
+
     def _fields(self) -> None:
         decls: dict[str, A.FieldDecl] = {}
         for f in self.p.fields:
@@ -190,6 +224,11 @@ class _Checker:
             if path in decls:
                 self.err("ZC0101", f"field `{path}` is declared twice", f.path.span,
                          f"the first declaration is on line {decls[path].span.line}")
+                continue
+            if path == ARGS or path.startswith(ARGS + "."):
+                self.err("ZC0113", f"field `{path}`: `args` is reserved for action arguments",
+                         f.path.span, "rules read the proposed call's arguments as `args.NAME`; "
+                         "rename the field")
                 continue
             clash = next((o for o in decls if o.startswith(path + ".") or path.startswith(o + ".")),
                          None)
@@ -353,6 +392,10 @@ class _Checker:
     def _expr(self, e: A.Expr, in_rule: bool) -> tuple[A.Expr, object]:
         rp = dataclasses.replace
         match e:
+            case A.Name(path=path) if path.startswith(ARGS + "."):
+                return self._arg(e, path[len(ARGS) + 1:], in_rule)
+            case A.Call(func=func, operand=o):
+                return self._call(e, func, o, in_rule)
             case A.Name(path=path):
                 info = self.fields.get(path)
                 if info is None:
@@ -421,6 +464,62 @@ class _Checker:
                 return rp(e, operand=self._num(o, in_rule)), T_NUM
         raise AssertionError(f"unchecked expression {e!r}")
 
+    def _arg(self, e: A.Name, name: str, in_rule: bool) -> tuple[A.Expr, object]:
+        """Resolve `args.NAME` against the signatures of every action the rule targets."""
+        if not in_rule:
+            self.err("ZC0310", f"`{e.path}` is only defined inside a rule", e.span,
+                     "a route is chosen before any call is proposed")
+            return e, T_ERR
+        self.reads_args = True
+        order = list(self.actions)
+        targets = sorted(self.rule_targets, key=order.index)
+        missing = [t for t in targets if name not in (self.params.get(t) or {})]
+        if missing:
+            first = missing[0]
+            params = self.params.get(first)
+            who = (f"action `{first}`" if len(missing) == 1 else
+                   "actions " + ", ".join(f"`{m}`" for m in missing[:3])
+                   + (f" and {len(missing) - 3} more" if len(missing) > 3 else ""))
+            if params is None:
+                hint = (f"`{first}` declares no arguments; declare them: "
+                        f"`action {first}({name}: TYPE)`")
+            else:
+                hint = did_you_mean(name, params) or (
+                    f"`{first}` takes " + (", ".join(f"`{p}`" for p in params) or "no arguments"))
+            self.err("ZC0206", f"unknown argument `{name}`: {who} has no argument `{name}`"
+                     if len(missing) == 1 else
+                     f"unknown argument `{name}`: {who} have no argument `{name}`", e.span, hint)
+            return e, T_ERR
+        if not targets:
+            return e, T_ERR
+        infos = [self.params[t][name] for t in targets]
+        types = {t: _field_type(i) for t, i in zip(targets, infos)}
+        if len({str(t) for t in types.values()}) > 1:
+            shown = ", ".join(f"`{t}` in `{a}`" for a, t in list(types.items())[:3])
+            self.err("ZC0311", f"argument `{name}` has different types in this rule's targets: "
+                     f"{shown}", e.span, "split the rule, one per signature")
+            return e, T_ERR
+        t = types[targets[0]]
+        ref = A.ArgRef(name=name, span=e.span)
+        if t == T_TEXT:
+            self.err("ZC0305", f"rules cannot read text argument `{e.path}`", e.span,
+                     "text arguments are checked against the signature only; derive what a rule "
+                     "needs into the state")
+            return ref, T_ERR
+        return ref, t
+
+    def _call(self, e: A.Call, func: A.Ident, operand: A.Expr, in_rule: bool):
+        if func.text not in FUNCTIONS:
+            self.err("ZC0207", f"unknown function `{func.text}`", func.span,
+                     did_you_mean(func.text, FUNCTIONS) or "the only function is `len(args.NAME)`")
+            return e, T_ERR
+        new, t = self._operand(operand, in_rule)
+        if t not in (T_LIST, T_ERR):
+            self.err("ZC0312", f"`len` needs a `list` argument, found `{t}`", operand.span,
+                     "declare the argument as `NAME: list`")
+            return e, T_ERR
+        return A.Len(operand=new, span=e.span), T_NUM
+
     def _bool(self, e: A.Expr, in_rule: bool) -> tuple[A.Expr, object]:
         new, t = self._operand(e, in_rule)
         if t not in (T_BOOL, T_ERR):
@@ -455,7 +554,7 @@ class _Checker:
         if lt != rt and not (isinstance(lt, TEnum) and isinstance(rt, TEnum)
                              and set(lt.members) == set(rt.members)):
             self.err("ZC0301", f"cannot compare `{lt}` with `{rt}`", e.span)
-        elif lt in (T_SET,):
+        elif lt in (T_SET, T_LIST):
             self.err("ZC0301", f"cannot compare `{lt}` values with `{op}`", e.span,
                      "test membership with `ACTION in FIELD`")
         return new, T_BOOL
@@ -463,7 +562,7 @@ class _Checker:
 
 def _field_type(info: FieldInfo):
     return {"enum": TEnum(info.members), "bool": T_BOOL, "int": T_NUM, "float": T_NUM,
-            "text": T_TEXT, "set": T_SET}[info.kind]
+            "text": T_TEXT, "set": T_SET, "list": T_LIST}[info.kind]
 
 
 # ---- lints -------------------------------------------------------------------------------
@@ -630,7 +729,9 @@ class _Linter:
         key = self._key(rule, action)
         if key in self._facts_cache:
             return self._facts_cache[key]
-        if rule.kind == "after":
+        if rule.name.text in self.k.arg_rules:
+            facts = None  # reads the proposed call's arguments: no state decides it
+        elif rule.kind == "after":
             facts = ({"history": set()}, {"history": {a.text for a in rule.after}})
         else:
             expr = substitute(rule.cond, action, self.k.costs[action])

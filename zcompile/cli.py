@@ -149,22 +149,74 @@ def _read_json(path: str):
         raise ZcError(f"{name}: invalid JSON: {text}") from None
 
 
+def parse_call(text: str, actions: tuple[str, ...], where: str = "--call") -> tuple[str, dict]:
+    """A proposed call `{"name": …, "arguments": {…}}` (arguments may be a JSON-encoded string,
+    as OpenAI tool calls carry them) -> (name, arguments); ZcError naming `$.path` otherwise."""
+    from .errors import did_you_mean
+
+    def bad(path: str, problem: str) -> ZcError:
+        return ZcError(f"{where}: {path}: {problem}")
+
+    try:
+        call = msgspec.json.decode(text.encode("utf-8"))
+    except msgspec.DecodeError as exc:
+        raise ZcError(f"{where}: invalid JSON: {str(exc)[0].lower() + str(exc)[1:]}") from None
+    if not isinstance(call, dict):
+        raise bad("$", 'expected an object `{"name": …, "arguments": {…}}`')
+    unknown = sorted(set(call) - {"name", "arguments"})
+    if unknown:
+        raise bad(f"$.{unknown[0]}", "unknown key (a call has `name` and `arguments`)")
+    name = call.get("name")
+    if name is None:
+        raise bad("$.name", "required key is missing")
+    if not isinstance(name, str):
+        raise bad("$.name", f"expected a string, got {msgspec.json.encode(name).decode()}")
+    if name not in actions:
+        hint = did_you_mean(name, actions) or "not declared by the policy"
+        raise bad("$.name", f"unknown action `{name}` ({hint})")
+    args = call.get("arguments", {})
+    if args is None:
+        args = {}
+    if isinstance(args, str):
+        try:
+            args = msgspec.json.decode(args.encode("utf-8")) if args.strip() else {}
+        except msgspec.DecodeError as exc:
+            raise bad("$.arguments", f"the arguments string is not valid JSON: {exc}") from None
+    if not isinstance(args, dict):
+        raise bad("$.arguments", "expected an object of arguments")
+    return name, args
+
+
 @main.command("legal")
 @click.argument("artifact", type=click.Path())
 @click.option("--state", "state_path", required=True, metavar="FILE|-", help="State JSON file, or - for stdin.")
 @click.option("--intent", default=None, help="Restrict the universe to this intent's `allow` list.")
+@click.option("--call", "call_json", default=None, metavar="JSON",
+              help='Judge one proposed call instead: \'{"name": …, "arguments": {…}}\'.')
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--strict", is_flag=True, help="Reject state keys the schema does not declare.")
-def legal_cmd(artifact: str, state_path: str, intent: str | None, as_json: bool, strict: bool) -> None:
-    """Print the legal actions for a state, and every reason each other action was removed."""
+def legal_cmd(artifact: str, state_path: str, intent: str | None, call_json: str | None,
+              as_json: bool, strict: bool) -> None:
+    """Print the legal actions for a state, and every reason each other action was removed.
+
+    With --call, judge one proposed call instead: allowed, or every reason it is not (its
+    arguments against the action's signature, the legal set, and the rules reading `args.*`).
+    """
     try:
         policy = _load_policy(artifact)
+        call = parse_call(call_json, policy.actions) if call_json is not None else None
         state = _read_json(state_path)
-        result = policy.legal(state, intent, strict=strict)
+        if call is not None:
+            verdict = policy.check(state, call[0], call[1], intent, strict=strict)
+        else:
+            result = policy.legal(state, intent, strict=strict)
     except ZcError as exc:
         if state_path != "-" and exc.__class__.__name__ == "StateError":
             exc = ZcError(f"{state_path}: {exc}")
         _fail(exc)
+    if call is not None:
+        _print_verdict(policy, call, verdict, as_json)
+        return
     if as_json:
         click.echo(msgspec.json.encode(result.to_dict()).decode())
         return
@@ -181,6 +233,20 @@ def legal_cmd(artifact: str, state_path: str, intent: str | None, as_json: bool,
             for r in reasons:
                 where = f" at {r.span}" if r.span else ""
                 click.echo(f"    - {r.rule} ({r.kind}){where}: {r.message}")
+
+
+def _print_verdict(policy, call, verdict, as_json: bool) -> None:
+    if as_json:
+        out = {"policy": policy.name, "call": {"name": call[0], "arguments": call[1]},
+               **verdict.to_dict()}
+        click.echo(msgspec.json.encode(out).decode())
+        return
+    click.echo(f"policy {policy.name}: call `{call[0]}` "
+               + ("allowed" if verdict.allowed else f"blocked ({len(verdict.reasons)} "
+                  f"reason{'' if len(verdict.reasons) == 1 else 's'})"))
+    for r in verdict.reasons:
+        where = f" at {r.span}" if r.span else ""
+        click.echo(f"  - {r.rule} ({r.kind}){where}: {r.message}")
 
 
 @main.command("distill")

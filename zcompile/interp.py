@@ -19,12 +19,20 @@ _ARITH = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 
 
 def evaluate(expr: A.Expr, state: Mapping[str, Value], action: str | None = None,
-             cost: float = 0) -> Value:
-    """Evaluate an expression; `state` maps field paths to values, None when absent."""
-    ev = lambda e: evaluate(e, state, action, cost)  # noqa: E731
+             cost: float = 0, args: Mapping[str, Value] | None = None) -> Value:
+    """Evaluate an expression; `state` maps field paths to values, None when absent.
+
+    `args` maps the proposed call's argument names to values (None or missing: unknown).
+    """
+    ev = lambda e: evaluate(e, state, action, cost, args)  # noqa: E731
     match expr:
         case A.FieldRef(path=p):
             return state.get(p)
+        case A.ArgRef(name=n):
+            return (args or {}).get(n)
+        case A.Len(operand=o):
+            v = ev(o)
+            return None if v is None else len(v)
         case A.MemberRef(value=v):
             return v
         case A.ActionRef(name=n):
@@ -62,12 +70,13 @@ def evaluate(expr: A.Expr, state: Mapping[str, Value], action: str | None = None
     raise TypeError(f"not a checked expression: {expr!r}")
 
 
-def keeps(rule: A.RuleDecl, state: Mapping[str, Value], action: str, cost: float) -> bool:
+def keeps(rule: A.RuleDecl, state: Mapping[str, Value], action: str, cost: float,
+          args: Mapping[str, Value] | None = None) -> bool:
     """Whether `action` survives `rule` in `state` (fail closed: only a definite yes keeps it)."""
     if rule.kind == "after":
         history = state.get("history") or frozenset()
         return all(a.text in history for a in rule.after)
-    value = evaluate(rule.cond, state, action, cost)
+    value = evaluate(rule.cond, state, action, cost, args)
     return value is False if rule.kind == "forbid_when" else value is True
 
 
@@ -81,6 +90,8 @@ def legal(actions: Sequence[tuple[str, float]], targets: Mapping[str, frozenset[
         if name not in allowed:
             removed.setdefault(name, []).append("intent")
         for rule in rules:
+            if reads_args(rule):
+                continue  # arguments are unknown here: judged by `check` only
             if name in targets[rule.name.text] and not keeps(rule, state, name, cost):
                 removed.setdefault(name, []).append(rule.name.text)
     legal_names = tuple(n for n, _ in actions if n not in removed)
@@ -88,3 +99,71 @@ def legal(actions: Sequence[tuple[str, float]], targets: Mapping[str, frozenset[
         removed.pop(fallback, None)
         return (fallback,), removed, True
     return legal_names, removed, False
+
+
+def reads_args(rule: A.RuleDecl) -> bool:
+    """Whether a rule's condition reads `args.*`."""
+    stack = [rule.cond] if rule.cond is not None else []
+    while stack:
+        e = stack.pop()
+        if isinstance(e, A.ArgRef):
+            return True
+        for v in vars_of(e):
+            stack.extend(v if isinstance(v, tuple) else (v,))
+    return False
+
+
+def vars_of(e: A.Expr) -> list:
+    """The sub-expressions of one node."""
+    out = []
+    for name in e.__dataclass_fields__:
+        v = getattr(e, name)
+        if isinstance(v, tuple):
+            out.append(tuple(x for x in v if not isinstance(x, (str, A.Ident))))
+        elif name != "span" and hasattr(v, "__dataclass_fields__") and not isinstance(v, A.Ident):
+            out.append(v)
+    return out
+
+
+_KINDS = {"bool": lambda v: isinstance(v, bool),
+          "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+          "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+          "text": lambda v: isinstance(v, str),
+          "list": lambda v: isinstance(v, list)}
+
+
+def check(actions: Sequence[tuple[str, float]], targets: Mapping[str, frozenset[str]],
+          rules: Sequence[A.RuleDecl], params: Mapping[str, Mapping | None],
+          state: Mapping[str, Value], universe: Sequence[str], fallback: str,
+          action: str, args: Mapping[str, Value]) -> tuple[bool, list[str]]:
+    """A proposed call: (allowed, names of what blocks it: `schema`, legal-set rules, argument rules).
+
+    `params` maps each action to its signature (argument name -> FieldInfo-like with `kind`,
+    `members`, `optional`), or None when the action declares none.
+    """
+    blocked: list[str] = []
+    good: dict[str, Value] = {}
+    sig = params.get(action)
+    if sig is None:
+        good = dict(args)
+    else:
+        for name, info in sig.items():
+            v = args.get(name)
+            if v is None:
+                if not info.optional:
+                    blocked.append("schema")
+            elif (v in info.members and isinstance(v, str)) if info.kind == "enum" \
+                    else _KINDS[info.kind](v):
+                good[name] = v
+            else:
+                blocked.append("schema")
+        blocked.extend("schema" for name in args if name not in sig)
+    legal_names, removed, _ = legal(actions, targets, rules, state, universe, fallback)
+    if action not in legal_names:
+        blocked.extend(removed.get(action, []))
+    cost = dict(actions)[action]
+    for rule in rules:
+        if reads_args(rule) and action in targets[rule.name.text] \
+                and not keeps(rule, state, action, cost, good):
+            blocked.append(rule.name.text)
+    return not blocked, blocked

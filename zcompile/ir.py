@@ -10,7 +10,8 @@ import msgspec
 from .errors import ZcError
 
 FORMAT = "zcp"
-VERSION = 1
+VERSION = 2  # 2: action signatures (`ActionDef.params`), `Arg` and `Len` expressions, `RuleDef.args`
+READS = (1, 2)  # versions this runtime reads (a version-1 artifact is a version 2 without arguments)
 
 
 class SpanDef(msgspec.Struct, frozen=True):
@@ -27,6 +28,14 @@ class SpanDef(msgspec.Struct, frozen=True):
 # ---- expressions (tagged union) ---------------------------------------------------------
 class Field(msgspec.Struct, frozen=True, tag="field"):
     path: str
+
+
+class Arg(msgspec.Struct, frozen=True, tag="arg"):
+    name: str  # an argument of the proposed call (`args.NAME`)
+
+
+class Len(msgspec.Struct, frozen=True, tag="len"):
+    operand: Expr
 
 
 class Const(msgspec.Struct, frozen=True, tag="const"):
@@ -81,7 +90,7 @@ class Neg(msgspec.Struct, frozen=True, tag="neg"):
     operand: Expr
 
 
-Expr = Union[Field, Const, Self, Cost, Not, And, Or, Cmp, InConst, InSet, Arith, Neg]
+Expr = Union[Field, Arg, Len, Const, Self, Cost, Not, And, Or, Cmp, InConst, InSet, Arith, Neg]
 Scalar = Union[bool, int, float, str]
 
 
@@ -99,11 +108,19 @@ class FieldDef(msgspec.Struct, frozen=True):
         return self.optional and not self.has_default
 
 
+class ParamDef(msgspec.Struct, frozen=True):
+    name: str
+    kind: Literal["enum", "bool", "int", "float", "text", "list"]
+    members: tuple[str, ...] = ()
+    optional: bool = False
+
+
 class ActionDef(msgspec.Struct, frozen=True):
     name: str
     tags: tuple[str, ...] = ()
     cost: Union[int, float] = 0
     description: Union[str, None] = None
+    params: Union[tuple[ParamDef, ...], None] = None  # None: no signature, arguments unchecked
 
 
 class IntentDef(msgspec.Struct, frozen=True):
@@ -121,6 +138,7 @@ class RuleDef(msgspec.Struct, frozen=True):
     cond: Union[Expr, None] = None
     after: tuple[str, ...] = ()
     reads: tuple[str, ...] = ()  # state fields the condition reads
+    args: tuple[str, ...] = ()  # arguments the condition reads: judged by `check`, not `legal`
 
 
 class TierDef(msgspec.Struct, frozen=True):
@@ -173,7 +191,16 @@ def identity(policy: PolicyIR) -> str:
         policy, source_path="", source_sha256="",
         rules=tuple(msgspec.structs.replace(r, span=blank) for r in policy.rules),
         routes=tuple(msgspec.structs.replace(r, span=blank) for r in policy.routes))
-    return hashlib.sha256(msgspec.json.encode(plain)).hexdigest()
+    data = msgspec.to_builtins(plain)
+    # fields added in version 2 are left out at their defaults: a policy without arguments keeps the
+    # identity it had in version 1 (specialists and receipts made for it stay valid)
+    for a in data["actions"]:
+        if a["params"] is None:
+            del a["params"]
+    for r in data["rules"]:
+        if not r["args"]:
+            del r["args"]
+    return hashlib.sha256(msgspec.json.encode(data)).hexdigest()
 
 
 def dumps(policy: PolicyIR, compiler: str) -> bytes:
@@ -194,9 +221,9 @@ def loads(data: bytes, path: str = "<artifact>") -> tuple[PolicyIR, str]:
     if head.version > VERSION:
         raise ZcError(f"{path}: artifact format version {head.version} is newer than this zc "
                       f"supports ({VERSION}); upgrade zcompile or recompile the policy")
-    if head.version != VERSION:
+    if head.version not in READS:
         raise ZcError(f"{path}: artifact format version {head.version} is not supported "
-                      f"(this zc reads version {VERSION}); recompile the policy")
+                      f"(this zc reads versions {READS[0]}-{READS[-1]}); recompile the policy")
     try:
         env = msgspec.json.decode(data, type=Envelope)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
 from . import __version__
 from . import ast as A
@@ -21,7 +22,8 @@ def lower(checked: Checked, source: Source) -> ir.PolicyIR:
         for f in checked.fields.values())
     actions = tuple(
         ir.ActionDef(name=a.name.text, tags=tuple(dict.fromkeys(t.text for t in a.tags)),
-                     cost=checked.costs[a.name.text], description=a.description)
+                     cost=checked.costs[a.name.text], description=a.description,
+                     params=_params(checked.params.get(a.name.text)))
         for a in checked.actions)
     order = {a.name: i for i, a in enumerate(actions)}
     rules = tuple(
@@ -29,10 +31,11 @@ def lower(checked: Checked, source: Source) -> ir.PolicyIR:
             name=r.name.text, kind=r.kind,
             targets=tuple(sorted(checked.targets[r.name.text], key=order.__getitem__)),
             span=span_def(r.span),
-            text=r.cond.span.text if r.cond is not None else ", ".join(a.text for a in r.after),
+            text=_one_line(r.cond.span.text) if r.cond is not None else ", ".join(a.text for a in r.after),
             cond=expr(r.cond) if r.cond is not None else None,
             after=tuple(a.text for a in r.after),
-            reads=_reads(r.cond) + (("history",) if r.kind == "after" else ()))
+            reads=_reads(r.cond) + (("history",) if r.kind == "after" else ()),
+            args=_args(r.cond))
         for r in p.rules)
     return ir.PolicyIR(
         name=p.name.text,
@@ -59,6 +62,24 @@ def span_def(span: Span) -> ir.SpanDef:
     return ir.SpanDef(span.source.path, line, col, end_line, end_col)
 
 
+def _one_line(text: str) -> str:
+    """A condition written over several lines, as one line (for reasons)."""
+    return re.sub(r"[ \t]*(#[^\n]*)?\n\s*", " ", text)
+
+
+def _params(params) -> tuple[ir.ParamDef, ...] | None:
+    if params is None:
+        return None
+    return tuple(ir.ParamDef(name=p.path, kind=p.kind, members=p.members, optional=p.optional)
+                 for p in params.values())
+
+
+def _args(cond: A.Expr | None) -> tuple[str, ...]:
+    if cond is None:
+        return ()
+    return tuple(sorted({e.name for e in walk(cond) if isinstance(e, A.ArgRef)}))
+
+
 def _reads(cond: A.Expr | None) -> tuple[str, ...]:
     if cond is None:
         return ()
@@ -73,6 +94,10 @@ def expr(e: A.Expr) -> ir.Expr:
             return ir.Field(p)
         case A.MemberRef(value=v) | A.ActionRef(name=v) | A.Num(value=v) | A.Bool(value=v):
             return ir.Const(v)
+        case A.ArgRef(name=n):
+            return ir.Arg(n)
+        case A.Len(operand=o):
+            return ir.Len(expr(o))
         case A.SelfRef():
             return ir.Self()
         case A.CostRef():

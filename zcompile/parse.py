@@ -17,7 +17,7 @@ from .source import Source, Span
 MAX_DEPTH = 200
 MAX_SYNTAX_ERRORS = 20
 RECOVER_BYTES = 1 << 20  # larger files report their first syntax error only (each retry re-parses)
-_DECL = re.compile(r"^[ \t]*(state|action|fallback|intent|rule|tier|route)\b", re.M)  # deepest syntax tree accepted; deeper input gets ZC0006, not a RecursionError
+_DECL = re.compile(r"^[ \t]*(state(?=\s*\{)|action|fallback|intent|rule|tier|route)\b", re.M)  # deepest syntax tree accepted; deeper input gets ZC0006, not a RecursionError
 
 _TERMINAL_NAMES = {
     "NAME": "a name",
@@ -49,7 +49,8 @@ def _describe_terminal(name: str) -> str:
     return f"`{pattern.value}`" if pattern.type == "str" else name.lower()
 
 
-_SOFT = {"`enum`", "`set`", "`bool`", "`int`", "`float`", "`text`", "`allow`", "`use`", "`max_ms`"}
+_SOFT = {"`enum`", "`set`", "`bool`", "`int`", "`float`", "`text`", "`list`", "`allow`", "`use`",
+         "`max_ms`"}
 
 
 def _expected(names: set[str]) -> str:
@@ -273,15 +274,32 @@ class _ToAst(Transformer):
 
     # actions, fallback, intents
     def action_decl(self, meta, name, *rest):
-        tags, cost, desc = (), None, None
+        tags, cost, desc, params = (), None, None, None
         for r in rest:
-            if isinstance(r, tuple):
+            if isinstance(r, _Params):
+                params = r.params
+            elif isinstance(r, tuple):
                 tags = r
             elif isinstance(r, A.LitNum):
                 cost = r
             else:
                 desc = r.value
-        return A.ActionDecl(name=name, tags=tags, cost=cost, description=desc, span=self._span(meta))
+        return A.ActionDecl(name=name, params=params, tags=tags, cost=cost, description=desc,
+                            span=self._span(meta))
+
+    def params(self, meta, *params):
+        return _Params(tuple(p for p in params if p is not None))
+
+    def param_name(self, meta, tok):
+        if isinstance(tok, A.Ident):
+            return tok
+        return A.Ident(text=str(tok), span=self._tok(tok))
+
+    def param(self, meta, name, type_ref, *optional):
+        return A.Param(name=name, type=type_ref, optional=bool(optional), span=self._span(meta))
+
+    def list_type(self, meta):
+        return A.ListType(span=self._span(meta))
 
     def tags(self, meta, *names):
         return tuple(names)
@@ -391,6 +409,18 @@ class _ToAst(Transformer):
 
     def cost_ref(self, meta):
         return A.CostRef(span=self._span(meta))
+
+    def call(self, meta, func, operand):
+        return A.Call(func=func, operand=_expr(operand), span=self._span(meta))
+
+
+class _Params:
+    """An action's signature on its way into ActionDecl (told apart from the tags tuple)."""
+
+    __slots__ = ("params",)
+
+    def __init__(self, params: tuple[A.Param, ...]) -> None:
+        self.params = params
 
 
 _KIND = {

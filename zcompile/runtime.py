@@ -4,6 +4,10 @@ At load, every rule is specialised per target action (`self` and `cost` become c
 actions whose residual conditions are equal share a group, and the whole policy becomes one
 generated Python function that evaluates each group once, in Kleene logic, and ORs precomputed
 action bitmasks. Reasons are assembled lazily from the groups that fired.
+
+Rules that read the proposed call's arguments (`args.*`) are left out of that function: `legal`
+cannot know arguments. `check(state, action, args)` judges one proposed call: the argument schema,
+the legal set, and those rules, generated into one small function per action.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from . import ir
 from .errors import ZcError, did_you_mean
 from .state import Schema, read_path
 
+MAX_SHOWN = 160  # a longer condition is cut in reason messages (its span points at the whole rule)
 _OPS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
         ">": operator.gt, ">=": operator.ge, "+": operator.add, "-": operator.sub,
         "*": operator.mul}
@@ -39,6 +44,19 @@ class Reason:
         return {"rule": self.rule, "kind": self.kind, "message": self.message,
                 "span": msgspec.to_builtins(self.span) if self.span else None,
                 "values": {k: _show(v) for k, v in self.values}}
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The judgement of one proposed call: allowed, or every reason it is not."""
+
+    action: str
+    allowed: bool
+    reasons: tuple[Reason, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "allowed": self.allowed,
+                "reasons": [r.to_dict() for r in self.reasons]}
 
 
 class LegalSet:
@@ -103,7 +121,12 @@ class Policy:
         self._chunks = _chunk_table(self.actions)
         self._groups: list[_Group] = []
         self._static = 0
+        self._arg_rules = frozenset(i for i, r in enumerate(policy.rules) if r.args)
         self._eval, self._route = self._generate()
+        self._params = {a.name: ({p.name: p for p in a.params} if a.params is not None else None)
+                        for a in policy.actions}
+        self._checks: dict[str, tuple[Any, tuple[int, ...]]] = {}
+        self._reads_cost: dict[str, bool] = {}  # rule name -> its condition reads `cost`
 
     @property
     def intents(self) -> tuple[str, ...]:
@@ -131,6 +154,93 @@ class Policy:
         if legal:
             return LegalSet(self, root, fired, removed, universe, intent, self._names(legal), False)
         return LegalSet(self, root, fired, removed, universe, intent, (self._fallback,), True)
+
+    def check(self, state: Any, action: str, args: Mapping[str, Any] | None = None,
+              intent: str | None = None, *, strict: bool = False) -> Verdict:
+        """Judge one proposed call: `action` with `args` in `state` (under `intent`).
+
+        Reasons, in this order: the arguments against the action's signature (kind `schema`:
+        missing required, wrong type, unknown argument), why `legal(state, intent)` removed the
+        action, and every rule reading `args.*` whose condition goes against the call. An argument
+        that is missing or has the wrong type is unknown to the rules, so it never makes a call
+        allowed (fail closed). Actions without a signature take any arguments.
+
+        Raises:
+            StateError: the state does not match the schema.
+            ZcError: `action` or `intent` is not declared by the policy, or `args` is not an object.
+        """
+        if action not in self._index:
+            hint = did_you_mean(action, self.actions) or "not declared by the policy"
+            raise ZcError(f"unknown action `{action}` ({hint})")
+        if args is None:
+            args = {}
+        if not isinstance(args, Mapping):
+            raise ZcError(f"arguments of `{action}` must be an object, got {_json_type(args)}")
+        reasons, values = self._schema(action, args)
+        ls = self.legal(state, intent, strict=strict)
+        if action not in ls.actions:
+            removed = ls._reasons if ls._reasons is not None else self._explain(ls, only=action)
+            reasons.extend(removed.get(action, ()))
+        fn, rules = self._check_fn(action)
+        if rules:
+            fired = fn(ls._root, values)
+            for j, ri in enumerate(rules):
+                if fired >> j & 1:
+                    reasons.append(self._arg_reason(self.ir.rules[ri], action, ls._root, values))
+        return Verdict(action, not reasons, tuple(reasons))
+
+    def _schema(self, action: str, args: Mapping[str, Any]) -> tuple[list[Reason], dict[str, Any]]:
+        """Schema reasons, and the argument values the rules may read (bad ones as unknown)."""
+        params = self._params[action]
+        if params is None:
+            return [], dict(args)
+        reasons: list[Reason] = []
+        values: dict[str, Any] = {}
+        for name, p in params.items():
+            v = args.get(name)
+            if v is None:
+                if not p.optional:
+                    reasons.append(_schema_reason(action, name, f"missing required argument `{name}`"))
+                continue
+            problem = _type_problem(p, v)
+            if problem:
+                reasons.append(_schema_reason(action, name, problem, v))
+            else:
+                values[name] = v
+        for name in args:
+            if name not in params:
+                hint = did_you_mean(str(name), params)
+                reasons.append(_schema_reason(
+                    action, str(name), f"unknown argument `{name}`" + (f" ({hint})" if hint else
+                    f" (`{action}` takes " + (", ".join(f"`{p}`" for p in params) or "none") + ")"),
+                    args[name]))
+        return reasons, values
+
+    def _check_fn(self, action: str):
+        """(generated function, rule indices) judging the argument rules that target `action`."""
+        got = self._checks.get(action)
+        if got is None:
+            rules = tuple(ri for ri in sorted(self._arg_rules) if action in self.ir.rules[ri].targets)
+            gen = _Gen(self._fields, self._schemas[False].attrs)
+            adef = self.ir.actions[self._index[action]]
+            body = []
+            for j, ri in enumerate(rules):
+                rule = self.ir.rules[ri]
+                code, maybe = gen.expr(rule.cond, adef)
+                keep_if = rule.kind != "forbid_when"
+                test = f"{code} is not {keep_if}" if maybe else (f"not {code}" if keep_if else code)
+                body.append(f"    if {test}:\n        fired |= {1 << j}")
+            src = ("def _check(st, args):\n" + gen.prologue() + "    fired = 0\n" + "\n".join(body)
+                   + "\n    return fired\n")
+            namespace = dict(gen.consts)
+            exec(compile(src, f"<zc policy {self.name}: {action}>", "exec"), namespace)  # noqa: S102 - generated here from checked IR
+            got = self._checks[action] = (namespace["_check"], rules)
+        return got
+
+    def _arg_reason(self, rule: ir.RuleDef, action: str, root: Any, args: dict[str, Any]) -> Reason:
+        values = tuple((p, read_path(self._schemas[False], root, p)) for p in rule.reads)
+        values += tuple((f"args.{n}", args.get(n)) for n in rule.args)
+        return self._reason(rule, action, values)
 
     def route(self, state: Any, *, strict: bool = False) -> ir.RouteDef | None:
         """The first route whose `when` definitely holds (routes without `when` always hold)."""
@@ -164,17 +274,21 @@ class Policy:
         return tuple(out)
 
     # ---- reasons -------------------------------------------------------------------------------
-    def _explain(self, ls: LegalSet) -> dict[str, tuple[Reason, ...]]:
+    def _explain(self, ls: LegalSet, only: str | None = None) -> dict[str, tuple[Reason, ...]]:
         legal = set(ls.actions)
-        reasons: dict[str, list[Reason]] = {a: [] for a in self.actions if a not in legal}
+        reasons: dict[str, list[Reason]] = {a: [] for a in self.actions
+                                            if a not in legal and (only is None or a == only)}
+        if not reasons:
+            return {}
         if ls._intent is not None:
             for a in reasons:
                 if not ls._universe >> self._index[a] & 1:
                     reasons[a].append(Reason("intent", "intent",
                                              f"not allowed by intent `{ls._intent}`", None))
         fired_rules: dict[int, int] = {}
+        want = self._all if only is None else 1 << self._index[only]
         for g, group in enumerate(self._groups):
-            if group.mask and (ls._fired >> g & 1 or group.rule < 0):
+            if group.mask & want and (ls._fired >> g & 1 or group.rule < 0):
                 fired_rules[abs(group.rule)] = fired_rules.get(abs(group.rule), 0) | group.mask
         for ri, mask in sorted(fired_rules.items()):
             rule = self.ir.rules[ri - 1]
@@ -186,7 +300,10 @@ class Policy:
 
     def _reason(self, rule: ir.RuleDef, action: str, values) -> Reason:
         cost = self.ir.actions[self._index[action]].cost
-        if rule.cond is not None and _reads_cost(rule.cond):
+        reads_cost = self._reads_cost.get(rule.name)
+        if reads_cost is None:
+            reads_cost = self._reads_cost[rule.name] = rule.cond is not None and _reads_cost(rule.cond)
+        if reads_cost:
             values = values + (("cost", cost),)
         shown = ", ".join(f"{k} = {_show(v)}" for k, v in values)
         if rule.kind == "after":
@@ -197,7 +314,8 @@ class Policy:
         else:
             verb = {"requires": "requires", "forbid_when": "is forbidden when",
                     "forbid_unless": "is forbidden unless"}[rule.kind]
-            msg = f"`{action}` {verb} `{rule.text}`" + (f" ({shown})" if shown else "")
+            text = rule.text if len(rule.text) <= MAX_SHOWN else rule.text[:MAX_SHOWN - 1] + "…"
+            msg = f"`{action}` {verb} `{text}`" + (f" ({shown})" if shown else "")
         return Reason(rule.name, rule.kind, msg, rule.span, values)
 
     # ---- code generation -------------------------------------------------------------------------
@@ -205,6 +323,8 @@ class Policy:
         gen = _Gen(self._fields, self._schemas[False].attrs)
         body: list[str] = []
         for ri, rule in enumerate(self.ir.rules, start=1):
+            if ri - 1 in self._arg_rules:
+                continue  # reads arguments: judged by `check` only
             by_code: dict[str, int] = {}
             for name in rule.targets:
                 gen.reads = 0
@@ -312,6 +432,13 @@ class _Gen:
                 return self.var(p), self.fields[p].may_be_absent
             case ir.Const(value=v):
                 return repr(v), False
+            case ir.Arg(name=n):
+                self.reads += 1
+                return f"args.get({n!r})", True
+            case ir.Len(operand=o):
+                c, n = self.expr(o, action)
+                t = self._t()
+                return f"(None if ({t} := {c}) is None else len({t}))", True
             case ir.Self():
                 return repr(action.name), False
             case ir.Cost():
@@ -388,9 +515,53 @@ def _reads_cost(e: ir.Expr) -> bool:
     return False
 
 
+def _schema_reason(action: str, arg: str, problem: str, value: Any = None) -> Reason:
+    msg = f"`{action}`: {problem}" if problem.startswith(("missing", "unknown")) else \
+        f"`{action}`: argument `{arg}`: {problem}"
+    return Reason("schema", "schema", msg, None,
+                  ((f"args.{arg}", value),) if value is not None else ())
+
+
+def _json_type(v: Any) -> str:
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, int):
+        return "an integer"
+    if isinstance(v, float):
+        return "a number"
+    if isinstance(v, str):
+        return "a string"
+    if isinstance(v, (list, tuple)):
+        return "an array"
+    if isinstance(v, Mapping):
+        return "an object"
+    return "null" if v is None else type(v).__name__
+
+
+def _type_problem(p: ir.ParamDef, v: Any) -> str | None:
+    """What is wrong with argument value `v` for parameter `p` (None: nothing)."""
+    ok = {"bool": isinstance(v, bool),
+          "int": isinstance(v, int) and not isinstance(v, bool),
+          "float": isinstance(v, (int, float)) and not isinstance(v, bool),
+          "text": isinstance(v, str),
+          "list": isinstance(v, (list, tuple)),
+          "enum": isinstance(v, str) and v in p.members}[p.kind]
+    if ok:
+        return None
+    if p.kind == "enum":
+        shown = "|".join(p.members[:12]) + ("|…" if len(p.members) > 12 else "")
+        got = msgspec.json.encode(v).decode() if isinstance(v, str) else _json_type(v)
+        return f"expected one of {shown}, got {got}"
+    want = {"bool": "a boolean", "int": "an integer", "float": "a number", "text": "a string",
+            "list": "an array"}[p.kind]
+    return f"expected {want}, got {_json_type(v)}"
+
+
 def _show(v: Any) -> Any:
     if v is None:
         return "absent"
+    if isinstance(v, (list, tuple)):
+        return f"[{len(v)} item{'' if len(v) == 1 else 's'}]"
     if isinstance(v, frozenset):
         return "{" + ", ".join(sorted(v)) + "}"
     if isinstance(v, bool):
@@ -412,6 +583,12 @@ def _validate(p: ir.PolicyIR, index: dict[str, int]) -> None:
                 raise ZcError(f"corrupt artifact: rule `{r.name}` reads unknown field `{path}`")
         if (r.kind == "after") != (r.cond is None):
             raise ZcError(f"corrupt artifact: rule `{r.name}` has a malformed condition")
+        for t in r.targets if r.args else ():
+            params = next(a.params for a in p.actions if a.name == t) or ()
+            missing = set(r.args) - {prm.name for prm in params}
+            if missing:
+                raise ZcError(f"corrupt artifact: rule `{r.name}` reads argument "
+                              f"`{sorted(missing)[0]}` that `{t}` does not declare")
 
 
 def load(path: str | Path) -> Policy:
