@@ -89,7 +89,10 @@ class LegalSet:
     def removed(self) -> Mapping[str, tuple[Reason, ...]]:
         """Each action not in `actions`, mapped to every reason it was removed (computed once)."""
         if self._reasons is None:
-            self._reasons = self._policy._explain(self)
+            legal = set(self.actions)
+            self._reasons = self._policy._explain(
+                self._root, self._fired, self._universe, self._intent,
+                [a for a in self._policy.actions if a not in legal])
         return self._reasons
 
     def to_dict(self) -> dict[str, Any]:
@@ -120,6 +123,8 @@ class Policy:
         self._schemas = {s: Schema(policy.fields, self.actions, s) for s in (False, True)}
         self._chunks = _chunk_table(self.actions)
         self._groups: list[_Group] = []
+        self._tests: list[tuple[int, str]] = []  # (group, its generated test), for `_action_eval`
+        self._action_evals: dict[str, Any] = {}
         self._static = 0
         self._arg_rules = frozenset(i for i, r in enumerate(policy.rules) if r.args)
         self._eval, self._route = self._generate()
@@ -177,17 +182,40 @@ class Policy:
         if not isinstance(args, Mapping):
             raise ZcError(f"arguments of `{action}` must be an object, got {_json_type(args)}")
         reasons, values = self._schema(action, args)
-        ls = self.legal(state, intent, strict=strict)
-        if action not in ls.actions:
-            removed = ls._reasons if ls._reasons is not None else self._explain(ls, only=action)
-            reasons.extend(removed.get(action, ()))
+        root = self._schemas[strict].convert(state)
+        universe = self._all if intent is None else self._universe(intent)
+        bit = 1 << self._index[action]
+        evaluate, groups = self._action_eval(action)
+        fired, removed = evaluate(root)
+        if (removed | self._static) & bit or not universe & bit:
+            if action == self._fallback:  # legal anyway when every other action is removed too
+                fired, removed = self._eval(root)
+                if not universe & ~(removed | self._static):
+                    fired = None
+            if fired is not None:
+                reasons.extend(self._explain(root, fired, universe, intent, [action], groups)[action])
         fn, rules = self._check_fn(action)
         if rules:
-            fired = fn(ls._root, values)
+            fired_args = fn(root, values)
             for j, ri in enumerate(rules):
-                if fired >> j & 1:
-                    reasons.append(self._arg_reason(self.ir.rules[ri], action, ls._root, values))
+                if fired_args >> j & 1:
+                    reasons.append(self._arg_reason(self.ir.rules[ri], action, root, values))
         return Verdict(action, not reasons, tuple(reasons))
+
+    def _action_eval(self, action: str):
+        """(the generated evaluator restricted to the groups that can remove `action`, returning
+        (fired, removed) like the whole one; the indices of those groups). Made on first use."""
+        got = self._action_evals.get(action)
+        if got is None:
+            bit = 1 << self._index[action]
+            groups = tuple(g for g, group in enumerate(self._groups) if group.mask & bit)
+            body = [test for g, test in self._tests if self._groups[g].mask & bit]
+            src = "def _eval(st):\n" + self._prologue + "    fired = 0\n    removed = 0\n" + \
+                "\n".join(body) + "\n    return fired, removed\n"
+            namespace = dict(self._consts)
+            exec(compile(src, f"<zc policy {self.name}: {action}>", "exec"), namespace)  # noqa: S102 - generated here from checked IR
+            got = self._action_evals[action] = (namespace["_eval"], groups)
+        return got
 
     def _schema(self, action: str, args: Mapping[str, Any]) -> tuple[list[Reason], dict[str, Any]]:
         """Schema reasons, and the argument values the rules may read (bad ones as unknown)."""
@@ -274,25 +302,27 @@ class Policy:
         return tuple(out)
 
     # ---- reasons -------------------------------------------------------------------------------
-    def _explain(self, ls: LegalSet, only: str | None = None) -> dict[str, tuple[Reason, ...]]:
-        legal = set(ls.actions)
-        reasons: dict[str, list[Reason]] = {a: [] for a in self.actions
-                                            if a not in legal and (only is None or a == only)}
+    def _explain(self, root: Any, fired: int, universe: int, intent: str | None,
+                 removed: list[str], groups=None) -> dict[str, tuple[Reason, ...]]:
+        """Every reason each action of `removed` was removed; `fired`: the groups that fired;
+        `groups`: the indices of the groups to look at (default: all)."""
+        reasons: dict[str, list[Reason]] = {a: [] for a in removed}
         if not reasons:
             return {}
-        if ls._intent is not None:
+        if intent is not None:
             for a in reasons:
-                if not ls._universe >> self._index[a] & 1:
+                if not universe >> self._index[a] & 1:
                     reasons[a].append(Reason("intent", "intent",
-                                             f"not allowed by intent `{ls._intent}`", None))
+                                             f"not allowed by intent `{intent}`", None))
         fired_rules: dict[int, int] = {}
-        want = self._all if only is None else 1 << self._index[only]
-        for g, group in enumerate(self._groups):
-            if group.mask & want and (ls._fired >> g & 1 or group.rule < 0):
+        want = self._mask(reasons)
+        for g in range(len(self._groups)) if groups is None else groups:
+            group = self._groups[g]
+            if group.mask & want and (fired >> g & 1 or group.rule < 0):
                 fired_rules[abs(group.rule)] = fired_rules.get(abs(group.rule), 0) | group.mask
         for ri, mask in sorted(fired_rules.items()):
             rule = self.ir.rules[ri - 1]
-            values = tuple((p, read_path(self._schemas[False], ls._root, p)) for p in rule.reads)
+            values = tuple((p, read_path(self._schemas[False], root, p)) for p in rule.reads)
             for a in self.actions:
                 if a in reasons and mask >> self._index[a] & 1:
                     reasons[a].append(self._reason(rule, a, values))
@@ -354,6 +384,7 @@ class Policy:
                 else:
                     test = f"not {code}" if keep_if == "true" else code
                 body.append(f"    if {test}:\n        fired |= {1 << g}\n        removed |= {mask}")
+                self._tests.append((g, body[-1]))
         route_body = []
         for i, route in enumerate(self.ir.routes):
             if route.when is None:
@@ -368,6 +399,7 @@ class Policy:
         namespace = dict(gen.consts)
         exec(compile(src, f"<zc policy {self.name}>", "exec"), namespace)  # noqa: S102 - generated here from checked IR
         self._source = src
+        self._prologue, self._consts = gen.prologue(), gen.consts
         return namespace["_eval"], namespace["_route"]
 
 
