@@ -17,11 +17,16 @@ test: venv
 	$(PY) -m pytest
 
 CHAT   := ../shared/data/receipts/tau-airline-gpt4o.chat.jsonl
+TAU    := ../shared/data/tau
 
 demo: venv
 	$(ZC) check policies/
 	$(ZC) compile policies/ -o build/
 	$(ZC) legal build/agent_core.zcp --state examples/agent_core_state.json
+	@if [ -d $(TAU) ]; then for d in airline retail; do \
+	  echo "== tau $$d: the gold actions and refusal cases of the train split through policies/tau_$$d.zc"; \
+	  $(PY) -m examples.tau.conformance --domain $$d --tasks $(TAU)/$$d/tasks.train.json --db $(TAU)/$$d/db || exit 1; \
+	done; else echo "($(TAU) is not here: skipping the tau conformance runs)"; fi
 	@if [ -f $(CHAT) ]; then \
 	  $(ZC) receipts import --format chat $(CHAT) --policy build/airline_chat.zcp -o build/receipts/tau-airline-gpt4o.jsonl.gz && \
 	  cmp build/receipts/tau-airline-gpt4o.jsonl.gz receipts/tau-airline-gpt4o.jsonl.gz && \
