@@ -190,17 +190,34 @@ def legal_cmd(artifact: str, state_path: str, intent: str | None, as_json: bool,
               help="The compiled policy (.zcp) the receipts are masked with.")
 @click.option("-o", "--out", "out", required=True, type=click.Path(file_okay=False),
               help="The specialist directory to write (replaced if it exists).")
-@click.option("--model", type=click.Choice(["logistic", "mlp", "auto"]), default="auto", show_default=True,
-              help="auto trains both and keeps the one the gate ranks higher.")
+@click.option("--model", type=click.Choice(["logistic", "mlp", "transformer", "auto"]), default="auto",
+              show_default=True, help="auto trains logistic and mlp and keeps the one the gate ranks higher; "
+              "transformer fine-tunes MiniLM-L6 (needs the `transformer` extra).")
 @click.option("--target-precision", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
               show_default=True, help="Precision the abstention threshold must guarantee (95% lower bound).")
 @click.option("--min-coverage", type=click.FloatRange(0, 1), default=0.0, show_default=True,
               help="Coverage the gate requires on the test split.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--skip-invalid", is_flag=True, help="Skip invalid receipt lines (counted) instead of refusing.")
-def distill_cmd(sources, policy_path, out, model, target_precision, min_coverage, seed, skip_invalid) -> None:
+@click.option("--epochs", type=click.FloatRange(0, min_open=True), default=None,
+              help="transformer: passes over the training split [default: 3].")
+@click.option("--max-steps", type=click.IntRange(1), default=None,
+              help="transformer: optimiser steps in all (overrides --epochs).")
+@click.option("--max-length", type=click.IntRange(8, 512), default=None,
+              help="transformer: tokens read per state [default: 128].")
+@click.option("--batch-size", type=click.IntRange(1), default=None,
+              help="transformer: decisions per step [default: 16].")
+def distill_cmd(sources, policy_path, out, model, target_precision, min_coverage, seed, skip_invalid,
+                epochs, max_steps, max_length, batch_size) -> None:
     """Distil receipts into an ONNX specialist that answers with a calibrated confidence or abstains."""
     from .qroute.distill import Report, distill
+
+    options = {k: v for k, v in (("epochs", epochs), ("max_steps", max_steps), ("max_length", max_length),
+                                 ("batch_size", batch_size)) if v is not None}
+    if options and model != "transformer":
+        flags = ", ".join("--" + k.replace("_", "-") for k in options)
+        click.echo(f"error: {flags} only apply to --model transformer", err=True)
+        sys.exit(2)
 
     def bar(iterable, label, length):
         with click.progressbar(iterable, length=length or None, label=f"  {label}", file=sys.stderr,
@@ -218,7 +235,7 @@ def distill_cmd(sources, policy_path, out, model, target_precision, min_coverage
             results.append(distill(list(sources), policy, target, model=kind,
                                    target_precision=target_precision, min_coverage=min_coverage,
                                    seed=seed, skip_invalid=skip_invalid, report=report,
-                                   name=Path(out).name))
+                                   name=Path(out).name, options=options))
         best = max(results, key=lambda r: r.manifest.gate.key)
         if len(results) > 1:
             import shutil
@@ -232,7 +249,8 @@ def distill_cmd(sources, policy_path, out, model, target_precision, min_coverage
     except ZcError as exc:
         _fail(exc)
     click.echo(best.report_text)
-    click.echo(f"wrote {out}/ (model.onnx, manifest.json, report.md); "
+    extra = "".join(f", {f}" for f in best.manifest.model.files)
+    click.echo(f"wrote {out}/ (model.onnx{extra}, manifest.json, report.md); "
                + ("promoted" if best.manifest.gate.promoted else "NOT promoted: "
                   + "; ".join(best.manifest.gate.reasons)))
 
