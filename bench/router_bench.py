@@ -14,7 +14,6 @@ import argparse
 import gc
 import os
 import platform
-import re
 import shlex
 import sys
 import tempfile
@@ -28,21 +27,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import zcompile  # noqa: E402
+from benchlib import cpu_model, write_section  # noqa: E402
 from openai_stub import OpenAIStub  # noqa: E402
 from zcompile.qroute.distill import load_decisions  # noqa: E402
 from zcompile.router import Router  # noqa: E402
 
 BEGIN, END = "<!-- router_bench:begin -->", "<!-- router_bench:end -->"
 
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,12 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(lines)
     print(text)
     if args.write:
-        old = args.write.read_text() if args.write.exists() else "# Benchmarks\n"
-        if BEGIN in old:
-            new = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda m: text, old, flags=re.S)
-        else:
-            new = old.rstrip() + "\n\n" + text + "\n"
-        args.write.write_text(new)
+        write_section(args.write, BEGIN, END, text)
     return 0
 
 

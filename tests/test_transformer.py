@@ -86,6 +86,7 @@ def test_fine_tune_export_int8_parity_and_decide(trained, policy):
     t = m.metrics
     assert m.model.kind == "transformer" and m.model.text.max_length == 32
     assert set(m.model.files) == {"tokenizer.json"} and m.model.params["steps"] == 40
+    assert m.model.params["quantization"] == "int8" and len(t["parity"]["attempts"]) == 1
     par = t["parity"]
     assert par["rule"] == "decision_agreement" and par["decision_agreement"] >= 0.995
     assert par["n"] == t["n"] == m.splits.test.decisions == 90
@@ -186,4 +187,22 @@ def test_cli_transformer_options_only_for_transformer(tmp_path):
 
     res = CliRunner().invoke(main, ["distill", "--from", str(tmp_path), "--policy", "x.zcp", "-o",
                                     str(tmp_path / "o"), "--model", "mlp", "--max-steps", "5"])
-    assert res.exit_code == 2 and "--max-steps only apply to --model transformer" in res.output
+    assert res.exit_code == 2 and "--max-steps only apply to --model transformer or pairwise" in res.output
+
+
+def test_parity_counts_decisions_not_raw_probabilities():
+    import numpy as np
+
+    class_index = np.array([0, 1, 2])
+    masks = np.array([[1, 1, 0], [1, 1, 1], [0, 1, 1]], dtype=np.float32)
+    ref = np.array([[0.5, 0.3, 0.2], [0.2, 0.3, 0.5], [0.6, 0.25, 0.15]])
+    # row 1 changes its decision; row 2 changes its raw argmax (0 -> 1) but 0 is not legal there,
+    # so its decision (1) stays
+    ox = np.array([[0.49, 0.31, 0.2], [0.2, 0.5, 0.3], [0.3, 0.5, 0.2]])
+    fig, problem = D.check_parity(ref, ox, class_index, masks, ("decision_agreement", 0.995))
+    assert fig["argmax_agreement"] == pytest.approx(1 / 3) and fig["decision_agreement"] == pytest.approx(2 / 3)
+    assert problem and "66.67%" in problem
+    fig, problem = D.check_parity(ref, ref, class_index, masks, ("decision_agreement", 0.995))
+    assert problem is None and fig["max_abs_delta"] == 0
+    fig, problem = D.check_parity(ref, ref + 2e-4, class_index, masks, ("max_abs_delta", 1e-4))
+    assert problem and "differ by 2.00e-04" in problem

@@ -48,8 +48,9 @@ class Model(msgspec.Struct, frozen=True):
 
 
 class Calibration(msgspec.Struct, frozen=True):
-    method: str  # temperature
+    method: str  # temperature (classifiers) | platt (pairwise: sigmoid(margin / temperature + bias))
     temperature: float
+    bias: float = 0.0
 
 
 class Threshold(msgspec.Struct, frozen=True):

@@ -84,15 +84,19 @@ def load_tokenizer(path: str | Path, max_length: int):
     return tok
 
 
-def encode_batch(ids: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
-    """Token ids of several texts -> BERT inputs padded (id 0) to the longest, int64."""
+def encode_batch(ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]] | None = None) -> dict[str, np.ndarray]:
+    """Token ids (and segment ids, for pairs) of several texts -> BERT inputs padded (id 0) to the
+    longest, int64."""
     n, width = len(ids), max((len(x) for x in ids), default=0)
     input_ids = np.zeros((n, width), np.int64)
     mask = np.zeros((n, width), np.int64)
+    types = np.zeros((n, width), np.int64)
     for i, x in enumerate(ids):
         input_ids[i, : len(x)] = x
         mask[i, : len(x)] = 1
-    return {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": np.zeros((n, width), np.int64)}
+        if type_ids is not None:
+            types[i, : len(x)] = type_ids[i]
+    return {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": types}
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:
@@ -101,54 +105,65 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
     return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
 
 
+def open_verified(directory: str | Path, policy: Any = None, threads: int | None = None):
+    """Read a specialist directory's manifest, verify the policy and every file's sha256, and open
+    its model in onnxruntime. Returns (manifest, session, threads)."""
+    d = Path(directory)
+    mpath = d / "manifest.json"
+    try:
+        m: Manifest = decode(mpath.read_bytes(), str(mpath))
+    except OSError as exc:
+        raise ZcError(f"{d}: not a specialist directory ({mpath.name}: {exc.strerror})") from None
+    if policy is not None and policy.sha256 != m.policy_sha256:
+        raise ZcError(f"{d}: specialist was trained for policy `{m.policy_name or '(none)'}` "
+                      f"(sha256 {m.policy_sha256[:12]}…) but the policy given is `{policy.name}` "
+                      f"(sha256 {policy.sha256[:12]}…); distil it again for this policy")
+    model_path = d / m.model.file
+    try:
+        blob = model_path.read_bytes()
+    except OSError as exc:
+        raise ZcError(f"{model_path}: cannot read model: {exc.strerror}") from None
+    if hashlib.sha256(blob).hexdigest() != m.model.sha256:
+        raise ZcError(f"{model_path}: model does not match the sha256 in its manifest "
+                      "(tampered or corrupt)")
+    for fname, digest in m.model.files.items():
+        fpath = d / fname
+        if not _PLAIN_NAME.match(fname) or fname.startswith("."):
+            raise ZcError(f"{mpath}: $.model.files: `{fname}` is not a plain file name")
+        try:
+            data = fpath.read_bytes()
+        except OSError as exc:
+            raise ZcError(f"{fpath}: cannot read: {exc.strerror}") from None
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise ZcError(f"{fpath}: does not match the sha256 in its manifest (tampered or corrupt)")
+    text = m.model.text
+    if text is not None and text.tokenizer not in m.model.files:
+        raise ZcError(f"{mpath}: $.model.files: no sha256 for the tokenizer `{text.tokenizer}`")
+    if threads is None:
+        threads = 1 if text is None else max(1, min(text.threads, os.cpu_count() or 1))
+    import onnxruntime as ort
+
+    try:
+        session = ort.InferenceSession(blob, sess_options=session_options(threads),
+                                       providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own exception types for bad models
+        raise ZcError(f"{model_path}: onnxruntime cannot load the model: {exc}") from None
+    return m, session, threads
+
+
 class Specialist:
     """A loaded specialist directory (`model.onnx` + `manifest.json`, and `tokenizer.json` for a
     transformer), verified against its policy: tabular models read feature vectors, transformers
     read the state rendered as text (the manifest says which)."""
 
     def __init__(self, directory: str | Path, policy: Any = None, *, threads: int | None = None) -> None:
-        d = Path(directory)
-        mpath = d / "manifest.json"
-        try:
-            self.manifest: Manifest = decode(mpath.read_bytes(), str(mpath))
-        except OSError as exc:
-            raise ZcError(f"{d}: not a specialist directory ({mpath.name}: {exc.strerror})") from None
+        self.manifest, self._session, threads = open_verified(directory, policy, threads)
         m = self.manifest
-        if policy is not None and policy.sha256 != m.policy_sha256:
-            raise ZcError(f"{d}: specialist was trained for policy `{m.policy_name}` "
-                          f"(sha256 {m.policy_sha256[:12]}…) but the policy given is `{policy.name}` "
-                          f"(sha256 {policy.sha256[:12]}…); distil it again for this policy")
-        model_path = d / m.model.file
-        try:
-            blob = model_path.read_bytes()
-        except OSError as exc:
-            raise ZcError(f"{model_path}: cannot read model: {exc.strerror}") from None
-        if hashlib.sha256(blob).hexdigest() != m.model.sha256:
-            raise ZcError(f"{model_path}: model does not match the sha256 in its manifest "
-                          "(tampered or corrupt)")
-        for fname, digest in m.model.files.items():
-            fpath = d / fname
-            if not _PLAIN_NAME.match(fname) or fname.startswith("."):
-                raise ZcError(f"{mpath}: $.model.files: `{fname}` is not a plain file name")
-            try:
-                data = fpath.read_bytes()
-            except OSError as exc:
-                raise ZcError(f"{fpath}: cannot read: {exc.strerror}") from None
-            if hashlib.sha256(data).hexdigest() != digest:
-                raise ZcError(f"{fpath}: does not match the sha256 in its manifest (tampered or corrupt)")
         self.kind = m.model.kind
+        if self.kind == "pairwise":
+            raise ZcError(f"{directory}: a pairwise specialist scores (request, action description) pairs: "
+                          "load it with zcompile.qroute.pairwise.PairwiseSpecialist")
         text = m.model.text
-        if text is not None and text.tokenizer not in m.model.files:
-            raise ZcError(f"{mpath}: $.model.files: no sha256 for the tokenizer `{text.tokenizer}`")
-        if threads is None:
-            threads = 1 if text is None else max(1, min(text.threads, os.cpu_count() or 1))
-        import onnxruntime as ort
-
-        try:
-            self._session = ort.InferenceSession(blob, sess_options=session_options(threads),
-                                                 providers=["CPUExecutionProvider"])
-        except Exception as exc:  # onnxruntime raises its own exception types for bad models
-            raise ZcError(f"{model_path}: onnxruntime cannot load the model: {exc}") from None
         self.threads = threads
         self._inputs = [i.name for i in self._session.get_inputs()]
         self._input = self._inputs[0]
@@ -162,7 +177,7 @@ class Specialist:
             self._output = "logits"
             self.featurizer = None
             self.renderer = Renderer(m.features.fields, m.features.actions, text.render_version)
-            self.tokenizer = load_tokenizer(d / text.tokenizer, text.max_length)
+            self.tokenizer = load_tokenizer(Path(directory) / text.tokenizer, text.max_length)
         self.actions = m.features.actions
         self._index = {a: i for i, a in enumerate(self.actions)}
         self._class_index = np.array([self._index[c] for c in m.model.classes], dtype=np.int64)

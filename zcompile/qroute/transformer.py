@@ -83,6 +83,19 @@ def sha256_file(p: Path) -> str:
 Bar = Callable[[Iterable, str, int], Iterable]
 
 
+def quantize_int8(source: Path, save_dir: Path) -> Path:
+    """Dynamic int8 quantisation of `source/model.onnx` (ORTQuantizer, AVX2, per-channel weights) into
+    `save_dir`; returns the quantised file."""
+    from optimum.onnxruntime import ORTQuantizer
+    from optimum.onnxruntime.configuration import AutoQuantizationConfig
+
+    with _quiet():
+        quantizer = ORTQuantizer.from_pretrained(source, file_name=MODEL_FILE)
+        qpath = Path(quantizer.quantize(save_dir=save_dir, quantization_config=AutoQuantizationConfig.avx2(
+            is_static=False, per_channel=True)))
+    return next(qpath.glob("*quantized*.onnx")) if qpath.is_dir() else qpath
+
+
 class TransformerClassifier:
     """MiniLM-L6 + a linear head over the actions seen in training (scikit-learn conventions).
 
@@ -128,8 +141,9 @@ class TransformerClassifier:
         if not 8 <= self.max_length <= 512:
             raise ZcError(f"--max-length must be between 8 and 512 tokens, got {self.max_length}")
 
-    def fit(self, texts: Sequence[str], y: Sequence[str], bar: Bar | None = None) -> TransformerClassifier:
-        """Fine-tune on rendered states `texts` with action labels `y`."""
+    def fit(self, texts: Sequence[str | tuple[str, str]], y: Sequence[str],
+            bar: Bar | None = None) -> TransformerClassifier:
+        """Fine-tune on rendered states `texts` (or text pairs, as two segments) with labels `y`."""
         self._check()
         torch, transformers = _imports()
         base = base_model_dir()
@@ -137,7 +151,8 @@ class TransformerClassifier:
         index = {c: i for i, c in enumerate(self.classes_)}
         labels = np.array([index[c] for c in y], dtype=np.int64)
         self.tokenizer_ = load_tokenizer(base / TOKENIZER_FILE, self.max_length)
-        ids = [e.ids for e in self.tokenizer_.encode_batch(list(texts))]
+        encs = self.tokenizer_.encode_batch(list(texts))
+        ids, types = [e.ids for e in encs], [e.type_ids for e in encs]
         n = len(ids)
         per_epoch = math.ceil(n / self.batch_size)
         total = self.max_steps if self.max_steps is not None else max(1, round(self.epochs * per_epoch))
@@ -171,7 +186,7 @@ class TransformerClassifier:
                 if len(order) < self.batch_size:
                     order += rng.permutation(n).tolist()
                 batch, order = order[: self.batch_size], order[self.batch_size:]
-                enc = encode_batch([ids[i] for i in batch])
+                enc = encode_batch([ids[i] for i in batch], [types[i] for i in batch])
                 out = model(**{k: torch.from_numpy(v) for k, v in enc.items()},
                             labels=torch.from_numpy(labels[batch]))
                 out.loss.backward()
@@ -199,22 +214,26 @@ class TransformerClassifier:
         try:
             with torch.inference_mode():
                 for i in range(0, len(texts), batch):
-                    enc = encode_batch([e.ids for e in self.tokenizer_.encode_batch(list(texts[i:i + batch]))])
+                    encs = self.tokenizer_.encode_batch(list(texts[i:i + batch]))
+                    enc = encode_batch([e.ids for e in encs], [e.type_ids for e in encs])
                     logits = self.model_(**{k: torch.from_numpy(v) for k, v in enc.items()}).logits
                     out.append(torch.softmax(logits.double(), dim=-1).float().numpy())
         finally:
             torch.set_num_threads(old_threads)
         return np.concatenate(out) if out else np.zeros((0, len(self.classes_)), np.float32)
 
-    def export(self, directory: Path, step: Callable[[str], None] | None = None) -> dict[str, str]:
-        """Write `model.onnx` (optimum export, dynamic int8) and `tokenizer.json` into `directory`.
+    def export(self, directory: Path, step: Callable[[str], None] | None = None,
+               quantization: str = "int8") -> dict[str, str]:
+        """Write `model.onnx` (optimum export, then dynamic int8 unless `quantization` is "float32")
+        and `tokenizer.json` into `directory`. Returns {file name: sha256}.
 
-        The plain export is quantised (quantising an O2-optimised graph fails; TOOLCHAIN.md).
-        Returns {file name: sha256}.
+        The plain export is quantised (quantising an O2-optimised graph fails; TOOLCHAIN.md), with
+        per-channel weight scales: on the airline receipts, per-tensor int8 changed 3 of 150 test
+        decisions (max |Δp| 0.19), per-channel 1 (max |Δp| 0.07), a near tie (0.364 vs 0.363).
         """
+        if quantization not in ("int8", "float32"):
+            raise ZcError(f"unknown quantization `{quantization}` (int8 or float32)")
         from optimum.exporters.onnx import main_export
-        from optimum.onnxruntime import ORTQuantizer
-        from optimum.onnxruntime.configuration import AutoQuantizationConfig
 
         step = step or (lambda text: None)
         base = base_model_dir()
@@ -229,13 +248,11 @@ class TransformerClassifier:
                 step("  optimum export (task text-classification)")
                 main_export(str(hf), output=fp32, task="text-classification", library_name="transformers",
                             do_validation=False)
-                step("  dynamic int8 quantisation (ORTQuantizer, avx2, per-tensor)")
-                quantizer = ORTQuantizer.from_pretrained(fp32, file_name="model.onnx")
-                qpath = quantizer.quantize(save_dir=int8, quantization_config=AutoQuantizationConfig.avx2(
-                    is_static=False, per_channel=False))
-            produced = Path(qpath)
-            if produced.is_dir():
-                produced = next(produced.glob("*quantized*.onnx"))
+                if quantization == "int8":
+                    step("  dynamic int8 quantisation (ORTQuantizer, avx2, per-channel)")
+                    produced = quantize_int8(fp32, int8)
+                else:
+                    produced = fp32 / "model.onnx"
             directory.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(produced, directory / MODEL_FILE)
             shutil.copyfile(base / TOKENIZER_FILE, directory / TOKENIZER_FILE)
