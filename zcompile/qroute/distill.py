@@ -23,13 +23,15 @@ from ..errors import ZcError
 from ..runtime import Policy
 from . import features as F
 from .manifest import (MANIFEST_VERSION, Calibration, DataFile, Gate, Manifest, Model, Split,
-                       Splits, Threshold, encode)
+                       Splits, TextInput, Threshold, encode)
 from .specialist import Specialist, masked_confidence
 
 RISKY_TAGS = frozenset({"destructive", "publish", "money", "credential"})
 SPLIT = (0.70, 0.15, 0.15)
 ALPHA = 0.05
-PARITY_TOLERANCE = 1e-4
+PARITY_TOLERANCE = 1e-4  # max |Δp|, tabular models
+DECIDE_THREADS = 2  # onnxruntime threads of a transformer specialist at decision time (DESIGN.md §8)
+ARGMAX_AGREEMENT = 0.995  # share of test decisions an int8 transformer must decide like its float model
 NEVER = 2.0  # a τ above every confidence: the specialist always abstains
 
 
@@ -58,20 +60,14 @@ class Report:
 def load_decisions(paths: Sequence[str | Path], policy: Policy, *, skip_invalid: bool = False,
                    report: Report | None = None) -> tuple[list[Decision], Counter, list[DataFile]]:
     """Read and validate receipts; keep those whose teacher answered and was not judged wrong."""
-    from ..receipts import ReadStats, expand, read
+    from ..receipts import ReadStats
 
     report = report or Report()
     counts: Counter = Counter()
-    files = []
-    for p in expand(paths):
-        try:
-            files.append(DataFile(str(p), _sha256_file(Path(p))))
-        except OSError as exc:
-            raise ZcError(f"{p}: cannot read receipts: {exc.strerror}") from None
+    files = data_files(paths)
     rstats = ReadStats()
     decisions: list[Decision] = []
-    for i, r in enumerate(report.bar(read(paths, skip_invalid=skip_invalid, policy=policy, stats=rstats),
-                                     "reading receipts", 0)):
+    for i, r in enumerate(read_receipts(paths, policy, skip_invalid, rstats, report)):
         counts["receipts"] += 1
         label = r.gold if r.gold is not None else r.action
         if r.verified is False:
@@ -90,6 +86,26 @@ def load_decisions(paths: Sequence[str | Path], policy: Policy, *, skip_invalid:
     if not decisions:
         raise ZcError("no usable receipts: every receipt was invalid, abstained or judged wrong")
     return decisions, counts, files
+
+
+def data_files(paths: Sequence[str | Path]) -> list[DataFile]:
+    """Each receipts file with its sha256, for the manifest."""
+    from ..receipts import expand
+
+    files = []
+    for p in expand(paths):
+        try:
+            files.append(DataFile(str(p), _sha256_file(Path(p))))
+        except OSError as exc:
+            raise ZcError(f"{p}: cannot read receipts: {exc.strerror}") from None
+    return files
+
+
+def read_receipts(paths: Sequence[str | Path], policy: Any, skip_invalid: bool, rstats: Any, report: Report):
+    """The receipts of `paths`, validated (against `policy` when given), behind a progress bar."""
+    from ..receipts import read
+
+    return report.bar(read(paths, skip_invalid=skip_invalid, policy=policy, stats=rstats), "reading receipts", 0)
 
 
 def _sha256_file(p: Path) -> str:
@@ -137,7 +153,7 @@ def make_model(kind: str, seed: int):
         from sklearn.neural_network import MLPClassifier
 
         return MLPClassifier(hidden_layer_sizes=(64,), alpha=1e-3, max_iter=600, random_state=seed)
-    raise ZcError(f"unknown model `{kind}` (choose logistic or mlp)")
+    raise ZcError(f"unknown model `{kind}` (choose logistic, mlp or transformer)")
 
 
 def fit_temperature(probs: np.ndarray, class_index: np.ndarray, masks: np.ndarray,
@@ -225,7 +241,9 @@ def gate(metrics: dict, target: float, min_coverage: float, max_ms: float | None
     ≥ target, coverage ≥ the minimum, latency within the tier's budget.
 
     The key orders candidates the same way: safety first, so a wrong-but-fast specialist never
-    ties with (or beats) a correct-but-slow one.
+    ties with (or beats) a correct-but-slow one; then the lower bound, coverage, and the test
+    split's AURC (how well confidence ranks correctness), so that latency, which is noisy, only
+    breaks ties between candidates that are equal on every quality figure.
     """
     bad = metrics["illegal_selected"] + metrics["dangerous_selected"]
     lb = metrics["precision_ci"][0] if metrics["answered"] else 0.0
@@ -238,7 +256,8 @@ def gate(metrics: dict, target: float, min_coverage: float, max_ms: float | None
         (max_ms is None or p50_ms <= max_ms, f"p50 latency {p50_ms:.3f} ms > tier budget {max_ms} ms"),
     ]
     key = (float(checks[0][0]), float(checks[1][0]), float(checks[2][0]), float(checks[3][0]),
-           -float(bad), round(lb, 6), round(metrics["coverage"], 6), -round(p50_ms, 6))
+           -float(bad), round(lb, 6), round(metrics["coverage"], 6), -round(metrics["aurc"], 6),
+           -round(p50_ms, 6))
     return Gate(all(ok for ok, _ in checks), key, tuple(msg for ok, msg in checks if not ok))
 
 
@@ -253,8 +272,15 @@ class Result:
 
 def distill(paths: Sequence[str | Path], policy: Policy, out: str | Path, *, model: str = "logistic",
             target_precision: float = 0.95, min_coverage: float = 0.0, seed: int = 0,
-            skip_invalid: bool = False, report: Report | None = None, name: str | None = None) -> Result:
-    """Run DESIGN.md §5 steps 1–10 and write `out/model.onnx`, `manifest.json` and `report.md`."""
+            skip_invalid: bool = False, report: Report | None = None, name: str | None = None,
+            options: dict[str, Any] | None = None) -> Result:
+    """Run DESIGN.md §5 steps 1–10 and write `out/model.onnx`, `manifest.json` and `report.md`.
+
+    `model` is logistic, mlp or transformer; `options` are the transformer's training options
+    (`epochs`, `max_steps`, `max_length`, `batch_size`, `learning_rate`, `threads`; see
+    `zcompile.qroute.transformer.TransformerClassifier`). Only the training and export steps
+    differ between kinds; split, calibration, threshold, evaluation, gate and manifest are shared.
+    """
     report = report or Report()
     if not 0 < target_precision < 1:
         raise ZcError(f"--target-precision must be between 0 and 1, got {target_precision}")
@@ -274,13 +300,12 @@ def distill(paths: Sequence[str | Path], policy: Policy, out: str | Path, *, mod
         for p in numeric:
             values[p].append(F.read_path(fz0.schema, root, p))
     spec = F.fit_scaling(spec, values)
-    fz = F.Featurizer(spec)
+    learner = make_learner(model, seed, spec, options or {})
     actions = spec.actions
     index = {a: i for i, a in enumerate(actions)}
     X, M, Y = {}, {}, {}
     for split, part in parts.items():
-        rows = [fz.one(d.state, d.legal) for d in report.bar(part, f"featurising {split}", len(part))]
-        X[split] = np.stack(rows) if rows else np.zeros((0, fz.dim), np.float32)
+        X[split] = learner.inputs(report.bar(part, f"{learner.reading} {split}", len(part)))
         M[split] = np.zeros((len(part), len(actions)), np.float32)
         for i, d in enumerate(part):
             M[split][i, [index[a] for a in d.legal]] = 1.0
@@ -288,65 +313,63 @@ def distill(paths: Sequence[str | Path], policy: Policy, out: str | Path, *, mod
 
     report.step(f"4/10 training a {model} model on {len(parts['train'])} decisions")
     train_ok = Y["train"] >= 0
-    y_train = np.array([actions[i] for i in Y["train"][train_ok]])
+    y_train = [actions[i] for i in Y["train"][train_ok]]
     if len(set(y_train)) < 2:
         raise ZcError("the training split has fewer than two distinct actions: nothing to learn")
-    clf = make_model(model, seed)
-    started = time.perf_counter()
-    import warnings
-
-    from sklearn.exceptions import ConvergenceWarning
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        clf.fit(X["train"][train_ok], y_train)
-    train_seconds = time.perf_counter() - started
-    classes = tuple(str(c) for c in clf.classes_)
+    learner.fit(learner.take(X["train"], train_ok), y_train, report)
+    classes = learner.classes
     class_index = np.array([index[c] for c in classes], dtype=np.int64)
-
-    report.step("5/10 calibrating (temperature, outside ONNX)")
-    p_cal = clf.predict_proba(X["calibration"]) if len(parts["calibration"]) else np.zeros((0, len(classes)))
-    temperature = fit_temperature(p_cal, class_index, M["calibration"], Y["calibration"])
-    conf_cal = masked_confidence(p_cal, class_index, M["calibration"], temperature)
-
-    report.step(f"6/10 choosing τ for precision ≥ {target_precision} (one-sided 95% bound)")
-    best_cal = conf_cal.argmax(axis=1) if len(conf_cal) else np.zeros(0, dtype=int)
-    top_cal = conf_cal[np.arange(len(best_cal)), best_cal] if len(conf_cal) else np.zeros(0)
-    correct_cal = (best_cal == Y["calibration"]) & (Y["calibration"] >= 0)
-    tau, cal_n, cal_k, cal_lb = select_threshold(top_cal, correct_cal, target_precision)
 
     report.step("8/10 exporting to ONNX and checking parity")
     work = Path(tempfile.mkdtemp(prefix=".distill-", dir=Path(out).parent if Path(out).parent.exists() else None))
     try:
-        onnx_bytes = export_onnx(clf, X["train"][:1])
-        (work / "model.onnx").write_bytes(onnx_bytes)
-        model_sha = hashlib.sha256(onnx_bytes).hexdigest()
         name = name or Path(out).name
+        placeholder = Threshold(NEVER, target_precision, ALPHA, 0, 0, 0.0)
+        test_split = "test" if len(parts["test"]) else "train"
+        p_ref = learner.reference(X[test_split])
+        attempts = []
+        for i, quantization in enumerate(learner.quantizations):
+            exported = learner.export(work, report, quantization)
+            pre = Manifest(
+                version=MANIFEST_VERSION, zcompile=__version__, name=name, policy_name=policy.name,
+                policy_sha256=policy.sha256, data=tuple(files), counts=dict(counts), splits=splits,
+                features=spec, model=exported, calibration=Calibration("temperature", 1.0), threshold=placeholder,
+                metrics={}, gate=Gate(False, (), ("not evaluated",)), seed=seed)
+            (work / "manifest.json").write_bytes(encode(pre))
+            sp = Specialist(work, policy)
+            p_ox = learner.exported(sp, X[test_split])
+            parity, problem = check_parity(p_ref, p_ox, class_index, M[test_split], learner.parity)
+            attempts.append({"quantization": quantization, **parity})
+            if problem is None:
+                break
+            if i + 1 == len(learner.quantizations):
+                raise ZcError(f"parity check failed ({quantization}): {problem}; nothing was written")
+            report.step(f"  parity with {quantization}: {problem}; exporting {learner.quantizations[i + 1]} instead")
+        parity = {**attempts[-1], "attempts": attempts}
+
+        report.step("5/10 calibrating (temperature, outside ONNX, on the exported model's outputs)")
+        p_cal = learner.exported(sp, X["calibration"]) if len(parts["calibration"]) else \
+            np.zeros((0, len(classes)), np.float32)
+        temperature = fit_temperature(p_cal, class_index, M["calibration"], Y["calibration"])
+        conf_cal = masked_confidence(p_cal, class_index, M["calibration"], temperature)
+
+        report.step(f"6/10 choosing τ for precision ≥ {target_precision} (one-sided 95% bound)")
+        best_cal = conf_cal.argmax(axis=1) if len(conf_cal) else np.zeros(0, dtype=int)
+        top_cal = conf_cal[np.arange(len(best_cal)), best_cal] if len(conf_cal) else np.zeros(0)
+        correct_cal = (best_cal == Y["calibration"]) & (Y["calibration"] >= 0)
+        tau, cal_n, cal_k, cal_lb = select_threshold(top_cal, correct_cal, target_precision)
         threshold = Threshold(tau, target_precision, ALPHA, cal_n, cal_k, cal_lb)
-        pre = Manifest(
-            version=MANIFEST_VERSION, zcompile=__version__, name=name, policy_name=policy.name,
-            policy_sha256=policy.sha256, data=tuple(files), counts=dict(counts), splits=splits,
-            features=spec,
-            model=Model(model, classes, "model.onnx", model_sha,
-                        {k: _plain(v) for k, v in clf.get_params().items()} | {"train_seconds": train_seconds}),
-            calibration=Calibration("temperature", temperature), threshold=threshold, metrics={},
-            gate=Gate(False, (), ("not evaluated",)), seed=seed)
+        pre = msgspec.structs.replace(pre, calibration=Calibration("temperature", temperature), threshold=threshold)
         (work / "manifest.json").write_bytes(encode(pre))
         sp = Specialist(work, policy)
-        test_x = X["test"] if len(parts["test"]) else X["train"][:1]
-        p_sk = clf.predict_proba(test_x)
-        p_ox = sp.probabilities(test_x)
-        delta = float(np.max(np.abs(p_sk - p_ox))) if len(p_sk) else 0.0
-        if not delta <= PARITY_TOLERANCE:
-            raise ZcError(f"parity check failed: ONNX and scikit-learn probabilities differ by {delta:.2e} "
-                          f"(> {PARITY_TOLERANCE:.0e}) on the test split; nothing was written")
 
         report.step("7/10 evaluating on the sealed test split")
         conf_test = masked_confidence(p_ox[: len(parts["test"])], class_index, M["test"], temperature)
         risky = frozenset(a.name for a in policy.ir.actions if RISKY_TAGS & set(a.tags))
         metrics = evaluate(conf_test, Y["test"], actions, tau, parts["test"], risky)
-        metrics["latency_us"] = _latency(sp, parts["test"] or parts["train"])
-        metrics["parity_max_abs_delta"] = delta
+        metrics["latency_us"] = _latency(sp, parts["test"] or parts["train"], *learner.latency_sample)
+        metrics["parity_max_abs_delta"] = parity["max_abs_delta"]
+        metrics["parity"] = parity
         metrics["calibration"] = {"n": len(parts["calibration"]), "answered": cal_n, "correct": cal_k,
                                   "lower_bound": cal_lb,
                                   "ece": stats.ece(top_cal, correct_cal.astype(float))}
@@ -356,18 +379,161 @@ def distill(paths: Sequence[str | Path], policy: Policy, out: str | Path, *, mod
         verdict = gate(metrics, target_precision, min_coverage, tier.max_ms if tier else None)
         manifest = msgspec.structs.replace(pre, metrics=_plain(metrics), gate=verdict)
         report.step("10/10 writing the specialist")
-        (work / "manifest.json").write_bytes(encode(manifest))
-        text = render_report(manifest)
-        (work / "report.md").write_text(text)
-        target = Path(out)
-        if target.exists():
-            shutil.rmtree(target)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(work, target)
+        text = write_specialist(work, out, manifest, render_report(manifest))
     finally:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
     return Result(manifest, Path(out), text)
+
+
+def write_specialist(work: Path, out: str | Path, manifest: Manifest, text: str) -> str:
+    """Step 10: the final manifest and report into `work`, then `work` atomically replaces `out`."""
+    (work / "manifest.json").write_bytes(encode(manifest))
+    (work / "report.md").write_text(text)
+    target = Path(out)
+    if target.exists():
+        shutil.rmtree(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(work, target)
+    return text
+
+
+def check_parity(p_ref: np.ndarray, p_ox: np.ndarray, class_index: np.ndarray, masks: np.ndarray,
+                 rule: tuple[str, float]) -> tuple[dict[str, Any], str | None]:
+    """Compare the trained model's probabilities with the exported model's on the same rows.
+
+    Reports max |Δp|, agreement of the raw argmax over the model's classes, and agreement of the
+    decision (argmax over the legal classes, what the specialist answers). `rule` is
+    ("max_abs_delta", tolerance) for tabular models or ("decision_agreement", minimum) for int8
+    transformers. Returns (figures, None) or (figures, what failed); a failure fails the
+    distillation (DESIGN.md §5 step 8) unless another export is left to try.
+    """
+    n = len(p_ref)
+    delta = float(np.max(np.abs(p_ref - p_ox))) if n else 0.0
+    raw = float(np.mean(p_ref.argmax(axis=1) == p_ox.argmax(axis=1))) if n else 1.0
+    c_ref = masked_confidence(p_ref, class_index, masks[:n], 1.0)
+    c_ox = masked_confidence(p_ox, class_index, masks[:n], 1.0)
+    decision = float(np.mean(c_ref.argmax(axis=1) == c_ox.argmax(axis=1))) if n else 1.0
+    out = {"n": n, "max_abs_delta": delta, "argmax_agreement": raw, "decision_agreement": decision,
+           "rule": rule[0], "bound": rule[1]}
+    what, bound = rule
+    if what == "max_abs_delta" and not delta <= bound:
+        return out, (f"ONNX and the trained model's probabilities differ by {delta:.2e} (> {bound:.0e}) "
+                     "on the test split")
+    if what == "decision_agreement" and not decision >= bound:
+        return out, (f"the exported model decides like the trained one on only {decision:.2%} of the test "
+                     f"split (< {bound:.1%}; max |Δp| {delta:.3f})")
+    return out, None
+
+
+class TabularLearner:
+    """A scikit-learn model over feature vectors, exported with skl2onnx."""
+
+    reading = "featurising"
+    parity = ("max_abs_delta", PARITY_TOLERANCE)
+    quantizations = ("none",)
+    latency_sample = (300, 3)
+
+    def __init__(self, kind: str, seed: int, spec: F.FeatureSpec) -> None:
+        self.kind = kind
+        self.clf = make_model(kind, seed)
+        self.fz = F.Featurizer(spec)
+
+    def inputs(self, part: Iterable[Decision]) -> np.ndarray:
+        rows = [self.fz.one(d.state, d.legal) for d in part]
+        return np.stack(rows) if rows else np.zeros((0, self.fz.dim), np.float32)
+
+    @staticmethod
+    def take(x: np.ndarray, keep: np.ndarray) -> np.ndarray:
+        return x[keep]
+
+    def fit(self, x: np.ndarray, y: list[str], report: Report) -> None:
+        import warnings
+
+        from sklearn.exceptions import ConvergenceWarning
+
+        started = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            self.clf.fit(x, np.array(y))
+        self.train_seconds = time.perf_counter() - started
+        self.classes = tuple(str(c) for c in self.clf.classes_)
+        self.sample = x[:1]
+
+    def reference(self, x: np.ndarray) -> np.ndarray:
+        return self.clf.predict_proba(x)
+
+    @staticmethod
+    def exported(sp: Specialist, x: np.ndarray) -> np.ndarray:
+        return sp.probabilities(x)
+
+    def export(self, work: Path, report: Report, quantization: str) -> Model:
+        onnx_bytes = export_onnx(self.clf, self.sample)
+        (work / "model.onnx").write_bytes(onnx_bytes)
+        return Model(self.kind, self.classes, "model.onnx", hashlib.sha256(onnx_bytes).hexdigest(),
+                     {k: _plain(v) for k, v in self.clf.get_params().items()}
+                     | {"train_seconds": self.train_seconds})
+
+
+class TransformerLearner:
+    """MiniLM-L6 fine-tuned over the state rendered as text, exported with optimum, dynamic int8."""
+
+    reading = "rendering"
+    parity = ("decision_agreement", ARGMAX_AGREEMENT)
+    # int8 first; if it decides unlike the float model on more than 0.5% of the test split (near
+    # ties flip), the float32 export ships instead, and the manifest says so
+    quantizations = ("int8", "float32")
+    latency_sample = (100, 1)
+
+    def __init__(self, seed: int, spec: F.FeatureSpec, options: dict[str, Any]) -> None:
+        from .render import Renderer
+        from .transformer import TransformerClassifier
+
+        try:
+            self.clf = TransformerClassifier(seed=seed, **options)
+        except TypeError as exc:
+            raise ZcError(f"unknown transformer option: {exc}") from None
+        self.renderer = Renderer(spec.fields, spec.actions)
+        self.kind = "transformer"
+
+    def inputs(self, part: Iterable[Decision]) -> list[str]:
+        return [self.renderer.one(d.state) for d in part]
+
+    @staticmethod
+    def take(x: list[str], keep: np.ndarray) -> list[str]:
+        return [t for t, k in zip(x, keep) if k]
+
+    def fit(self, x: list[str], y: list[str], report: Report) -> None:
+        self.clf.fit(x, y, bar=report.bar)
+        self.classes = tuple(str(c) for c in self.clf.classes_)
+
+    def reference(self, x: list[str]) -> np.ndarray:
+        return self.clf.predict_proba(x)
+
+    @staticmethod
+    def exported(sp: Specialist, x: list[str]) -> np.ndarray:
+        return sp.text_probabilities(x)
+
+    def export(self, work: Path, report: Report, quantization: str) -> Model:
+        from .render import VERSION as RENDER_VERSION
+        from .specialist import TOKENIZER_FILE
+
+        files = self.clf.export(work, report.step, quantization)
+        model_sha = files.pop("model.onnx")
+        params = _plain(self.clf.get_params()) | {
+            "train_seconds": self.clf.train_seconds_, "steps": self.clf.steps_, "final_loss": self.clf.final_loss_,
+            "quantization": quantization}
+        return Model("transformer", self.classes, "model.onnx", model_sha, params, files,
+                     TextInput(RENDER_VERSION, self.clf.max_length, TOKENIZER_FILE, DECIDE_THREADS))
+
+
+def make_learner(kind: str, seed: int, spec: F.FeatureSpec, options: dict[str, Any]):
+    """The training and export steps of one model kind; everything else in `distill` is shared."""
+    if kind == "transformer":
+        return TransformerLearner(seed, spec, options)
+    if options:
+        raise ZcError(f"{', '.join(sorted(options))}: options of the transformer model, not of `{kind}`")
+    return TabularLearner(kind, seed, spec)
 
 
 def export_onnx(clf, sample: np.ndarray) -> bytes:
@@ -378,9 +544,9 @@ def export_onnx(clf, sample: np.ndarray) -> bytes:
     return onx.SerializeToString()
 
 
-def _latency(sp: Specialist, part: Sequence[Decision], repeat: int = 3) -> dict[str, float]:
-    """Single-decision latency (features + ONNX + mask + threshold), µs."""
-    sample = list(part)[:300]
+def _latency(sp: Specialist, part: Sequence[Decision], size: int = 300, repeat: int = 3) -> dict[str, float]:
+    """Single-decision latency (features or text + ONNX + mask + threshold), µs."""
+    sample = list(part)[:size]
     for d in sample[:20]:
         sp.decide(d.state, d.legal)
     times = []
@@ -412,10 +578,25 @@ def render_report(m: Manifest) -> str:
     t = m.metrics
     pr = "n/a" if t["precision"] is None else f"{t['precision']:.3f}"
     lo, hi = t["precision_ci"]
+    if m.model.text is None:
+        reads = f"{m.features.dim} features (version {m.features.version})"
+    else:
+        p = m.model.params
+        reads = (f"the state rendered as text (version {m.model.text.render_version}, first "
+                 f"{m.model.text.max_length} tokens), fine-tuned {p.get('steps')} steps of {p.get('batch_size')} "
+                 f"from `{p.get('base')}` in {p.get('train_seconds', 0):.0f} s, exported {p.get('quantization')}")
+    par = t.get("parity") or {"max_abs_delta": t["parity_max_abs_delta"]}
+    parity = f"ONNX parity on the test split: max |Δp| = {par['max_abs_delta']:.2e}"
+    if "decision_agreement" in par:
+        parity += (f", same decision on {par['decision_agreement']:.2%}, same raw argmax on "
+                   f"{par['argmax_agreement']:.2%} (n = {par['n']})")
+    for a in (par.get("attempts") or [])[:-1]:
+        parity += (f"; {a['quantization']} was tried first and refused: same decision on "
+                   f"{a['decision_agreement']:.2%}, max |Δp| = {a['max_abs_delta']:.3f}")
     lines = [
         f"# Specialist `{m.name}` for policy `{m.policy_name}`", "",
         f"Model: {m.model.kind} over {len(m.features.actions)} actions ({len(m.model.classes)} seen in "
-        f"training), {m.features.dim} features (version {m.features.version}). "
+        f"training), reading {reads}. "
         f"Temperature {m.calibration.temperature:.3f}. τ = {m.threshold.tau:.4f} "
         f"(calibration: {m.threshold.calibration_correct}/{m.threshold.calibration_answered} answered correct, "
         f"one-sided 95% lower bound {m.threshold.calibration_lower_bound:.3f} ≥ {m.threshold.target_precision}).",
@@ -432,7 +613,7 @@ def render_report(m: Manifest) -> str:
         f"{t['latency_us']['p99']:.1f} |",
         "", f"Illegal selections: {t['illegal_selected']}; dangerous selections: {t['dangerous_selected']} "
         f"(decisions with a risky action legal: {t['dangerous_exposed']}). Labels outside the legal set: "
-        f"{t['label_not_legal']}. ONNX parity max |Δp| = {t['parity_max_abs_delta']:.2e}.",
+        f"{t['label_not_legal']}. {parity}.",
         "", "### Per action (answered)", "", "| action | answered | correct |", "|---|---:|---:|",
         *(f"| {a} | {r['answered']} | {r['correct']} |" for a, r in t["per_action"].items()),
         "", "### Risk–coverage (test split, by confidence)", "", "| coverage | precision | threshold |",

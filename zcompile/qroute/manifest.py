@@ -8,7 +8,7 @@ import msgspec
 
 from .features import FeatureSpec
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: `Model.files` and `Model.text` (transformer specialists); 1 still loads
 
 
 class Split(msgspec.Struct, frozen=True):
@@ -28,17 +28,29 @@ class DataFile(msgspec.Struct, frozen=True):
     sha256: str
 
 
+class TextInput(msgspec.Struct, frozen=True):
+    """How a transformer specialist reads a state: rendered as text, then tokenized."""
+
+    render_version: int  # of zcompile.qroute.render
+    max_length: int  # tokens kept (truncation)
+    tokenizer: str  # file name in the specialist directory (its sha256 is in `Model.files`)
+    threads: int = 2  # onnxruntime intra-op threads at decision time (capped at the machine's cores)
+
+
 class Model(msgspec.Struct, frozen=True):
     kind: str  # logistic | mlp | transformer
     classes: tuple[str, ...]  # the model's output columns, a subset of the policy's actions
     file: str
     sha256: str
     params: dict[str, Any] = {}
+    files: dict[str, str] = {}  # other files the model needs (tokenizer.json): name -> sha256, verified on load
+    text: TextInput | None = None  # set for models that read text (transformer); None: feature vectors
 
 
 class Calibration(msgspec.Struct, frozen=True):
-    method: str  # temperature
+    method: str  # temperature (classifiers) | platt (pairwise: sigmoid(margin / temperature + bias))
     temperature: float
+    bias: float = 0.0
 
 
 class Threshold(msgspec.Struct, frozen=True):

@@ -1,9 +1,14 @@
-"""The specialist runtime: (state, legal set) -> (action, confidence) or abstain. onnxruntime and numpy only."""
+"""The specialist runtime: (state, legal set) -> (action, confidence) or abstain.
+
+onnxruntime and numpy only; a transformer specialist adds `tokenizers` (never torch or transformers).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import math
+import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,12 +30,17 @@ class Answer:
     best: str | None  # the top legal action, answered or not
 
 
-def session_options():
-    """Single-row latency settings (see TOOLCHAIN.md)."""
+TOKENIZER_FILE = "tokenizer.json"
+TEXT_BATCH = 32  # rendered states per onnxruntime call in batch scoring
+_PLAIN_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def session_options(threads: int = 1):
+    """Single-row latency settings (see TOOLCHAIN.md); `threads` intra-op threads, no spinning."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
+    so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -58,39 +68,116 @@ def masked_confidence(probs: np.ndarray, class_index: np.ndarray, legal_mask: np
     return out
 
 
+def load_tokenizer(path: str | Path, max_length: int):
+    """A `tokenizers` tokenizer truncating to `max_length` tokens, without padding."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise ZcError("a transformer specialist needs the `tokenizers` package: "
+                      "pip install -c constraints.txt 'zcompile[transformer]'") from None
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises its own exception type for bad files
+        raise ZcError(f"{path}: cannot load the tokenizer: {exc}") from None
+    tok.no_padding()
+    tok.enable_truncation(max_length)
+    return tok
+
+
+def encode_batch(ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]] | None = None) -> dict[str, np.ndarray]:
+    """Token ids (and segment ids, for pairs) of several texts -> BERT inputs padded (id 0) to the
+    longest, int64."""
+    n, width = len(ids), max((len(x) for x in ids), default=0)
+    input_ids = np.zeros((n, width), np.int64)
+    mask = np.zeros((n, width), np.int64)
+    types = np.zeros((n, width), np.int64)
+    for i, x in enumerate(ids):
+        input_ids[i, : len(x)] = x
+        mask[i, : len(x)] = 1
+        if type_ids is not None:
+            types[i, : len(x)] = type_ids[i]
+    return {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": types}
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
+
+
+def open_verified(directory: str | Path, policy: Any = None, threads: int | None = None):
+    """Read a specialist directory's manifest, verify the policy and every file's sha256, and open
+    its model in onnxruntime. Returns (manifest, session, threads)."""
+    d = Path(directory)
+    mpath = d / "manifest.json"
+    try:
+        m: Manifest = decode(mpath.read_bytes(), str(mpath))
+    except OSError as exc:
+        raise ZcError(f"{d}: not a specialist directory ({mpath.name}: {exc.strerror})") from None
+    if policy is not None and policy.sha256 != m.policy_sha256:
+        raise ZcError(f"{d}: specialist was trained for policy `{m.policy_name or '(none)'}` "
+                      f"(sha256 {m.policy_sha256[:12]}…) but the policy given is `{policy.name}` "
+                      f"(sha256 {policy.sha256[:12]}…); distil it again for this policy")
+    model_path = d / m.model.file
+    try:
+        blob = model_path.read_bytes()
+    except OSError as exc:
+        raise ZcError(f"{model_path}: cannot read model: {exc.strerror}") from None
+    if hashlib.sha256(blob).hexdigest() != m.model.sha256:
+        raise ZcError(f"{model_path}: model does not match the sha256 in its manifest "
+                      "(tampered or corrupt)")
+    for fname, digest in m.model.files.items():
+        fpath = d / fname
+        if not _PLAIN_NAME.match(fname) or fname.startswith("."):
+            raise ZcError(f"{mpath}: $.model.files: `{fname}` is not a plain file name")
+        try:
+            data = fpath.read_bytes()
+        except OSError as exc:
+            raise ZcError(f"{fpath}: cannot read: {exc.strerror}") from None
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise ZcError(f"{fpath}: does not match the sha256 in its manifest (tampered or corrupt)")
+    text = m.model.text
+    if text is not None and text.tokenizer not in m.model.files:
+        raise ZcError(f"{mpath}: $.model.files: no sha256 for the tokenizer `{text.tokenizer}`")
+    if threads is None:
+        threads = 1 if text is None else max(1, min(text.threads, os.cpu_count() or 1))
+    import onnxruntime as ort
+
+    try:
+        session = ort.InferenceSession(blob, sess_options=session_options(threads),
+                                       providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own exception types for bad models
+        raise ZcError(f"{model_path}: onnxruntime cannot load the model: {exc}") from None
+    return m, session, threads
+
+
 class Specialist:
-    """A loaded specialist directory (`model.onnx` + `manifest.json`), verified against its policy."""
+    """A loaded specialist directory (`model.onnx` + `manifest.json`, and `tokenizer.json` for a
+    transformer), verified against its policy: tabular models read feature vectors, transformers
+    read the state rendered as text (the manifest says which)."""
 
-    def __init__(self, directory: str | Path, policy: Any = None) -> None:
-        d = Path(directory)
-        mpath = d / "manifest.json"
-        try:
-            self.manifest: Manifest = decode(mpath.read_bytes(), str(mpath))
-        except OSError as exc:
-            raise ZcError(f"{d}: not a specialist directory ({mpath.name}: {exc.strerror})") from None
+    def __init__(self, directory: str | Path, policy: Any = None, *, threads: int | None = None) -> None:
+        self.manifest, self._session, threads = open_verified(directory, policy, threads)
         m = self.manifest
-        if policy is not None and policy.sha256 != m.policy_sha256:
-            raise ZcError(f"{d}: specialist was trained for policy `{m.policy_name}` "
-                          f"(sha256 {m.policy_sha256[:12]}…) but the policy given is `{policy.name}` "
-                          f"(sha256 {policy.sha256[:12]}…); distil it again for this policy")
-        model_path = d / m.model.file
-        try:
-            blob = model_path.read_bytes()
-        except OSError as exc:
-            raise ZcError(f"{model_path}: cannot read model: {exc.strerror}") from None
-        if hashlib.sha256(blob).hexdigest() != m.model.sha256:
-            raise ZcError(f"{model_path}: model does not match the sha256 in its manifest "
-                          "(tampered or corrupt)")
-        import onnxruntime as ort
+        self.kind = m.model.kind
+        if self.kind == "pairwise":
+            raise ZcError(f"{directory}: a pairwise specialist scores (request, action description) pairs: "
+                          "load it with zcompile.qroute.pairwise.PairwiseSpecialist")
+        text = m.model.text
+        self.threads = threads
+        self._inputs = [i.name for i in self._session.get_inputs()]
+        self._input = self._inputs[0]
+        if text is None:
+            self._output = "probabilities"
+            self.featurizer = Featurizer(m.features)
+            self.renderer = None
+        else:
+            from .render import Renderer
 
-        try:
-            self._session = ort.InferenceSession(blob, sess_options=session_options(),
-                                                 providers=["CPUExecutionProvider"])
-        except Exception as exc:  # onnxruntime raises its own exception types for bad models
-            raise ZcError(f"{model_path}: onnxruntime cannot load the model: {exc}") from None
-        self._input = self._session.get_inputs()[0].name
-        self._output = "probabilities"
-        self.featurizer = Featurizer(m.features)
+            self._output = "logits"
+            self.featurizer = None
+            self.renderer = Renderer(m.features.fields, m.features.actions, text.render_version)
+            self.tokenizer = load_tokenizer(Path(directory) / text.tokenizer, text.max_length)
         self.actions = m.features.actions
         self._index = {a: i for i, a in enumerate(self.actions)}
         self._class_index = np.array([self._index[c] for c in m.model.classes], dtype=np.int64)
@@ -101,22 +188,53 @@ class Specialist:
         self.name = m.name
 
     def probabilities(self, x: np.ndarray) -> np.ndarray:
-        """The raw model outputs (n, K) for feature rows x (n, D)."""
+        """The raw model outputs (n, K) for feature rows x (n, D) (tabular models)."""
+        if self.featurizer is None:
+            raise ZcError(f"specialist `{self.name}` is a {self.kind} model: it reads states, not feature "
+                          "rows (use `state_probabilities`)")
         return self._session.run([self._output], {self._input: x.astype(np.float32, copy=False)})[0]
+
+    def text_probabilities(self, texts: Sequence[str]) -> np.ndarray:
+        """Class probabilities (n, K) of rendered states (transformer models), in batches."""
+        out = []
+        for i in range(0, len(texts), TEXT_BATCH):
+            enc = encode_batch([e.ids for e in self.tokenizer.encode_batch(list(texts[i:i + TEXT_BATCH]))])
+            out.append(_softmax(self._session.run([self._output], {k: enc[k] for k in self._inputs})[0]))
+        return np.concatenate(out) if out else np.zeros((0, len(self.model_classes)), np.float32)
+
+    def state_probabilities(self, states: Sequence[Any], legals: Sequence[Sequence[str]]) -> np.ndarray:
+        """Class probabilities (n, K) of states with their legal sets, whatever the model kind."""
+        if self.renderer is not None:
+            return self.text_probabilities([self.renderer.one(s) for s in states])
+        return self.probabilities(self.featurizer.matrix(states, legals))
 
     def confidences(self, x: np.ndarray, legal_mask: np.ndarray) -> np.ndarray:
         return masked_confidence(self.probabilities(x), self._class_index, legal_mask, self.temperature)
+
+    def _row(self, state: Any, legal: Sequence[str]) -> list[float]:
+        """The model's class probabilities for one decision."""
+        if self.renderer is None:
+            x = self.featurizer.one(state, legal)[None, :]
+            return self._session.run([self._output], {self._input: x})[0][0].tolist()
+        ids = self.tokenizer.encode(self.renderer.one(state)).ids
+        feed = {"input_ids": np.array([ids], np.int64), "attention_mask": np.ones((1, len(ids)), np.int64),
+                "token_type_ids": np.zeros((1, len(ids)), np.int64)}
+        logits = self._session.run([self._output], {k: feed[k] for k in self._inputs})[0]
+        return _softmax(logits)[0].tolist()
 
     def decide(self, state: Any, legal: Sequence[str]) -> Answer:
         """Answer with the most likely legal action, or abstain below the threshold τ.
 
         The single-row form of `masked_confidence`: the softmax runs over the legal classes only.
         """
-        x = self.featurizer.one(state, legal)[None, :]
         cols = [self._class_pos[a] for a in legal if a in self._class_pos]
         if not cols:
+            if self.renderer is None:
+                self.featurizer.one(state, legal)  # validates the state all the same
+            else:
+                self.renderer.one(state)
             return Answer(None, 0.0, None)
-        row = self.probabilities(x)[0].tolist()  # a handful of numbers: plain Python beats numpy calls
+        row = self._row(state, legal)  # a handful of numbers: plain Python beats numpy calls
         t = self.temperature
         z = [math.log(min(max(row[c], 1e-12), 1.0)) / t for c in cols]
         top = max(z)

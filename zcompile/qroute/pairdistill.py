@@ -1,0 +1,377 @@
+"""Pairwise distillation (DESIGN.md §5 with a pair scorer): receipts with offered actions -> a specialist that
+scores (request, action description) pairs, so it can choose among actions it never saw, or abstain.
+
+Steps as in `distill.py`: load (labels: `gold`, else the teacher's action; a receipt with no action
+and `verified: true` means "no offered action fits"), split by task and seal, render requests and
+describe candidates (`pairwise.py`), fine-tune MiniLM-L6 on pairs (each legal action of a decision,
+plus `negatives` descriptions drawn at random from other training decisions, labelled not-fit),
+export with optimum and quantise to int8, check parity (same chosen action on ≥ 99.5% of the test
+split), calibrate the best candidate's logit margin with Platt scaling on the calibration split,
+pick τ with the same one-sided bound as the classifiers, evaluate on the sealed test split, gate,
+write the manifest.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+from scipy.optimize import minimize
+
+from .. import __version__, stats
+from ..errors import ZcError
+from . import features as F
+from .distill import (ALPHA, ARGMAX_AGREEMENT, DECIDE_THREADS, NEVER, RISKY_TAGS, Report, Result, _plain,
+                      _sha256_file, data_files, gate, read_receipts, seal, select_threshold,
+                      split_by_task, write_specialist)
+from .manifest import (MANIFEST_VERSION, Calibration, DataFile, Gate, Manifest, Model, Splits, TextInput,
+                       Threshold, encode)
+from .pairwise import FIT, PairwiseSpecialist, calibrated, describe, render_plain
+from .render import VERSION as RENDER_VERSION
+from .render import Renderer
+
+OTHER = "other"
+QUANTIZATIONS = ("int8", "float32")  # as for transformer classifiers: float32 only if int8 fails parity
+
+
+@dataclass
+class PairDecision:
+    """One decision among offered actions: the request text, the candidates and the right one (None: none fits)."""
+
+    id: str
+    task: str
+    order: tuple[float, int]
+    state: dict
+    request: str
+    legal: tuple[str, ...]
+    tools: dict[str, dict]
+    label: str | None
+
+    def descriptions(self) -> list[str]:
+        return [describe(a, self.tools.get(a)) for a in self.legal]
+
+
+def load_pair_decisions(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid: bool = False,
+                        report: Report | None = None) -> tuple[list[PairDecision], Counter, list[DataFile]]:
+    """Read receipts; keep those with a known right answer (an action, or verified abstention)."""
+    from ..receipts import ReadStats
+
+    report = report or Report()
+    files = data_files(paths)
+    renderer = Renderer(policy.ir.fields, policy.actions) if policy is not None else None
+    counts: Counter = Counter()
+    rstats = ReadStats()
+    out: list[PairDecision] = []
+    for i, r in enumerate(read_receipts(paths, policy, skip_invalid, rstats, report)):
+        counts["receipts"] += 1
+        label = r.gold if r.gold is not None else r.action
+        if r.verified is False:
+            counts["dropped_judged_wrong"] += 1
+            continue
+        if label is None and r.verified is not True:
+            counts["dropped_abstained"] += 1
+            continue
+        legal = policy.legal(r.state, r.intent).actions if policy is not None else r.legal
+        if legal is None:
+            raise ZcError(f"receipt `{r.id}`: $.legal: missing; without --policy a pairwise specialist needs "
+                          "receipts that list the offered actions")
+        raw_tools = r.meta.get("tools") or []
+        tools = {str(t["name"]): t for t in raw_tools if isinstance(t, dict) and "name" in t}
+        if label is not None and label not in legal:
+            counts["label_not_legal"] += 1
+        if label is None:
+            counts["no_action_fits"] += 1
+        request = renderer.one(r.state) if renderer is not None else render_plain(r.state)
+        out.append(PairDecision(r.id, r.task, (r.ts if r.ts is not None else math.inf, i), r.state, request,
+                                tuple(legal), tools, label))
+    counts["skipped_invalid"] = rstats.skipped
+    counts["used"] = len(out)
+    if not out:
+        raise ZcError("no usable receipts: every receipt was invalid, abstained unverified or judged wrong")
+    return out, counts, files
+
+
+def training_pairs(decisions: Sequence[PairDecision], negatives: int, seed: int) -> tuple[list, list[str]]:
+    """(request, description) pairs and fit/other labels, with random negatives from other decisions."""
+    rng = np.random.default_rng(seed)
+    pool = sorted({desc for d in decisions for desc in d.descriptions()})
+    pairs, y = [], []
+    for d in decisions:
+        own = d.descriptions()
+        for a, desc in zip(d.legal, own):
+            pairs.append((d.request, desc))
+            y.append(FIT if a == d.label else OTHER)
+        right = describe(d.label, d.tools.get(d.label)) if d.label is not None else None
+        for j in rng.choice(len(pool), size=min(negatives, len(pool)), replace=False) if pool else ():
+            if pool[j] != right and pool[j] not in own:
+                pairs.append((d.request, pool[j]))
+                y.append(OTHER)
+    return pairs, y
+
+
+def _margins(p_fit: np.ndarray) -> np.ndarray:
+    p = np.clip(p_fit.astype(np.float64), 1e-7, 1 - 1e-7)
+    return np.log(p) - np.log1p(-p)
+
+
+def score(decisions: Sequence[PairDecision], p_fit_of) -> tuple[np.ndarray, list[str | None]]:
+    """Best candidate's logit margin and name per decision; `p_fit_of(pairs)` gives P(fit) per pair."""
+    pairs, owner = [], []
+    for i, d in enumerate(decisions):
+        for desc in d.descriptions():
+            pairs.append((d.request, desc))
+            owner.append(i)
+    p = p_fit_of(pairs) if pairs else np.zeros(0)
+    z = _margins(np.asarray(p))
+    best_z = np.full(len(decisions), -np.inf)
+    best: list[str | None] = [None] * len(decisions)
+    pos = 0
+    for i, d in enumerate(decisions):
+        for a in d.legal:
+            if z[pos] > best_z[i]:
+                best_z[i], best[i] = z[pos], a
+            pos += 1
+    return best_z, best
+
+
+def fit_platt(z: np.ndarray, correct: np.ndarray) -> tuple[float, float]:
+    """(temperature, bias) minimising the NLL of `correct` under sigmoid(z / T + b) (slight L2 on 1/T, b)."""
+    ok = np.isfinite(z)
+    z, c = z[ok], correct[ok].astype(float)
+    if len(z) == 0:
+        return 1.0, 0.0
+
+    def nll(w):
+        a, b = w
+        p = np.clip(1 / (1 + np.exp(-(a * z + b))), 1e-9, 1 - 1e-9)
+        return -np.mean(c * np.log(p) + (1 - c) * np.log(1 - p)) + 1e-3 * (a * a + b * b)
+
+    res = minimize(nll, x0=np.array([1.0, 0.0]), method="L-BFGS-B", bounds=[(1e-3, 50.0), (-50.0, 50.0)])
+    a, b = res.x
+    return float(1.0 / a), float(b)
+
+
+def evaluate_pairs(conf: np.ndarray, best: list[str | None], decisions: Sequence[PairDecision], tau: float,
+                   risky: frozenset[str]) -> dict[str, Any]:
+    """Coverage, precision (Wilson), abstention where no action fits, risk–coverage, selections."""
+    n = len(decisions)
+    answered = (conf >= tau) & np.array([b is not None for b in best], dtype=bool)
+    correct = np.array([d.label is not None and b == d.label for d, b in zip(decisions, best)], dtype=bool)
+    k, m = int(correct[answered].sum()), int(answered.sum())
+    lo, hi = stats.wilson(k, m)
+    fits = np.array([d.label is not None for d in decisions], dtype=bool)
+    none = ~fits
+    illegal = sum(1 for i in np.flatnonzero(answered) if best[i] not in decisions[i].legal)
+    dangerous = sum(1 for i in np.flatnonzero(answered) if best[i] in risky and not correct[i])
+    abst = int((~answered & none).sum())
+    a_lo, a_hi = stats.wilson(abst, int(none.sum()))
+    top = np.where(np.isfinite(conf), conf, 0.0)
+    return {
+        "n": n, "answered": m, "correct": k,
+        "coverage": m / n if n else 0.0,
+        "precision": k / m if m else None,
+        "precision_ci": [lo, hi],
+        "n_fits": int(fits.sum()),
+        "coverage_where_fits": float(answered[fits].mean()) if fits.any() else None,
+        "n_none_fits": int(none.sum()),
+        "abstained_where_none_fits": abst / int(none.sum()) if none.any() else None,
+        "abstained_where_none_fits_ci": [a_lo, a_hi],
+        "accuracy_top1": float(correct[fits].mean()) if fits.any() else None,
+        "label_not_legal": sum(1 for d in decisions if d.label is not None and d.label not in d.legal),
+        "illegal_selected": illegal,
+        "dangerous_selected": dangerous,
+        "dangerous_exposed": sum(1 for d in decisions if any(a in risky for a in d.legal)),
+        "ece": stats.ece(top, correct.astype(float)),
+        "aurc": stats.aurc(top, correct.astype(float)),
+        "risk_coverage": stats.risk_coverage(top, correct.astype(float)),
+    }
+
+
+def distill_pairwise(paths: Sequence[str | Path], out: str | Path, *, policy: Any = None,
+                     parts: dict[str, list[PairDecision]] | None = None, target_precision: float = 0.95,
+                     min_coverage: float = 0.0, seed: int = 0, negatives: int = 3, skip_invalid: bool = False,
+                     report: Report | None = None, name: str | None = None,
+                     options: dict[str, Any] | None = None) -> Result:
+    """Distil a pairwise specialist into `out` (model.onnx, tokenizer.json, manifest.json, report.md).
+
+    `parts` replaces the chronological task split with given train / calibration / test decisions
+    (a benchmark that trains on some categories and reports on others); they are sealed the same way.
+    """
+    from .transformer import TransformerClassifier
+
+    report = report or Report()
+    if not 0 < target_precision < 1:
+        raise ZcError(f"--target-precision must be between 0 and 1, got {target_precision}")
+    report.step("1/10 loading and validating receipts")
+    if parts is None:
+        decisions, counts, files = load_pair_decisions(paths, policy, skip_invalid=skip_invalid, report=report)
+        report.step("2/10 splitting by task (chronological, sealed)")
+        parts = split_by_task(decisions)
+    else:
+        counts, files = Counter(used=sum(len(v) for v in parts.values())), []
+        for p in paths:
+            files.append(DataFile(str(p), _sha256_file(Path(p))))
+    splits = Splits(seal(parts["train"]), seal(parts["calibration"]), seal(parts["test"]))
+
+    report.step(f"3/10 pairs: requests rendered, candidates described, {negatives} random negatives each")
+    pairs, y = training_pairs(parts["train"], negatives, seed)
+    if len(set(y)) < 2:
+        raise ZcError("the training split needs both fitting and non-fitting (request, action) pairs")
+    report.step(f"4/10 fine-tuning a pairwise scorer on {len(pairs)} pairs from {len(parts['train'])} decisions")
+    clf = TransformerClassifier(seed=seed, **(options or {}))
+    clf.fit(pairs, y, bar=report.bar)
+    fit_col = list(clf.classes_).index(FIT)
+
+    report.step("8/10 exporting to ONNX (int8) and checking parity")
+    work = Path(tempfile.mkdtemp(prefix=".distill-", dir=Path(out).parent if Path(out).parent.exists() else None))
+    try:
+        from .specialist import TOKENIZER_FILE
+
+        spec = F.spec_for(policy.ir) if policy is not None else F.FeatureSpec(F.VERSION, (), ())
+        test = parts["test"]
+        z_ref, best_ref = score(test, lambda ps: clf.predict_proba(ps)[:, fit_col])
+        attempts = []
+        for i, quantization in enumerate(QUANTIZATIONS):
+            exported = clf.export(work, report.step, quantization)
+            model_sha = exported.pop("model.onnx")
+            model = Model("pairwise", tuple(clf.classes_.tolist()), "model.onnx", model_sha,
+                          _plain(clf.get_params()) | {"train_seconds": clf.train_seconds_, "steps": clf.steps_,
+                                                      "final_loss": clf.final_loss_, "negatives": negatives,
+                                                      "pairs": len(pairs), "quantization": quantization},
+                          exported, TextInput(RENDER_VERSION, clf.max_length, TOKENIZER_FILE, DECIDE_THREADS))
+            pre = Manifest(
+                version=MANIFEST_VERSION, zcompile=__version__, name=name or Path(out).name,
+                policy_name=policy.name if policy is not None else "",
+                policy_sha256=policy.sha256 if policy is not None else "",
+                data=tuple(files), counts=dict(counts), splits=splits, features=spec, model=model,
+                calibration=Calibration("platt", 1.0, 0.0),
+                threshold=Threshold(NEVER, target_precision, ALPHA, 0, 0, 0.0),
+                metrics={}, gate=Gate(False, (), ("not evaluated",)), seed=seed)
+            (work / "manifest.json").write_bytes(encode(pre))
+            sp = PairwiseSpecialist(work, policy)
+
+            def onnx_p(ps):  # one onnxruntime call per decision, exactly as `decide` makes it
+                out_, i = [], 0
+                while i < len(ps):
+                    j = i
+                    while j < len(ps) and ps[j][0] == ps[i][0]:
+                        j += 1
+                    out_.extend(sp.probabilities(ps[i][0], [desc for _, desc in ps[i:j]]).tolist())
+                    i = j
+                return np.array(out_)
+
+            z_ox, best_ox = score(test, onnx_p)
+            agree = float(np.mean([a == b for a, b in zip(best_ref, best_ox)])) if test else 1.0
+            p_ref, p_ox = 1 / (1 + np.exp(-z_ref)), 1 / (1 + np.exp(-z_ox))
+            delta = float(np.max(np.abs(p_ref - p_ox))) if test else 0.0
+            attempts.append({"quantization": quantization, "n": len(test), "decision_agreement": agree,
+                             "max_abs_delta": delta, "rule": "decision_agreement", "bound": ARGMAX_AGREEMENT})
+            if agree >= ARGMAX_AGREEMENT:
+                break
+            problem = (f"the exported model chooses like the trained one on only {agree:.2%} of the test split "
+                       f"(< {ARGMAX_AGREEMENT:.1%}; max |Δp| {delta:.3f})")
+            if i + 1 == len(QUANTIZATIONS):
+                raise ZcError(f"parity check failed ({quantization}): {problem}; nothing was written")
+            report.step(f"  parity with {quantization}: {problem}; exporting {QUANTIZATIONS[i + 1]} instead")
+        parity = {**attempts[-1], "attempts": attempts}
+
+        report.step("5/10 calibrating the best candidate's margin (Platt, on the exported model)")
+        cal = parts["calibration"]
+        z_cal, best_cal = score(cal, onnx_p)
+        correct_cal = np.array([d.label is not None and b == d.label for d, b in zip(cal, best_cal)], dtype=bool)
+        temperature, bias = fit_platt(z_cal, correct_cal)
+        conf_cal = np.where(np.isfinite(z_cal), calibrated(np.nan_to_num(z_cal, neginf=-50), temperature, bias), 0.0)
+        report.step(f"6/10 choosing τ for precision ≥ {target_precision} (one-sided 95% bound)")
+        tau, cal_n, cal_k, cal_lb = select_threshold(conf_cal, correct_cal, target_precision)
+
+        report.step("7/10 evaluating on the sealed test split")
+        conf_test = np.where(np.isfinite(z_ox), calibrated(np.nan_to_num(z_ox, neginf=-50), temperature, bias), 0.0)
+        risky = (frozenset(a.name for a in policy.ir.actions if RISKY_TAGS & set(a.tags))
+                 if policy is not None else frozenset())
+        metrics = evaluate_pairs(conf_test, best_ox, test, tau, risky)
+        manifest = msgspec.structs.replace(pre, calibration=Calibration("platt", temperature, bias),
+                                           threshold=Threshold(tau, target_precision, ALPHA, cal_n, cal_k, cal_lb))
+        (work / "manifest.json").write_bytes(encode(manifest))
+        sp = PairwiseSpecialist(work, policy)
+        metrics["latency_us"] = _pair_latency(sp, test or parts["train"])
+        metrics["parity"] = parity
+        metrics["parity_max_abs_delta"] = delta
+        metrics["calibration"] = {"n": len(cal), "answered": cal_n, "correct": cal_k, "lower_bound": cal_lb,
+                                  "ece": stats.ece(conf_cal, correct_cal.astype(float))}
+
+        report.step("9/10 gate")
+        tier = next((t for t in policy.ir.tiers if t.name == "specialist"), None) if policy is not None else None
+        verdict = gate(metrics, target_precision, min_coverage, tier.max_ms if tier else None)
+        manifest = msgspec.structs.replace(manifest, metrics=_plain(metrics), gate=verdict)
+        report.step("10/10 writing the specialist")
+        text = write_specialist(work, out, manifest, render_pair_report(manifest))
+    finally:
+        if work.exists():
+            shutil.rmtree(work, ignore_errors=True)
+    return Result(manifest, Path(out), text)
+
+
+def _pair_latency(sp: PairwiseSpecialist, decisions: Sequence[PairDecision], size: int = 60) -> dict[str, float]:
+    import time
+
+    sample = list(decisions)[:size]
+    for d in sample[:10]:
+        sp.decide(d.state, d.legal, d.tools)
+    times = []
+    for d in sample:
+        t = time.perf_counter_ns()
+        sp.decide(d.state, d.legal, d.tools)
+        times.append((time.perf_counter_ns() - t) / 1000.0)
+    return {"n": len(times), "p50": float(np.percentile(times, 50)), "p99": float(np.percentile(times, 99))}
+
+
+def render_pair_report(m: Manifest) -> str:
+    """A human-readable report of a pairwise distillation."""
+    t = m.metrics
+    pr = "n/a" if t["precision"] is None else f"{t['precision']:.3f}"
+    lo, hi = t["precision_ci"]
+    par = t["parity"]
+    ab = t["abstained_where_none_fits"]
+    a_lo, a_hi = t["abstained_where_none_fits_ci"]
+    cw = t["coverage_where_fits"]
+    p = m.model.params
+    lines = [
+        f"# Pairwise specialist `{m.name}`" + (f" for policy `{m.policy_name}`" if m.policy_name else ""), "",
+        f"MiniLM-L6 scoring (request, action description) pairs, fine-tuned {p.get('steps')} steps of "
+        f"{p.get('batch_size')} on {p.get('pairs')} pairs ({p.get('negatives')} random negatives per decision) "
+        f"in {p.get('train_seconds', 0):.0f} s, first {m.model.text.max_length} tokens, exported "
+        f"{p.get('quantization')}. Platt "
+        f"calibration T = {m.calibration.temperature:.3f}, b = {m.calibration.bias:.3f}; τ = {m.threshold.tau:.4f} "
+        f"(calibration: {m.threshold.calibration_correct}/{m.threshold.calibration_answered} answered correct, "
+        f"one-sided 95% lower bound {m.threshold.calibration_lower_bound:.3f} ≥ {m.threshold.target_precision}).",
+        "", "| split | tasks | decisions |", "|---|---:|---:|",
+        *(f"| {k} | {len(s.tasks)} | {s.decisions} |" for k, s in
+          (("train", m.splits.train), ("calibration", m.splits.calibration), ("test", m.splits.test))),
+        "", "## Sealed test split", "",
+        "| n | answered | coverage | precision | Wilson 95% | coverage where an action fits | "
+        "abstained where none fits | top-1 | p50 ms | p99 ms |",
+        "|---:|---:|---:|---:|---|---:|---|---:|---:|---:|",
+        f"| {t['n']} | {t['answered']} | {t['coverage']:.3f} | {pr} | [{lo:.3f}, {hi:.3f}] | "
+        f"{'n/a' if cw is None else f'{cw:.3f}'} ({t['n_fits']}) | "
+        f"{'n/a' if ab is None else f'{ab:.3f} [{a_lo:.3f}, {a_hi:.3f}]'} ({t['n_none_fits']}) | "
+        f"{'n/a' if t['accuracy_top1'] is None else format(t['accuracy_top1'], '.3f')} | "
+        f"{t['latency_us']['p50'] / 1000:.2f} | {t['latency_us']['p99'] / 1000:.2f} |",
+        "", f"Parity ({par['quantization']} export vs the trained model, test split): same choice on "
+        f"{par['decision_agreement']:.2%}, max |Δp| {par['max_abs_delta']:.3f}"
+        + "".join(f"; {a['quantization']} was refused (same choice on {a['decision_agreement']:.2%})"
+                  for a in par.get("attempts", [])[:-1])
+        + f". Illegal selections: {t['illegal_selected']}.",
+        "", "### Risk–coverage (test split, by confidence)", "", "| coverage | precision | threshold |",
+        "|---:|---:|---:|",
+        *(f"| {r['coverage']:.2f} | {r['precision']:.3f} | {r['threshold']:.4f} |" for r in t["risk_coverage"]),
+        "", "## Gate", "", "promoted" if m.gate.promoted else "not promoted: " + "; ".join(m.gate.reasons), "",
+    ]
+    return "\n".join(lines)
