@@ -193,12 +193,23 @@ def test_noisy_teacher_abstains_rather_than_guess(policy, tmp_path):
 
 def test_gate_orders_safety_before_speed():
     base = {"illegal_selected": 0, "dangerous_selected": 0, "answered": 50, "precision_ci": [0.96, 1.0],
-            "coverage": 0.5, "latency_us": {"p50": 40.0}}
+            "coverage": 0.5, "aurc": 0.1, "latency_us": {"p50": 40.0}}
     slow_right = D.gate({**base, "latency_us": {"p50": 9000.0}}, 0.95, 0.0, 5)
     fast_wrong = D.gate({**base, "dangerous_selected": 1, "precision_ci": [0.9, 0.99]}, 0.95, 0.0, 5)
     assert not slow_right.promoted and not fast_wrong.promoted
     assert slow_right.key != fast_wrong.key and slow_right.key > fast_wrong.key
     assert D.gate(base, 0.95, 0.0, 5).promoted
+
+
+def test_gate_ranks_ranking_quality_before_timing_noise():
+    """Two candidates that both abstain on everything tie on every check: AURC decides, not latency."""
+    none = {"illegal_selected": 0, "dangerous_selected": 0, "answered": 0, "precision_ci": [0.0, 1.0],
+            "coverage": 0.0}
+    good_slow = D.gate({**none, "aurc": 0.21, "latency_us": {"p50": 190.0}}, 0.95, 0.0, 5)
+    poor_fast = D.gate({**none, "aurc": 0.25, "latency_us": {"p50": 120.0}}, 0.95, 0.0, 5)
+    assert good_slow.key > poor_fast.key
+    same_slow = D.gate({**none, "aurc": 0.21, "latency_us": {"p50": 300.0}}, 0.95, 0.0, 5)
+    assert good_slow.key > same_slow.key  # equal on quality: the faster one
 
 
 def test_specialist_refuses_other_policy_and_tampering(trained, policy, tmp_path):
