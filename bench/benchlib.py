@@ -25,3 +25,11 @@ def write_section(path: Path, begin: str, end: str, text: str) -> None:
     else:
         new = old.rstrip() + "\n\n" + text + "\n"
     path.write_text(new)
+
+
+def publish(lines: list[str], path: Path | None) -> None:
+    """Print a section (its first and last lines are its markers) and, with `path`, write it there."""
+    text = "\n".join(lines)
+    print(text)
+    if path:
+        write_section(path, lines[0], lines[-1], text)

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import zcompile  # noqa: E402
-from benchlib import cpu_model, write_section  # noqa: E402
+from benchlib import cpu_model, publish  # noqa: E402
 from openai_stub import OpenAIStub  # noqa: E402
 from zcompile.qroute.distill import load_decisions  # noqa: E402
 from zcompile.router import Router  # noqa: E402
@@ -113,10 +113,7 @@ def main(argv: list[str] | None = None) -> int:
            "Distillation)") + ".",
         END,
     ]
-    text = "\n".join(lines)
-    print(text)
-    if args.write:
-        write_section(args.write, BEGIN, END, text)
+    publish(lines, args.write)
     return 0
 
 

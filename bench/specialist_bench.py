@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
 import zcompile  # noqa: E402
-from benchlib import cpu_model, write_section  # noqa: E402
+from benchlib import cpu_model, publish  # noqa: E402
 from zcompile.qroute.distill import load_decisions  # noqa: E402
 from zcompile.qroute.specialist import Specialist  # noqa: E402
 
@@ -154,10 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         f"— measured {target:.2f} ms: **{'met' if target <= TARGET_MS else 'missed'}**.",
         END,
     ]
-    text = "\n".join(lines)
-    print(text)
-    if args.write:
-        write_section(args.write, BEGIN, END, text)
+    publish(lines, args.write)
     return 0
 
 
