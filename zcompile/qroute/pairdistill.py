@@ -4,9 +4,11 @@ scores (request, action description) pairs, so it can choose among actions it ne
 Steps as in `distill.py`: load (labels: `gold`, else the teacher's action; a receipt with no action
 and `verified: true` means "no offered action fits"), split by task and seal, render requests and
 describe candidates (`pairwise.py`), fine-tune MiniLM-L6 on pairs (each legal action of a decision,
-plus `negatives` descriptions drawn at random from other training decisions, labelled not-fit),
+plus `negatives` descriptions of other training decisions, half random, half the most similar,
+labelled not-fit),
 export with optimum and quantise to int8, check parity (same chosen action on ≥ 99.5% of the test
-split), calibrate the best candidate's logit margin with Platt scaling on the calibration split,
+split), calibrate the choice score (the best candidate's fit margin, capped by its lead over the
+runner-up) with Platt scaling on the calibration split,
 pick τ with the same one-sided bound as the classifiers, evaluate on the sealed test split, gate,
 write the manifest.
 """
@@ -34,7 +36,7 @@ from .distill import (ALPHA, ARGMAX_AGREEMENT, DECIDE_THREADS, NEVER, RISKY_TAGS
                       split_by_task, write_specialist)
 from .manifest import (MANIFEST_VERSION, Calibration, DataFile, Gate, Manifest, Model, Splits, TextInput,
                        Threshold, encode)
-from .pairwise import FIT, PairwiseSpecialist, calibrated, describe, render_plain
+from .pairwise import FIT, PairwiseSpecialist, calibrated, choice_score, describe, render_plain
 from .render import VERSION as RENDER_VERSION
 from .render import Renderer
 
@@ -99,10 +101,26 @@ def load_pair_decisions(paths: Sequence[str | Path], policy: Any = None, *, skip
     return out, counts, files
 
 
+def _words_of(text: str) -> frozenset[str]:
+    return frozenset(w for w in text.lower().replace(":", " ").replace(",", " ").split() if len(w) > 2)
+
+
+def nearest(desc: str, pool: Sequence[str], pool_words: Sequence[frozenset[str]], k: int) -> list[int]:
+    """Indices of the `k` pool descriptions sharing the most words with `desc` (Jaccard), itself excluded."""
+    w = _words_of(desc)
+    sims = [(len(w & pw) / (len(w | pw) or 1), i) for i, pw in enumerate(pool_words) if pool[i] != desc]
+    sims.sort(key=lambda t: (-t[0], t[1]))
+    return [i for _, i in sims[:k]]
+
+
 def training_pairs(decisions: Sequence[PairDecision], negatives: int, seed: int) -> tuple[list, list[str]]:
-    """(request, description) pairs and fit/other labels, with random negatives from other decisions."""
+    """(request, description) pairs and fit/other labels. Besides each decision's own candidates,
+    `negatives` descriptions of other training decisions are added as not-fit: half drawn at
+    random, half the ones sharing the most words with the right description (hard negatives, like
+    the near-miss tools an open tool set offers)."""
     rng = np.random.default_rng(seed)
     pool = sorted({desc for d in decisions for desc in d.descriptions()})
+    pool_words = [_words_of(p) for p in pool]
     pairs, y = [], []
     for d in decisions:
         own = d.descriptions()
@@ -110,7 +128,13 @@ def training_pairs(decisions: Sequence[PairDecision], negatives: int, seed: int)
             pairs.append((d.request, desc))
             y.append(FIT if a == d.label else OTHER)
         right = describe(d.label, d.tools.get(d.label)) if d.label is not None else None
-        for j in rng.choice(len(pool), size=min(negatives, len(pool)), replace=False) if pool else ():
+        picks: list[int] = []
+        if pool and negatives:
+            hard = negatives // 2 if right is not None else 0
+            picks += nearest(right, pool, pool_words, hard + len(own)) if hard else []
+            picks = [i for i in picks if pool[i] not in own][:hard]
+            picks += rng.choice(len(pool), size=min(negatives - len(picks), len(pool)), replace=False).tolist()
+        for j in dict.fromkeys(picks):
             if pool[j] != right and pool[j] not in own:
                 pairs.append((d.request, pool[j]))
                 y.append(OTHER)
@@ -123,23 +147,19 @@ def _margins(p_fit: np.ndarray) -> np.ndarray:
 
 
 def score(decisions: Sequence[PairDecision], p_fit_of) -> tuple[np.ndarray, list[str | None]]:
-    """Best candidate's logit margin and name per decision; `p_fit_of(pairs)` gives P(fit) per pair."""
-    pairs, owner = [], []
-    for i, d in enumerate(decisions):
-        for desc in d.descriptions():
-            pairs.append((d.request, desc))
-            owner.append(i)
-    p = p_fit_of(pairs) if pairs else np.zeros(0)
-    z = _margins(np.asarray(p))
-    best_z = np.full(len(decisions), -np.inf)
+    """Choice score (`pairwise.choice_score`) and best candidate per decision; `p_fit_of(pairs)`
+    gives P(fit) per pair."""
+    pairs = [(d.request, desc) for d in decisions for desc in d.descriptions()]
+    z = _margins(np.asarray(p_fit_of(pairs) if pairs else np.zeros(0)))
+    scores = np.full(len(decisions), -np.inf)
     best: list[str | None] = [None] * len(decisions)
     pos = 0
     for i, d in enumerate(decisions):
-        for a in d.legal:
-            if z[pos] > best_z[i]:
-                best_z[i], best[i] = z[pos], a
-            pos += 1
-    return best_z, best
+        zi = z[pos:pos + len(d.legal)]
+        pos += len(d.legal)
+        if len(zi):
+            scores[i], best[i] = choice_score(zi), d.legal[int(np.argmax(zi))]
+    return scores, best
 
 
 def fit_platt(z: np.ndarray, correct: np.ndarray) -> tuple[float, float]:
@@ -283,7 +303,7 @@ def distill_pairwise(paths: Sequence[str | Path], out: str | Path, *, policy: An
             report.step(f"  parity with {quantization}: {problem}; exporting {QUANTIZATIONS[i + 1]} instead")
         parity = {**attempts[-1], "attempts": attempts}
 
-        report.step("5/10 calibrating the best candidate's margin (Platt, on the exported model)")
+        report.step("5/10 calibrating the choice score (Platt, on the exported model)")
         cal = parts["calibration"]
         z_cal, best_cal = score(cal, onnx_p)
         correct_cal = np.array([d.label is not None and b == d.label for d, b in zip(cal, best_cal)], dtype=bool)

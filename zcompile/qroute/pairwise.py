@@ -73,8 +73,23 @@ def encode_pairs(tokenizer, request: str, descriptions: Sequence[str]) -> dict[s
     return out
 
 
+def choice_score(z: np.ndarray) -> float:
+    """How sure a choice among candidates with fit margins `z` is: min(best margin, best − runner-up).
+
+    High only when the best candidate fits *and* beats every other one; with one candidate, its
+    margin. (On BFCL, wrong choices among fitting tools have a tiny gap, and requests that no tool
+    fits a low best margin.)
+    """
+    if len(z) == 0:
+        return -math.inf
+    if len(z) == 1:
+        return float(z[0])
+    top2 = np.partition(z, len(z) - 2)[-2:]
+    return float(min(top2[1], top2[1] - top2[0]))
+
+
 def calibrated(margin: np.ndarray | float, temperature: float, bias: float) -> np.ndarray | float:
-    """Platt scaling of a pair's logit margin: sigmoid(margin / T + b)."""
+    """Platt scaling of a choice score: sigmoid(score / T + b)."""
     z = np.asarray(margin, dtype=np.float64) / temperature + bias
     out = 1.0 / (1.0 + np.exp(-z))
     return float(out) if np.ndim(out) == 0 else out
@@ -124,8 +139,8 @@ class PairwiseSpecialist:
 
     def decide(self, state: Mapping[str, Any], legal: Sequence[str],
                tools: Sequence[Mapping[str, Any]] | Mapping[str, Mapping[str, Any]] | None = None) -> Answer:
-        """Score every legal action against the request; answer the best if its calibrated confidence
-        reaches τ, else abstain (also when nothing is legal).
+        """Score every legal action against the request; answer the best if the calibrated confidence
+        of the choice (`choice_score`) reaches τ, else abstain (also when nothing is legal).
 
         Args:
             state: the decision's state.
@@ -143,7 +158,7 @@ class PairwiseSpecialist:
             return Answer(None, 0.0, None)
         z = self.margins(request, [describe(a, by_name.get(a)) for a in names])
         j = int(np.argmax(z))
-        c = calibrated(float(z[j]), self.temperature, self.bias)
+        c = calibrated(choice_score(z), self.temperature, self.bias)
         if not math.isfinite(c):
             c = 0.0
         return Answer(names[j] if c >= self.tau else None, c, names[j])

