@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -62,3 +63,11 @@ def write_section(path: Path, name: str, section: str) -> None:
     tmp = path.with_name(f".{path.name}.{name}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def publish(name: str, section: str, path: Path | str | None) -> None:
+    """Print a benchmark's section and, when `path` is given, write it into that file."""
+    print(section)
+    if path:
+        write_section(Path(path), name, section)
+        print(f"wrote the {name} section of {path}", file=sys.stderr)

@@ -26,7 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
-from benchdoc import machine_table, write_section  # noqa: E402
+from benchdoc import machine_table, publish  # noqa: E402
 
 from zcompile.qroute.distill import Report  # noqa: E402
 from zcompile.qroute.pairdistill import PairDecision, distill_pairwise, load_pair_decisions  # noqa: E402
@@ -196,10 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         "| share | answered | precision | confidence ≥ |", "|---:|---:|---:|---:|",
         *(f"| {q:.0%} | {j} | {p:.3f} | {c:.3f} |" for q, j, p, c in curve),
     ]
-    text = "\n".join(lines)
-    print(text)
-    if args.write:
-        write_section(args.write, "bfcl_bench", text)
+    publish("bfcl_bench", "\n".join(lines), args.write)
     return 0
 
 

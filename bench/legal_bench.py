@@ -64,7 +64,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run from a checkout without an editable install
     sys.path.insert(0, str(ROOT))
 
-from benchdoc import machine_table, write_section  # noqa: E402
+from benchdoc import machine_table, publish  # noqa: E402
 
 SEED = 20240611
 DEFAULT_STATES = {1000: 100}  # generated states per size (else 200); Cedar's check is ~1 s per state at 1,000
@@ -1042,10 +1042,7 @@ def main(argv: list[str] | None = None) -> int:
     loads["after"] = os.getloadavg()[0]
     section = render(results, checks, command, mode, loads)
     print()
-    print(section)
-    if args.write:
-        write_section(Path(args.write), "legal_bench", section)
-        print(f"wrote section to {args.write}")
+    publish("legal_bench", section, args.write)
     return 0
 
 

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import zcompile  # noqa: E402
-from benchdoc import machine_table, write_section  # noqa: E402
+from benchdoc import machine_table, publish  # noqa: E402
 from openai_stub import OpenAIStub  # noqa: E402
 from zcompile.qroute.distill import load_decisions  # noqa: E402
 from zcompile.router import Router  # noqa: E402
@@ -188,10 +188,7 @@ def main(argv: list[str] | None = None) -> int:
            " (the specialist's features hash the words of three conversation text fields in Python; see README, "
            "Distillation)") + ".",
     ]
-    text = "\n".join(lines)
-    print(text)
-    if args.write:
-        write_section(args.write, "router_bench", text)
+    publish("router_bench", "\n".join(lines), args.write)
     return 0
 
 

@@ -59,7 +59,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run from a checkout without an editable install
     sys.path.insert(0, str(ROOT))
 
-from benchdoc import machine_table, write_section  # noqa: E402
+from benchdoc import machine_table, publish  # noqa: E402
 from zcompile import compile_file, stats  # noqa: E402
 from zcompile.qroute.distill import (RISKY_TAGS, evaluate, load_decisions, select_threshold,  # noqa: E402
                                      split_by_task)
@@ -541,10 +541,7 @@ def main() -> None:
     }
     result["seconds"] = time.perf_counter() - started
     section = render(result, command)
-    print(section)
-    if args.write:
-        write_section(args.write, "routing_bench", section)
-        print(f"wrote the routing_bench section of {args.write}", file=sys.stderr)
+    publish("routing_bench", section, args.write)
 
 
 if __name__ == "__main__":

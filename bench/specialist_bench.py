@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
 import zcompile  # noqa: E402
-from benchdoc import machine_table, write_section  # noqa: E402
+from benchdoc import machine_table, publish  # noqa: E402
 from zcompile.qroute.distill import load_decisions  # noqa: E402
 from zcompile.qroute.specialist import Specialist  # noqa: E402
 
@@ -150,10 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         f"DESIGN.md §8 target, MiniLM-class int8 specialist at 64 tokens: p50 ≤ {TARGET_MS:.0f} ms on 2 threads "
         f"— measured {target:.2f} ms: **{'met' if target <= TARGET_MS else 'missed'}**.",
     ]
-    text = "\n".join(lines)
-    print(text)
-    if args.write:
-        write_section(args.write, "specialist_bench", text)
+    publish("specialist_bench", "\n".join(lines), args.write)
     return 0
 
 
