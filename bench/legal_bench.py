@@ -763,7 +763,7 @@ def time_case(case: Case, rounds: int, batch_calls: int, casbin_calls: int | Non
     clock = time.perf_counter_ns
     s = {k: Series() for k in ("zc_legal", "zc_one", "cedar_one", "cedar_one_engine",
                                "cedar_batch", "cedar_batch_engine", "zc_legal_b",
-                               "casbin_one", "casbin_loop", "casbin_batch")}
+                               "casbin_one", "casbin_loop", "casbin_batch", "zc_alone")}
 
     # warm-up
     for i, st in enumerate(case.states[:50]):
@@ -822,6 +822,14 @@ def time_case(case: Case, rounds: int, batch_calls: int, casbin_calls: int | Non
                 s["casbin_batch"].add((t1 - t0) / 1e3)
             if k % 16 == 15:
                 gc.collect()
+        # zc alone, back to back over the states (no other engine between its calls): the figure the
+        # DESIGN.md targets speak of; the interleaved series above are for the ratios
+        for _ in range(rounds):
+            for i in order:
+                st = case.states[i]
+                t0 = clock(); zc.legal(st); t1 = clock()
+                s["zc_alone"].add((t1 - t0) / 1e3)
+            gc.collect()
     finally:
         gc.enable()
     return s
@@ -945,16 +953,20 @@ def render(results: list[dict], checks: list[dict], command: str, mode: str, loa
                  f"{co.n:,} | {_f(co.median)} | {_f(co.p99)} | {_r(zo.median / co.median)} | "
                  f"{_r(zo.p99 / co.p99)} |")
     L.append("")
-    L.append("**DESIGN.md §8 targets** (zc legal set, p50 on one CPython 3.11 core):")
+    L.append("**DESIGN.md §8 targets** (zc legal set, p50 on one CPython 3.11 core; measured with zc alone, "
+             "`legal` back to back over every state, after the interleaved loops; beside it the interleaved "
+             "figure of the tables above, where Cedar and Casbin calls run between zc's calls and zc's "
+             "figure rises with them):")
     L.append("")
-    L.append("| what | target p50 | measured p50 (p99), n | met |")
-    L.append("|---|---:|---:|---|")
+    L.append("| what | target p50 | zc alone: p50 (p99), n | met | interleaved p50 (p99), n |")
+    L.append("|---|---:|---:|---|---:|")
     for r in results:
         if r["n"] in TARGETS:
             what, tgt = TARGETS[r["n"]]
-            zl = r["series"]["zc_legal"]
-            L.append(f"| {what} | ≤ {tgt:g} µs | {_f(zl.median)} µs ({_f(zl.p99)} µs), n={zl.n:,} | "
-                     f"{'met' if zl.median <= tgt else 'missed'} |")
+            za, zl = r["series"]["zc_alone"], r["series"]["zc_legal"]
+            L.append(f"| {what} | ≤ {tgt:g} µs | {_f(za.median)} µs ({_f(za.p99)} µs), n={za.n:,} | "
+                     f"{'met' if za.median <= tgt else 'missed'} | {_f(zl.median)} µs ({_f(zl.p99)} µs), "
+                     f"n={zl.n:,} |")
     L.append("")
     L.append("One-off costs (not part of any timing above): "
              + "; ".join(f"{r['n']:,} actions: zc `compile_text` {r['zc_compile_s']:.2f} s (+ the first "
