@@ -33,6 +33,9 @@ from zcompile.qroute.pairdistill import PairDecision, distill_pairwise, load_pai
 from zcompile.receipts import bfcl_answers_path, import_bfcl, write_file  # noqa: E402
 
 PACKAGES = [("torch / onnxruntime / tokenizers", ("torch", "onnxruntime", "tokenizers"))]
+NOTE_09 = ('**Not a clean held-out result:** the calibration target 0.9 (the default of this script) was chosen '
+           "after several settings had been compared on these test sets; at the project's default 0.95 no τ qual"
+           'ifies on this calibration split and the specialist abstains on everything.')
 FILES = {"simple_python": "BFCL_v4_simple_python.json", "multiple": "BFCL_v4_multiple.json",
          "irrelevance": "BFCL_v4_irrelevance.json"}
 CAL_SHARE = 35  # % of simple_python held back for calibration (a 0.95 bound needs ~60+ answered)
@@ -187,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         f"| held-back `irrelevance` (no function fits) | {int(irr_test.sum())} | "
         f"{int((answered & irr_test).sum())} | — | — | — | {abst / irr_test.sum():.3f} [{a_lo:.3f}, {a_hi:.3f}] | "
         f"abstain ≥ 0.85 | {'yes' if ok_a else 'no'} |",
+        *(["", NOTE_09] if args.target_precision == 0.9 else []),
         "", f"Top-1 on `multiple` (answering everything): {float(correct[mult].mean()):.3f}. Parity "
         f"({t['parity']['quantization']} export vs the trained model): "
         f"same choice on {t['parity']['decision_agreement']:.2%} of the test split, max |Δp| "
