@@ -176,3 +176,34 @@ def test_cli_distill_policy_rules(tmp_path):
                   + b"\n")
     res = CliRunner().invoke(main, ["distill", "--from", str(r), "-o", str(tmp_path / "o"), "--model", "pairwise"])
     assert res.exit_code == 1 and "receipt `a`: $.legal: missing" in res.output and "Traceback" not in res.output
+
+
+def test_router_gives_a_pairwise_specialist_the_offered_tools(trained, tmp_path):
+    """The specialist rung scores exactly what a direct call with the same tools scores; the policy's
+    legal set (here: the offered tools) masks it, and the receipt records the rung."""
+    from zcompile import Router, compile_text
+
+    res, _ = trained
+    names = [t[0] for t in TOOLS]
+    policy = compile_text(
+        "policy tools\nstate {\n  request: text?\n  offered: set[action] = {}\n}\n"
+        + "".join(f"action {n}\n" for n in names) + "action respond\nfallback respond\n"
+        + f"rule offered_only: forbid {', '.join(names)} unless self in offered\n", name="tools.zc")
+    sp = PairwiseSpecialist(res.directory)
+    router = Router(policy, specialists=sp, receipts=tmp_path / "r.jsonl")
+    offered = [tool(6), tool(7), tool(1)]  # two tools never seen in training
+    state = {"request": "play some jazz music", "offered": [t["name"] for t in offered]}
+    legal = policy.legal(state).actions
+    assert set(legal) == {t["name"] for t in offered} | {"respond"}  # a reply is always legal
+    direct = sp.decide(state, legal, offered)
+    bare = sp.decide(state, legal)  # described by their names only
+    assert direct.confidence != bare.confidence
+    decision = router.decide(state, tools=offered)
+    spec = next(r for r in decision.rungs if r.tier == "specialist")
+    assert spec.confidence == pytest.approx(direct.confidence)
+    assert spec.outcome == ("answered" if direct.action else "abstained")
+    assert decision.action == (direct.action or "respond") and decision.action in legal
+    with pytest.raises(ZcError, match="not a specialist directory"):
+        Router(policy, specialists=tmp_path / "nowhere")
+    with pytest.raises(ZcError, match="trained for policy"):  # distilled without a policy
+        Router(policy, specialists=res.directory)

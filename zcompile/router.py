@@ -62,8 +62,11 @@ class Router:
 
     Args:
         policy: a loaded or compiled `zcompile.Policy`.
-        specialists: a specialist directory, a loaded `Specialist`, or a sequence of them; asked in
-            order on the `specialist` rung, the first that answers wins.
+        specialists: a specialist directory (classifier or pairwise), a loaded `Specialist` or
+            `PairwiseSpecialist`, or a sequence of them; asked in order on the `specialist` rung,
+            the first that answers wins. A pairwise specialist scores the legal actions against
+            their descriptions: the `tools` given to `decide`, else the policy's action
+            descriptions, else the action names.
         tiers: tier name -> an object with `propose(state, legal, timeout_s=…, intent=…)` returning
             a `zcompile.tiers.TierAnswer` (e.g. `zcompile.OpenAITier`). Names must match the
             policy's `tier` declarations; routes name the ladder.
@@ -96,6 +99,7 @@ class Router:
             self._own_writer = ReceiptWriter(receipts)
             self._sink = self._own_writer.append
         self._descriptions = {a.name: a.description for a in policy.ir.actions if a.description}
+        self._tools = {n: {"name": n, "description": d} for n, d in self._descriptions.items()}
 
     def close(self) -> None:
         if self._own_writer is not None:
@@ -115,8 +119,12 @@ class Router:
         return None, (SPECIALIST, *self.tiers)
 
     def decide(self, state: Any, intent: str | None = None, *, task: str = "",
-               meta: Mapping[str, Any] | None = None) -> Decision:
-        """Decide one step. Raises StateError for an invalid state (never guesses)."""
+               meta: Mapping[str, Any] | None = None, tools: Any = None) -> Decision:
+        """Decide one step. Raises StateError for an invalid state (never guesses).
+
+        `tools`: the tool schemas (`{name, description, parameters}`, a list or a dict by name)
+        offered at this step, for pairwise specialists; classifiers and tiers do not read them.
+        """
         t0 = time.perf_counter()
         legal = self.policy.legal(state, intent)
         rungs: list[Rung] = []
@@ -136,7 +144,7 @@ class Router:
                 if left is not None and left <= 0:
                     rungs.append(Rung(name, "skipped", detail="overall deadline reached"))
                     continue
-                rung, model = self._rung(name, state, legal, intent, left)
+                rung, model = self._rung(name, state, legal, intent, left, tools)
                 rungs.append(rung)
                 if name in self.tiers and rung.outcome != "skipped":
                     cost += float(self._declared[name].cost or 0)
@@ -162,12 +170,12 @@ class Router:
         return Decision(action, tier, confidence, legal, tuple(rungs), receipt)
 
     async def adecide(self, state: Any, intent: str | None = None, *, task: str = "",
-                      meta: Mapping[str, Any] | None = None) -> Decision:
+                      meta: Mapping[str, Any] | None = None, tools: Any = None) -> Decision:
         """`decide` for asyncio harnesses: runs in a worker thread, never blocks the event loop."""
-        return await asyncio.to_thread(self.decide, state, intent, task=task, meta=meta)
+        return await asyncio.to_thread(self.decide, state, intent, task=task, meta=meta, tools=tools)
 
     def _rung(self, name: str, state: Any, legal: LegalSet, intent: str | None,
-              left_s: float | None) -> tuple[Rung, str | None]:
+              left_s: float | None, tools: Any = None) -> tuple[Rung, str | None]:
         started = time.perf_counter()
         ms = lambda: (time.perf_counter() - started) * 1000  # noqa: E731
         if name == SPECIALIST:
@@ -175,7 +183,10 @@ class Router:
                 return Rung(name, "skipped", detail="no specialist loaded"), None
             best = None
             for sp in self.specialists:
-                ans = sp.decide(state, legal.actions)
+                if getattr(sp, "pairwise", False):
+                    ans = sp.decide(state, legal.actions, tools if tools is not None else self._tools)
+                else:
+                    ans = sp.decide(state, legal.actions)
                 if ans.action is not None and ans.action in legal.actions:
                     return Rung(name, "answered", ans.action, ans.confidence, ms(), sp.name), sp.name
                 best = best or ans
@@ -209,9 +220,21 @@ def _load_specialists(spec: Any, policy: Policy) -> list[Any]:
     out = []
     for item in items:
         if isinstance(item, (str, Path)):
-            from .qroute.specialist import Specialist
+            from .qroute.manifest import decode
 
-            out.append(Specialist(item, policy))
+            mpath = Path(item) / "manifest.json"
+            try:
+                kind = decode(mpath.read_bytes(), str(mpath)).model.kind
+            except OSError as exc:
+                raise ZcError(f"{item}: not a specialist directory ({mpath.name}: {exc.strerror})") from None
+            if kind == "pairwise":
+                from .qroute.pairwise import PairwiseSpecialist
+
+                out.append(PairwiseSpecialist(item, policy))
+            else:
+                from .qroute.specialist import Specialist
+
+                out.append(Specialist(item, policy))
         else:
             out.append(item)
     return out

@@ -105,6 +105,8 @@ class PairwiseSpecialist:
         threads: onnxruntime intra-op threads (default: the manifest's, capped at the cores).
     """
 
+    pairwise = True  # the router passes it the offered tools
+
     def __init__(self, directory: str | Path, policy: Any = None, *, threads: int | None = None) -> None:
         self.manifest, self._session, self.threads = open_verified(directory, policy, threads)
         m = self.manifest
