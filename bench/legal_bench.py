@@ -144,32 +144,36 @@ def _zc_operand(o) -> str:
     return o[1] if o[0] == "f" else (str(o[1]).lower() if isinstance(o[1], bool) else str(o[1]))
 
 
-def cedar_expr(e) -> str:
-    """Render an expression in Cedar."""
+def _c_style(e, path, literal, member_of) -> str:
+    """Render an expression with C-style operators (`!`, `&&`, `||`), as Cedar and Casbin's matcher
+    read it; `path`, `literal` and `member_of(path, members)` give each its own spelling."""
     kind = e[0]
     if kind == "in":
-        _, path, members, neg = e
-        s = f"[{', '.join(json.dumps(m) for m in members)}].contains({path})"
-        return f"!{s}" if neg else s
+        _, p, members, neg = e
+        s = member_of(path(p), members)
+        return f"!({s})" if neg else s
     if kind == "cmp":
         _, lhs, op, rhs = e
-        return f"{_cedar_operand(lhs)} {op} {_cedar_operand(rhs)}"
+        side = [path(o[1]) if o[0] == "f" else literal(o[1]) for o in (lhs, rhs)]
+        return f"{side[0]} {op} {side[1]}"
     if kind == "bool":
-        return e[1]
+        return path(e[1])
     if kind == "not":
-        return f"!({cedar_expr(e[1])})"
-    if kind == "and":
-        return f"({cedar_expr(e[1])} && {cedar_expr(e[2])})"
-    if kind == "or":
-        return f"({cedar_expr(e[1])} || {cedar_expr(e[2])})"
+        return f"!({_c_style(e[1], path, literal, member_of)})"
+    if kind in ("and", "or"):
+        sym = "&&" if kind == "and" else "||"
+        return f"({_c_style(e[1], path, literal, member_of)} {sym} {_c_style(e[2], path, literal, member_of)})"
     raise ValueError(e)
 
 
-def _cedar_operand(o) -> str:
-    if o[0] == "f":
-        return o[1]
-    v = o[1]
+def _cedar_literal(v) -> str:
     return str(v).lower() if isinstance(v, bool) else (str(v) if isinstance(v, int) else json.dumps(v))
+
+
+def cedar_expr(e) -> str:
+    """Render an expression in Cedar."""
+    return _c_style(e, str, _cedar_literal,
+                    lambda p, ms: f"[{', '.join(json.dumps(m) for m in ms)}].contains({p})")
 
 
 _CASBIN_ROOTS = {"principal": "r.sub", "resource": "r.obj"}
@@ -182,28 +186,8 @@ def _casbin_path(path: str) -> str:
 
 def casbin_expr(e) -> str:
     """Render an expression in Casbin's matcher syntax (evaluated by pycasbin's `eval()`)."""
-    kind = e[0]
-    if kind == "in":
-        _, path, members, neg = e
-        tup = "(" + ", ".join(repr(m) for m in members) + ("," if len(members) == 1 else "") + ")"
-        s = f"{_casbin_path(path)} in {tup}"
-        return f"!({s})" if neg else s
-    if kind == "cmp":
-        _, lhs, op, rhs = e
-        return f"{_casbin_operand(lhs)} {op} {_casbin_operand(rhs)}"
-    if kind == "bool":
-        return _casbin_path(e[1])
-    if kind == "not":
-        return f"!({casbin_expr(e[1])})"
-    if kind == "and":
-        return f"({casbin_expr(e[1])} && {casbin_expr(e[2])})"
-    if kind == "or":
-        return f"({casbin_expr(e[1])} || {casbin_expr(e[2])})"
-    raise ValueError(e)
-
-
-def _casbin_operand(o) -> str:
-    return _casbin_path(o[1]) if o[0] == "f" else repr(o[1])
+    return _c_style(e, _casbin_path, repr, lambda p, ms: f"{p} in (" + ", ".join(repr(m) for m in ms)
+                    + ("," if len(ms) == 1 else "") + ")")
 
 
 _CMP = {

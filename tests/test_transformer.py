@@ -10,11 +10,10 @@ from __future__ import annotations
 import json
 import random
 import shutil
-import subprocess
-import sys
 
 import msgspec
 import pytest
+from isolation import modules_after
 
 import zcompile
 from zcompile import ZcError
@@ -162,13 +161,10 @@ p = zcompile.compile_text({POLICY!r}, "helpdesk.zc")
 sp = Specialist({str(trained.directory)!r}, p)
 a = sp.decide({{"channel": "chat", "verified": True, "request": "please cancel order #12"}}, list(p.actions))
 assert a.best == "cancel_order", a
-heavy = [m for m in ("torch", "transformers", "optimum", "sklearn", "skl2onnx", "scipy") if m in sys.modules]
-assert "tokenizers" in sys.modules and "onnxruntime" in sys.modules
-print(",".join(heavy))
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == ""
+    loaded = modules_after(code)
+    assert {"tokenizers", "onnxruntime"} <= loaded
+    assert loaded.isdisjoint({"torch", "transformers", "optimum", "sklearn", "skl2onnx", "scipy"})
 
 
 def test_rendering_is_deterministic_and_documented(policy):

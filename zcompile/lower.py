@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import re
 
-from . import __version__
 from . import ast as A
 from . import ir
 from .check import Checked, walk

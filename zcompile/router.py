@@ -220,21 +220,9 @@ def _load_specialists(spec: Any, policy: Policy) -> list[Any]:
     out = []
     for item in items:
         if isinstance(item, (str, Path)):
-            from .qroute.manifest import decode
+            from .qroute.specialist import load
 
-            mpath = Path(item) / "manifest.json"
-            try:
-                kind = decode(mpath.read_bytes(), str(mpath)).model.kind
-            except OSError as exc:
-                raise ZcError(f"{item}: not a specialist directory ({mpath.name}: {exc.strerror})") from None
-            if kind == "pairwise":
-                from .qroute.pairwise import PairwiseSpecialist
-
-                out.append(PairwiseSpecialist(item, policy))
-            else:
-                from .qroute.specialist import Specialist
-
-                out.append(Specialist(item, policy))
+            out.append(load(item, policy))
         else:
             out.append(item)
     return out

@@ -123,7 +123,7 @@ class Policy:
         self._schemas = {s: Schema(policy.fields, self.actions, s) for s in (False, True)}
         self._chunks = _chunk_table(self.actions)
         self._groups: list[_Group] = []
-        self._tests: list[tuple[int, str]] = []  # (group, its generated test), for `_action_eval`
+        self._tests: dict[int, str] = {}  # group -> its generated test (constant groups have none)
         self._action_evals: dict[str, Any] = {}
         self._static = 0
         self._arg_rules = frozenset(i for i, r in enumerate(policy.rules) if r.args)
@@ -209,12 +209,10 @@ class Policy:
         if got is None:
             bit = 1 << self._index[action]
             groups = tuple(g for g, group in enumerate(self._groups) if group.mask & bit)
-            body = [test for g, test in self._tests if self._groups[g].mask & bit]
+            body = [self._tests[g] for g in groups if g in self._tests]
             src = "def _eval(st):\n" + self._prologue + "    fired = 0\n    removed = 0\n" + \
                 "\n".join(body) + "\n    return fired, removed\n"
-            namespace = dict(self._consts)
-            exec(compile(src, f"<zc policy {self.name}: {action}>", "exec"), namespace)  # noqa: S102 - generated here from checked IR
-            got = self._action_evals[action] = (namespace["_eval"], groups)
+            got = self._action_evals[action] = (self._exec(src, self._consts, action)["_eval"], groups)
         return got
 
     def _schema(self, action: str, args: Mapping[str, Any]) -> tuple[list[Reason], dict[str, Any]]:
@@ -260,9 +258,7 @@ class Policy:
                 body.append(f"    if {test}:\n        fired |= {1 << j}")
             src = ("def _check(st, args):\n" + gen.prologue() + "    fired = 0\n" + "\n".join(body)
                    + "\n    return fired\n")
-            namespace = dict(gen.consts)
-            exec(compile(src, f"<zc policy {self.name}: {action}>", "exec"), namespace)  # noqa: S102 - generated here from checked IR
-            got = self._checks[action] = (namespace["_check"], rules)
+            got = self._checks[action] = (self._exec(src, gen.consts, action)["_check"], rules)
         return got
 
     def _arg_reason(self, rule: ir.RuleDef, action: str, root: Any, args: dict[str, Any]) -> Reason:
@@ -384,7 +380,7 @@ class Policy:
                 else:
                     test = f"not {code}" if keep_if == "true" else code
                 body.append(f"    if {test}:\n        fired |= {1 << g}\n        removed |= {mask}")
-                self._tests.append((g, body[-1]))
+                self._tests[g] = body[-1]
         route_body = []
         for i, route in enumerate(self.ir.routes):
             if route.when is None:
@@ -396,11 +392,17 @@ class Policy:
         src = ("def _eval(st):\n" + gen.prologue() + "    fired = 0\n    removed = 0\n"
                + "\n".join(body) + "\n    return fired, removed\n\n"
                + "def _route(st):\n" + gen.prologue() + "\n".join(route_body) + "\n")
-        namespace = dict(gen.consts)
-        exec(compile(src, f"<zc policy {self.name}>", "exec"), namespace)  # noqa: S102 - generated here from checked IR
+        namespace = self._exec(src, gen.consts)
         self._source = src
         self._prologue, self._consts = gen.prologue(), gen.consts
         return namespace["_eval"], namespace["_route"]
+
+    def _exec(self, src: str, consts: dict[str, Any], action: str | None = None) -> dict[str, Any]:
+        """Run generated source (from checked IR) with its constants; returns its namespace."""
+        namespace = dict(consts)
+        label = f"<zc policy {self.name}" + (f": {action}>" if action else ">")
+        exec(compile(src, label, "exec"), namespace)  # noqa: S102 - generated here from checked IR
+        return namespace
 
 
 _NOT_CONST = object()

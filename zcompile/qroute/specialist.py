@@ -105,15 +105,21 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
     return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
 
 
+def read_manifest(directory: str | Path) -> Manifest:
+    """A specialist directory's manifest (a clear error when there is none, or it is malformed)."""
+    mpath = Path(directory) / "manifest.json"
+    try:
+        return decode(mpath.read_bytes(), str(mpath))
+    except OSError as exc:
+        raise ZcError(f"{directory}: not a specialist directory ({mpath.name}: {exc.strerror})") from None
+
+
 def open_verified(directory: str | Path, policy: Any = None, threads: int | None = None):
     """Read a specialist directory's manifest, verify the policy and every file's sha256, and open
     its model in onnxruntime. Returns (manifest, session, threads)."""
     d = Path(directory)
     mpath = d / "manifest.json"
-    try:
-        m: Manifest = decode(mpath.read_bytes(), str(mpath))
-    except OSError as exc:
-        raise ZcError(f"{d}: not a specialist directory ({mpath.name}: {exc.strerror})") from None
+    m = read_manifest(d)
     if policy is not None and policy.sha256 != m.policy_sha256:
         raise ZcError(f"{d}: specialist was trained for policy `{m.policy_name or '(none)'}` "
                       f"(sha256 {m.policy_sha256[:12]}…) but the policy given is `{policy.name}` "
@@ -244,6 +250,12 @@ class Specialist:
         return Answer(best if c >= self.tau else None, c, best)
 
 
-def load(directory: str | Path, policy: Any = None) -> Specialist:
-    """Load and verify a specialist directory (against `policy`'s sha256 when given)."""
+def load(directory: str | Path, policy: Any = None) -> Any:
+    """Load and verify a specialist directory (against `policy`'s sha256 when given): a
+    `Specialist` (tabular or transformer classifier) or, when its manifest says `pairwise`, a
+    `PairwiseSpecialist`."""
+    if read_manifest(directory).model.kind == "pairwise":
+        from .pairwise import PairwiseSpecialist
+
+        return PairwiseSpecialist(directory, policy)
     return Specialist(directory, policy)
