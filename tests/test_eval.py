@@ -210,6 +210,12 @@ def test_cli_errors(setup, tmp_path):
     assert "NOT held-out" in (tmp_path / "x.html").read_text()
     assert runner.invoke(main, [*base, "--split", "bogus"]).exit_code == 2
     assert runner.invoke(main, ["eval", "--policy", str(d / "toy.zc")]).exit_code == 2
+    # --policy may be left out only for a pairwise specialist distilled without one
+    res = runner.invoke(main, ["eval", *base[3:]])
+    assert res.exit_code == 2 and res.output == ("error: --policy is required: `spec` is a logistic specialist; "
+                                                 "give the policy it was distilled for (`toy`)\n")
+    with pytest.raises(ZcError, match="--policy is required: `spec` is a logistic specialist"):
+        evals.run(None, d / "spec", [d / "train.jsonl"])
     res = runner.invoke(main, [*base[:-1], str(tmp_path / "missing.jsonl")])
     assert res.exit_code == 1 and "missing.jsonl" in res.output and "Traceback" not in res.output
     res = runner.invoke(main, [*base[:3], "--specialists", str(tmp_path), *base[5:]])

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 
 import msgspec
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from isolation import modules_after
@@ -203,3 +205,154 @@ def test_router_gives_a_pairwise_specialist_the_offered_tools(trained, tmp_path)
         Router(policy, specialists=tmp_path / "nowhere")
     with pytest.raises(ZcError, match="trained for policy"):  # distilled without a policy
         Router(policy, specialists=res.directory)
+
+
+# ---- zc eval on a pairwise specialist ---------------------------------------------------------------------
+def _expected(sp, rs, legal_of=lambda r: r.legal):
+    """What the eval must report, computed here from `PairwiseSpecialist.decide` with each receipt's tools."""
+    from zcompile import stats
+
+    answers = [sp.decide(r.state, legal_of(r), r.meta.get("tools")) for r in rs]
+    labels = [r.gold if r.gold is not None else r.action for r in rs]
+    none = [a for a, lab in zip(answers, labels) if lab is None]
+    return {
+        "answered": sum(a.action is not None for a in answers),
+        "correct": sum(a.action is not None and a.action == lab for a, lab in zip(answers, labels)),
+        "none_fits": len(none),
+        "abstained": sum(a.action is None for a in none),
+        "aurc": stats.aurc(np.array([a.confidence for a in answers]),
+                           np.array([float(a.best is not None and a.best == lab) for a, lab in zip(answers, labels)])),
+    }
+
+
+def test_cli_eval_pairwise_without_policy(trained, tmp_path):
+    """`zc eval` without --policy: the receipts' legal sets, the offered tools, no compiler rung; the figures
+    equal what `decide` gives receipt by receipt, and trained-on tasks stay out."""
+    from zcompile import stats
+    from zcompile.receipts import read
+
+    res, _ = trained
+    d = res.directory.parent
+    rng = random.Random(11)
+    fits = receipts(tmp_path / "fits.jsonl", rng, 12, [6, 7, 0, 1])
+    nofit = receipts(tmp_path / "nofit.jsonl", rng, 10, list(range(len(TOOLS))), fits=False)
+    held = list(read([d / "test.jsonl", fits, nofit]))
+    want = _expected(PairwiseSpecialist(res.directory), held)
+    assert want["none_fits"] == 10
+    out_json, out_html = tmp_path / "r.json", tmp_path / "r.html"
+    r = CliRunner().invoke(main, ["eval", "--specialists", str(res.directory), "--receipts", str(d / "train.jsonl"),
+                                  str(d / "test.jsonl"), str(fits), str(nofit), "--json", str(out_json),
+                                  "--html", str(out_html)])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(out_json.read_text())
+    n = len(held)
+    assert (rep["n"], rep["policy"], rep["legal_sets"], rep["specialist"]["model"]) == (n, None, "receipts", "pairwise")
+    assert rep["held_out"] and rep["excluded_trained_on"] == 150 and rep["excluded_tasks"] == 120
+    assert (rep["test_tasks"], rep["unseen_tasks"], rep["counts"]["no_action_fits"]) == (40, 22, 40)
+    assert set(rep["tiers"]) == {"specialist"}  # no policy: no compiler rung
+    sp, o = rep["tiers"]["specialist"], rep["overall"]
+    assert sp["reached"] == n and sp["answered"] == o["answered"] == want["answered"]
+    assert sp["answered"] + rep["remote"]["reached"] == n
+    assert sp["correct"] == want["correct"] and sp["precision_ci"] == list(stats.wilson(want["correct"],
+                                                                                       want["answered"]))
+    ab = sp["abstained_where_none_fits"]
+    assert (ab["k"], ab["n"], ab["ci"]) == (want["abstained"], 10, list(stats.wilson(want["abstained"], 10)))
+    assert o["abstained_where_none_fits"] == ab
+    # a verified abstention agrees when the specialist abstains, and counts against it when it answers
+    ag = sp["agreement_gold"]
+    assert (ag["k"], ag["n"]) == (want["correct"] + want["abstained"], want["answered"] + want["abstained"])
+    assert sp["agreement_teacher"] == ag  # these receipts' teacher is their gold
+    # the scores are those of `decide` with the offered tools (names alone score differently)
+    assert rep["risk_coverage"]["n"] == n and rep["risk_coverage"]["aurc"] == pytest.approx(want["aurc"], abs=1e-9)
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("no policy (legal sets from the receipts), specialist spec (pairwise")
+    assert "abstained where none fits [Wilson 95%] (k/n)" in lines[3]
+    assert [ln.split()[0] for ln in lines[4:7]] == ["specialist", "remote", "overall"]
+    share = f"{ab['rate']:.3f} [{ab['ci'][0]:.3f}, {ab['ci'][1]:.3f}] ({ab['k']}/10)"
+    assert lines[4].endswith(share) and lines[6].endswith(share)
+    assert lines[-1] == f"where no offered action fits (n = 10): abstained {share}; an answer there counts as wrong"
+    page = out_html.read_text()
+    assert "abstained where none fits" in page and "not answering it agrees" in page and "<td>compiler" not in page
+    # trained-on tasks are refused under --split all, as for classifiers
+    r = CliRunner().invoke(main, ["eval", "--specialists", str(res.directory), "--receipts", str(d / "train.jsonl"),
+                                  "--split", "all"])
+    assert r.exit_code == 1 and "receipts of 120 tasks the specialist was trained on" in r.output
+
+
+def test_cli_eval_pairwise_errors(trained, tmp_path):
+    res, _ = trained
+    spec = str(res.directory)
+    runner = CliRunner()
+    # without a policy, receipts must list the offered actions
+    bare = tmp_path / "bare.jsonl"
+    bare.write_bytes(msgspec.json.encode(Receipt(id="a", task="a", state={"request": "x"}, tier="t", action="f"))
+                     + b"\n")
+    r = runner.invoke(main, ["eval", "--specialists", spec, "--receipts", str(bare)])
+    assert r.exit_code == 1 and "receipt `a`: $.legal: missing" in r.output and "Traceback" not in r.output
+    # a policy for a specialist distilled without one is refused (the router refuses it too)
+    pol = tmp_path / "p.zc"
+    pol.write_text("policy p\nstate { request: text? }\naction f\naction g\nfallback g\n")
+    r = runner.invoke(main, ["eval", "--policy", str(pol), "--specialists", spec, "--receipts", str(bare)])
+    assert r.exit_code == 1 and "was distilled without a policy: evaluate it without --policy" in r.output
+    r = runner.invoke(main, ["eval", "--specialists", str(tmp_path / "nowhere"), "--receipts", str(bare)])
+    assert r.exit_code == 1 and "not a specialist directory" in r.output and "Traceback" not in r.output
+    nofit = receipts(tmp_path / "nofit.jsonl", random.Random(5), 3, [0, 1, 2], fits=False)
+    r = runner.invoke(main, ["eval", "--specialists", spec, "--receipts", str(nofit), "--split", "bogus"])
+    assert r.exit_code == 2
+
+
+TOOLS_POLICY = ("policy tools\nstate {\n  request: text?\n  offered: set[action] = {}\n}\n"
+                + "".join(f"action {t[0]}\n" for t in TOOLS) + "action respond\nfallback respond\n"
+                + f"rule offered_only: forbid {', '.join(t[0] for t in TOOLS)} unless self in offered\n")
+
+
+def test_cli_eval_pairwise_with_policy(trained, tmp_path):
+    """A pairwise specialist distilled for a policy needs it: the policy masks the legal sets and its
+    compiler answers singletons. (A copy of the fixture's specialist re-pointed at the policy in its
+    manifest stands in for one distilled with it: a second fine-tune would double the fixture's time.)"""
+    from zcompile import compile_file
+    from zcompile.qroute.manifest import decode, encode
+    from zcompile.receipts import read
+
+    res, _ = trained
+    (tmp_path / "tools.zc").write_text(TOOLS_POLICY)
+    policy = compile_file(tmp_path / "tools.zc")
+    spec = tmp_path / "spec"
+    shutil.copytree(res.directory, spec)
+    m = decode((spec / "manifest.json").read_bytes(), "manifest.json")
+    (spec / "manifest.json").write_bytes(encode(msgspec.structs.replace(m, policy_name=policy.name,
+                                                                        policy_sha256=policy.sha256)))
+    rows = []
+    for k, (req, offered, action) in enumerate([
+            ("play some jazz music", [6, 1], "music.play"), ("book a hotel room in Oslo", [7, 2], "hotels.book"),
+            ("what is the weather in Lima", [3, 4], None), ("hello there", [], "respond"),
+            ("translate hello into French", [4, 0], "translate.text"), ("give me a recipe", [], None)]):
+        names = [TOOLS[i][0] for i in offered]
+        rows.append(Receipt(id=f"p{k}", task=f"p{k}", state={"request": req, "offered": names}, tier="gold",
+                            legal=(*names, "respond"), action=action, gold=action, verified=True,
+                            meta={"tools": [tool(i) for i in offered]}))
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(b"".join(msgspec.json.encode(r) + b"\n" for r in rows))
+    base = ["eval", "--specialists", str(spec), "--receipts", str(path)]
+    r = CliRunner().invoke(main, base)
+    assert r.exit_code == 2
+    assert r.output == "error: --policy is required: pairwise specialist `spec` was distilled for policy `tools`\n"
+    r = CliRunner().invoke(main, [*base, "--policy", str(tmp_path / "tools.zc"), "--json", str(tmp_path / "r.json")])
+    assert r.exit_code == 0, r.output
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["policy"]["name"] == "tools" and rep["legal_sets"] == "policy" and rep["n"] == 6
+    c, sp, o = rep["tiers"]["compiler"], rep["tiers"]["specialist"], rep["overall"]
+    # offered nothing: `respond` is the one legal action, answered by the compiler (wrongly for p5, none fits)
+    assert (c["answered"], c["correct"], c["abstained_where_none_fits"]["n"]) == (2, 1, 2)
+    # agreement: p3 right, p5 answered where none fits (disagrees), p2 passed on where none fits (agrees)
+    assert (c["agreement_gold"]["k"], c["agreement_gold"]["n"]) == (2, 3)
+    asked = [x for x in read([path]) if x.state["offered"]]
+    want = _expected(PairwiseSpecialist(spec, policy), asked, lambda x: policy.legal(x.state).actions)
+    assert sp["reached"] == 4 and (sp["answered"], sp["correct"]) == (want["answered"], want["correct"])
+    assert sp["abstained_where_none_fits"]["k"] == want["abstained"] and sp["abstained_where_none_fits"]["n"] == 1
+    assert o["abstained_where_none_fits"]["n"] == 2 and o["abstained_where_none_fits"]["k"] == want["abstained"]
+    assert o["answered"] == 2 + want["answered"] and rep["remote"]["reached"] == 4 - want["answered"]
+    wrong = tmp_path / "other.zc"
+    wrong.write_text(TOOLS_POLICY.replace("action respond", "action wait\naction respond"))
+    r = CliRunner().invoke(main, [*base, "--policy", str(wrong)])
+    assert r.exit_code == 1 and "trained for policy `tools`" in r.output

@@ -492,10 +492,13 @@ def _import_bfcl(src: str, answers: str | None, out: str, policy_path: str | Non
 
 
 @main.command("eval")
-@click.option("--policy", "policy_path", required=True, type=click.Path(), metavar="ARTIFACT",
-              help="The policy (.zcp, or a .zc source) the specialist was distilled for.")
+@click.option("--policy", "policy_path", default=None, type=click.Path(), metavar="ARTIFACT",
+              help="The policy (.zcp, or a .zc source) the specialist was distilled for. Required, except "
+              "for a pairwise specialist distilled without one: then the receipts' `legal` lists are the "
+              "legal sets and there is no compiler rung.")
 @click.option("--specialists", "specialist_dir", required=True, type=click.Path(), metavar="DIR",
-              help="The specialist directory (model.onnx + manifest.json).")
+              help="The specialist directory (model.onnx + manifest.json): a classifier or a pairwise "
+              "specialist, as its manifest says.")
 @click.option("--receipts", "sources", multiple=True, required=True, type=click.Path(), metavar="PATH",
               help="Receipts files or directories; more paths may follow, or repeat the option.")
 @click.argument("more", nargs=-1, type=click.Path(), metavar="[PATH]...")
@@ -510,11 +513,23 @@ def _import_bfcl(src: str, answers: str | None, out: str, policy_path: str | Non
 @click.option("--skip-invalid", is_flag=True, help="Skip invalid receipt lines (counted) instead of refusing.")
 def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, split, allow_trained,
              skip_invalid) -> None:
-    """Replay receipts through the compiler and the specialist: per-rung and overall figures."""
-    from . import evals
+    """Replay receipts through the compiler and the specialist: per-rung and overall figures.
 
+    A pairwise specialist is given the tools each receipt offered (meta.tools); where no offered action
+    fits (a receipt with no action and verified: true) the report gives the share it abstained on."""
+    from . import evals
+    from .qroute.specialist import read_manifest
+
+    if policy_path is None:
+        try:
+            why = evals.needs_policy(read_manifest(specialist_dir))
+        except ZcError as exc:
+            _fail(exc)
+        if why:
+            click.echo(f"error: {why}", err=True)
+            sys.exit(2)
     try:
-        policy = _load_policy(policy_path)
+        policy = _load_policy(policy_path) if policy_path is not None else None
         rep = evals.run(policy, specialist_dir, [*sources, *more], split=split,
                         allow_trained=allow_trained, skip_invalid=skip_invalid)
         for path, data in ((json_out, lambda: evals.to_json(rep)),

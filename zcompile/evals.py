@@ -7,6 +7,13 @@ specialist, answers or abstains (it is skipped when the route the policy chooses
 does not list `specialist`); whatever is left falls through to the teacher (`remote`). Every
 figure is compared with the receipt's label: its `gold` when present, else the teacher's action.
 
+Pairwise specialists are asked as the router asks them, with the tools the receipt offered
+(`meta.tools`; else the policy's action descriptions). Their receipts may say that no offered action
+fits (no action, `verified: true`): the label is then None, an answer there is wrong, and not
+answering is right (`abstained_where_none_fits`; agreement counts it as agreeing). A pairwise
+specialist distilled without a policy is evaluated without one: the legal sets are the receipts'
+`legal` lists and there is no compiler rung.
+
 Split sealing: a specialist's manifest lists the tasks of its train, calibration and test splits.
 Decisions of trained-on tasks (train or calibration) are never reported as held-out: with
 `split="test"` they are excluded and counted; with `split="all"` they are refused unless
@@ -30,7 +37,9 @@ import numpy as np
 from . import stats
 from .errors import ZcError
 from .qroute.distill import RISKY_TAGS, _plain, load_decisions
-from .qroute.specialist import Specialist
+from .qroute.manifest import Manifest
+from .qroute.specialist import load, read_manifest
+from .router import policy_tools
 from .runtime import Policy
 
 RUNGS = ("compiler", "specialist")
@@ -44,7 +53,7 @@ class Replay:
     """One decision replayed through the ladder."""
 
     task: str
-    label: str  # gold if present, else the teacher's action
+    label: str | None  # gold if present, else the teacher's action; None: no offered action fits
     teacher: str | None
     gold: str | None
     exposed: bool  # a risky action was in the legal set
@@ -58,7 +67,29 @@ class Replay:
 
 
 # ---- loading and sealing ----------------------------------------------------------------------------
-def _teacher_and_gold(paths: Sequence[str | Path], policy: Policy, skip_invalid: bool) -> list[tuple]:
+def needs_policy(manifest: Manifest) -> str | None:
+    """Why this specialist cannot be evaluated without its policy; None when it can (a pairwise
+    specialist distilled without one)."""
+    if manifest.model.kind != "pairwise":
+        return (f"--policy is required: `{manifest.name}` is a {manifest.model.kind} specialist; give the "
+                f"policy it was distilled for (`{manifest.policy_name}`)")
+    if manifest.policy_sha256:
+        return (f"--policy is required: pairwise specialist `{manifest.name}` was distilled for policy "
+                f"`{manifest.policy_name}`")
+    return None
+
+
+def check_policy(manifest: Manifest, policy: Policy | None) -> None:
+    """Refuse a missing policy the specialist needs, and a policy given to one distilled without any
+    (a mismatched policy is refused when the specialist is loaded)."""
+    if policy is None and (why := needs_policy(manifest)):
+        raise ZcError(why)
+    if policy is not None and manifest.model.kind == "pairwise" and not manifest.policy_sha256:
+        raise ZcError(f"pairwise specialist `{manifest.name}` was distilled without a policy: evaluate it "
+                      "without --policy (the receipts' `legal` lists are the legal sets)")
+
+
+def _teacher_and_gold(paths: Sequence[str | Path], policy: Policy | None, skip_invalid: bool) -> list[tuple]:
     """(teacher's action, gold) of each valid receipt, in the order `load_decisions` numbers them."""
     from .receipts import read
 
@@ -101,27 +132,30 @@ def _seal(decisions, manifest, split: str, allow_trained: bool) -> tuple[list, d
 
 
 # ---- replay ---------------------------------------------------------------------------------------------
-def replay(decisions, labels: Sequence[tuple], policy: Policy, specialist: Specialist) -> list[Replay]:
-    """Run each decision through compiler then specialist, timing each rung's call (µs)."""
+def replay(decisions, labels: Sequence[tuple], policy: Policy | None, specialist: Any) -> list[Replay]:
+    """Run each decision through compiler then specialist, timing each rung's call (µs). Without a
+    policy (a pairwise specialist distilled without one) the legal set is the receipt's and there is
+    no compiler rung."""
     risky = _risky(policy)
-    routed = bool(policy.ir.routes)
+    routed = policy is not None and bool(policy.ir.routes)
+    ask = _asker(policy, specialist)
+    legal_of = (lambda d: d.legal) if policy is None else (lambda d: policy.legal(d.state, d.intent).actions)
     for d in decisions[:WARMUP]:  # untimed: first calls pay for lazy initialisation
-        specialist.decide(d.state, policy.legal(d.state, d.intent).actions)
+        ask(d, legal_of(d))
     out: list[Replay] = []
     clock = time.perf_counter_ns
     for d in decisions:
         teacher, gold = labels[d.order[1]]
         t0 = clock()
-        ls = policy.legal(d.state, d.intent)
+        legal = legal_of(d)
         t1 = clock()
-        legal = ls.actions
         row = Replay(d.task, d.label, teacher, gold, any(a in risky for a in legal), "remote", None,
-                     False, 0.0, None, (t1 - t0) / 1000.0, 0.0)
-        if len(legal) == 1:
+                     False, 0.0, None, (t1 - t0) / 1000.0 if policy is not None else 0.0, 0.0)
+        if policy is not None and len(legal) == 1:
             row.rung, row.action = "compiler", legal[0]
         elif not routed or _route_allows(policy, d.state):
             t2 = clock()
-            ans = specialist.decide(d.state, legal)
+            ans = ask(d, legal)
             row.specialist_us = (clock() - t2) / 1000.0
             row.consulted, row.confidence, row.best = True, ans.confidence, ans.best
             if ans.action is not None:
@@ -130,7 +164,18 @@ def replay(decisions, labels: Sequence[tuple], policy: Policy, specialist: Speci
     return out
 
 
-def _risky(policy: Policy) -> frozenset[str]:
+def _asker(policy: Policy | None, specialist: Any):
+    """`ask(decision, legal) -> Answer`: a pairwise specialist is given the tools the receipt offered,
+    else the policy's action descriptions, as the router gives it the tools of the step."""
+    if not getattr(specialist, "pairwise", False):
+        return lambda d, legal: specialist.decide(d.state, legal)
+    described = policy_tools(policy) if policy is not None else None
+    return lambda d, legal: specialist.decide(d.state, legal, d.tools or described)
+
+
+def _risky(policy: Policy | None) -> frozenset[str]:
+    if policy is None:
+        return frozenset()
     return frozenset(a.name for a in policy.ir.actions if RISKY_TAGS & set(a.tags))
 
 
@@ -151,14 +196,23 @@ def _percentiles(times: Sequence[float]) -> tuple[float | None, float | None]:
     return float(np.percentile(times, 50)), float(np.percentile(times, 99))
 
 
+def _agreement(answered: Sequence[Replay], declined: Sequence[Replay], who: str) -> dict[str, Any]:
+    """Agreement with the teacher's action or with gold (`who`) on the answered decisions that have
+    one or where no offered action fits, plus the `declined` ones (not answered, none fits), which agree."""
+    judged = [r for r in answered if getattr(r, who) is not None or r.label is None]
+    return _rate(sum(r.action == getattr(r, who) for r in judged) + len(declined), len(judged) + len(declined))
+
+
 def figures(handed: Sequence[Replay], answered: Sequence[Replay], n: int, times: Sequence[float],
             risky: frozenset[str]) -> dict[str, Any]:
     """Answered, coverage of all n, precision with its Wilson 95% interval, agreement with the
-    teacher and with gold, dangerous actions exposed and selected, latency p50/p99 (µs)."""
+    teacher and with gold, the share not answered where no offered action fits, dangerous actions
+    exposed and selected, latency p50/p99 (µs)."""
     m = len(answered)
     precision = _rate(sum(r.action == r.label for r in answered), m)
-    teacher = [r for r in answered if r.teacher is not None]
-    gold = [r for r in answered if r.gold is not None]
+    took = {id(r) for r in answered}
+    none_fits = [r for r in handed if r.label is None]
+    declined = [r for r in none_fits if id(r) not in took]
     p50, p99 = _percentiles(times)
     return {
         "reached": len(handed),
@@ -168,8 +222,9 @@ def figures(handed: Sequence[Replay], answered: Sequence[Replay], n: int, times:
         "correct": precision["k"],
         "precision": precision["rate"],
         "precision_ci": precision["ci"],
-        "agreement_teacher": _rate(sum(r.action == r.teacher for r in teacher), len(teacher)),
-        "agreement_gold": _rate(sum(r.action == r.gold for r in gold), len(gold)),
+        "agreement_teacher": _agreement(answered, declined, "teacher"),
+        "agreement_gold": _agreement(answered, declined, "gold"),
+        "abstained_where_none_fits": _rate(len(declined), len(none_fits)),
         "dangerous_exposed": sum(r.exposed for r in handed),
         "dangerous_selected": sum(1 for r in answered if r.action != r.label and r.action in risky),
         "p50_us": p50,
@@ -196,40 +251,50 @@ def curve(rows: Sequence[Replay], tau: float, points: int = 50) -> dict[str, Any
     }
 
 
-def report(paths: Sequence[str | Path], policy: Policy, specialist: Specialist, *, split: str = "test",
+def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, *, split: str = "test",
            allow_trained: bool = False, skip_invalid: bool = False) -> dict[str, Any]:
-    """Replay receipts through the compiler and `specialist`; the whole evaluation as a JSON-ready dict.
+    """Replay receipts through the compiler and `specialist` (a classifier `Specialist` or a
+    `PairwiseSpecialist`); the whole evaluation as a JSON-ready dict. `policy` may be None only for
+    a pairwise specialist distilled without one.
 
     Raises:
-        ZcError: unreadable or invalid receipts, no usable decision, trained-on tasks under
-            `split="all"` without `allow_trained`, nothing held out, an unknown split.
+        ZcError: unreadable or invalid receipts (without a policy: receipts that do not list their
+            legal actions), no usable decision, trained-on tasks under `split="all"` without
+            `allow_trained`, nothing held out, an unknown split, a policy missing or given wrongly.
     """
     if split not in SPLITS:
         raise ZcError(f"unknown split `{split}` (choose test or all)")
+    m = specialist.manifest
+    check_policy(m, policy)
     paths = [str(p) for p in paths]
-    decisions, counts, _files = load_decisions(paths, policy, skip_invalid=skip_invalid)
-    kept, sealing = _seal(decisions, specialist.manifest, split, allow_trained)
+    if getattr(specialist, "pairwise", False):
+        from .qroute.pairdistill import load_pair_decisions
+
+        decisions, counts, _files = load_pair_decisions(paths, policy, skip_invalid=skip_invalid)
+    else:
+        decisions, counts, _files = load_decisions(paths, policy, skip_invalid=skip_invalid)
+    kept, sealing = _seal(decisions, m, split, allow_trained)
     rows = replay(kept, _teacher_and_gold(paths, policy, skip_invalid), policy, specialist)
     risky = _risky(policy)
     n = len(rows)
-    tiers = {
-        "compiler": figures(rows, [r for r in rows if r.rung == "compiler"], n,
-                            [r.compiler_us for r in rows], risky),
-        "specialist": figures([r for r in rows if r.rung != "compiler"],
-                              [r for r in rows if r.rung == "specialist"], n,
-                              [r.specialist_us for r in rows if r.consulted], risky),
-    }
+    tiers = {}
+    if policy is not None:  # without a policy there is no compiler rung
+        tiers["compiler"] = figures(rows, [r for r in rows if r.rung == "compiler"], n,
+                                    [r.compiler_us for r in rows], risky)
+    tiers["specialist"] = figures([r for r in rows if r.rung != "compiler"],
+                                  [r for r in rows if r.rung == "specialist"], n,
+                                  [r.specialist_us for r in rows if r.consulted], risky)
     overall = figures(rows, [r for r in rows if r.rung != "remote"], n,
                       [r.compiler_us + r.specialist_us for r in rows], risky)
     overall.pop("coverage_of_reached")
-    remote_tier = next((t for t in policy.ir.tiers if t.name == "remote"), None)
+    remote_tier = next((t for t in policy.ir.tiers if t.name == "remote"), None) if policy is not None else None
     unit = remote_tier.cost if remote_tier is not None and remote_tier.cost is not None else None
     per_call = float(unit) if unit is not None else 1.0
     removed = overall["answered"]
-    m = specialist.manifest
     return {
         "n": n,
-        "policy": {"name": policy.name, "sha256": policy.sha256},
+        "policy": {"name": policy.name, "sha256": policy.sha256} if policy is not None else None,
+        "legal_sets": "policy" if policy is not None else "receipts",
         "specialist": {"name": m.name, "model": m.model.kind, "tau": m.threshold.tau,
                        "target_precision": m.threshold.target_precision, "promoted": m.gate.promoted},
         "receipts": paths,
@@ -253,9 +318,11 @@ def report(paths: Sequence[str | Path], policy: Policy, specialist: Specialist, 
     }
 
 
-def run(policy: Policy, specialist_dir: str | Path, paths: Sequence[str | Path], **kw: Any) -> dict[str, Any]:
-    """Load the specialist for `policy` (refusing a mismatch) and `report` on `paths`."""
-    return report(paths, policy, Specialist(specialist_dir, policy), **kw)
+def run(policy: Policy | None, specialist_dir: str | Path, paths: Sequence[str | Path], **kw: Any) -> dict[str, Any]:
+    """Load the specialist for `policy` (refusing a mismatch; the class as its manifest says) and
+    `report` on `paths`. `policy` may be None for a pairwise specialist distilled without one."""
+    check_policy(read_manifest(specialist_dir), policy)
+    return report(paths, policy, load(specialist_dir, policy), **kw)
 
 
 # ---- output -----------------------------------------------------------------------------------------------
@@ -268,24 +335,37 @@ def _num(v: float | None, fmt: str = ".3f") -> str:
     return "n/a" if v is None else format(v, fmt)
 
 
+def _pairwise(rep: dict[str, Any]) -> bool:
+    return rep["specialist"]["model"] == "pairwise"
+
+
+def _share(r: dict[str, Any]) -> str:
+    """A `_rate` as `rate [lo, hi] (k/n)`."""
+    return f"{_num(r['rate'])} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}] ({r['k']}/{r['n']})"
+
+
 def _table_rows(rep: dict[str, Any]) -> list[list[str]]:
-    """The per-rung table: header, compiler, specialist, remote, overall."""
+    """The per-rung table: header, compiler (with a policy), specialist, remote, overall; for a pairwise
+    specialist also the share not answered where no offered action fits."""
+    pairwise = _pairwise(rep)
     head = ["rung", "reached", "answered", "coverage", "precision", "Wilson 95%", "danger exp/sel",
-            "p50 µs", "p99 µs"]
+            "p50 µs", "p99 µs"] + (["abstained where none fits [Wilson 95%] (k/n)"] if pairwise else [])
     out = [head]
     for name, t in (*rep["tiers"].items(), ("overall", rep["overall"])):
         lo, hi = t["precision_ci"]
         out.append([name, str(t["reached"]), str(t["answered"]), _num(t["coverage"]), _num(t["precision"]),
                     f"[{lo:.3f}, {hi:.3f}]", f"{t['dangerous_exposed']}/{t['dangerous_selected']}",
-                    _num(t["p50_us"], ".1f"), _num(t["p99_us"], ".1f")])
+                    _num(t["p50_us"], ".1f"), _num(t["p99_us"], ".1f")]
+                   + ([_share(t["abstained_where_none_fits"])] if pairwise else []))
         if name == "specialist":
-            out.append(["remote", str(rep["remote"]["reached"]), "-", "-", "-", "-", "-", "-", "-"])
+            out.append(["remote", str(rep["remote"]["reached"])] + ["-"] * (len(head) - 2))
     return out
 
 
 def _headline(rep: dict[str, Any]) -> str:
     s = rep["specialist"]
-    return (f"policy {rep['policy']['name']}, specialist {s['name']} ({s['model']}, τ = {s['tau']:.4f}); "
+    policy = f"policy {rep['policy']['name']}" if rep["policy"] else "no policy (legal sets from the receipts)"
+    return (f"{policy}, specialist {s['name']} ({s['model']}, τ = {s['tau']:.4f}); "
             f"split {rep['split']}: {rep['label']}")
 
 
@@ -297,7 +377,17 @@ def _scope(rep: dict[str, Any]) -> str:
                      "trained-on tasks")
     if rep["included_trained_on_tasks"]:
         parts.append(f"includes {rep['included_trained_on_tasks']} tasks the specialist was trained on")
+    if rep["policy"] is None:
+        parts.append("no compiler rung without a policy")
     return "; ".join(parts)
+
+
+def _none_fits_line(rep: dict[str, Any]) -> str:
+    """For a pairwise specialist: how often the ladder did not answer where no offered action fits."""
+    a = rep["overall"]["abstained_where_none_fits"]
+    if not a["n"]:
+        return "where no offered action fits: no such decision (receipts with no action and verified: true)"
+    return f"where no offered action fits (n = {a['n']}): abstained {_share(a)}; an answer there counts as wrong"
 
 
 def _cost_line(rep: dict[str, Any]) -> str:
@@ -318,6 +408,8 @@ def render_text(rep: dict[str, Any]) -> str:
     lines += ["", f"overall precision {_num(o['precision'])} [{o['precision_ci'][0]:.3f}, "
               f"{o['precision_ci'][1]:.3f}] on {o['answered']} answered of n = {rep['n']}; "
               + _cost_line(rep)]
+    if _pairwise(rep):
+        lines.append(_none_fits_line(rep))
     return "\n".join(lines)
 
 
@@ -394,11 +486,17 @@ def render_html(rep: dict[str, Any]) -> str:
               if rep["held_out"] else
               '<p class="warn">NOT held-out: these receipts include tasks the specialist was trained on; '
               'the figures overstate how it does on new tasks.</p>')
-    agree = [["rung", "answered", "agreement with teacher", "Wilson 95%", "with gold (n)", "Wilson 95%"]]
+    agree = [["rung", "answered", "agreement with teacher (n)", "Wilson 95%", "with gold (n)", "Wilson 95%"]]
     for name, t in (*rep["tiers"].items(), ("overall", rep["overall"])):
         a, g = t["agreement_teacher"], t["agreement_gold"]
-        agree.append([name, str(t["answered"]), _num(a["rate"]), f"[{a['ci'][0]:.3f}, {a['ci'][1]:.3f}]",
+        agree.append([name, str(t["answered"]), f"{_num(a['rate'])} ({a['n']})",
+                      f"[{a['ci'][0]:.3f}, {a['ci'][1]:.3f}]",
                       f"{_num(g['rate'])} ({g['n']})", f"[{g['ci'][0]:.3f}, {g['ci'][1]:.3f}]"])
+    pairwise = _pairwise(rep)
+    agree_note = ("<p>Agreement is counted on the answered decisions that have a teacher's action (a gold "
+                  "action)" + (", and on every decision where no offered action fits (a receipt with no "
+                               "action and verified: true): not answering it agrees, answering it does not"
+                               if pairwise else "") + ".</p>")
     c = rep["cost"]
     cost = [["", "value"], ["unit", c["unit"]], ["per teacher call", f"{c['per_teacher_call']:g}"],
             ["everything to the teacher", f"{c['all_to_teacher']:g}"], ["with the ladder", f"{c['with_ladder']:g}"],
@@ -408,13 +506,15 @@ def render_html(rep: dict[str, Any]) -> str:
               ["excluded (trained-on tasks)", str(rep["excluded_trained_on"])],
               ["unseen tasks", str(rep["unseen_tasks"])], ["unseen decisions", str(rep["unseen_decisions"])]]
     rc = rep["risk_coverage"]
-    rc_note = (f"On the {rc['n']} decisions the specialist was asked (legal set of two or more actions): "
+    asked = "legal set of two or more actions" if rep["policy"] else "every decision: no compiler rung"
+    rc_note = (f"On the {rc['n']} decisions the specialist was asked ({asked}): "
                f"AURC {_num(rc['aurc'])}, ECE {_num(rc['ece'])}.")
+    title = e("zc eval: " + (rep["policy"]["name"] if rep["policy"] else rep["specialist"]["name"]))
     unseen = ", ".join(rep["unseen_task_examples"])
     body = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{e('zc eval: ' + rep['policy']['name'])}</title><style>{_CSS}</style></head><body>",
-        f"<h1>{e('zc eval: ' + rep['policy']['name'])}</h1>",
+        f"<title>{title}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{title}</h1>",
         f"<p>{e(_headline(rep))}</p>", banner, f"<p>{e(_scope(rep))}</p>",
         "<h2>Per rung</h2>",
         "<p>Coverage is answered / n over all n decisions; precision is agreement with the receipt's label "
@@ -422,7 +522,10 @@ def render_html(rep: dict[str, Any]) -> str:
         "action was legal for a decision the rung was handed; selected = the rung answered a risky action "
         "that differs from the label. Latency is per decision of that rung's call.</p>",
         _table(_table_rows(rep)),
-        "<h2>Agreement with the teacher and with gold</h2>", _table(agree),
+        *([f"<p>{e(_none_fits_line(rep))}. Abstained where none fits: of the decisions handed to the rung "
+           "where no offered action fits, the share it did not answer (the right outcome there).</p>"]
+          if pairwise else []),
+        "<h2>Agreement with the teacher and with gold</h2>", agree_note, _table(agree),
         "<h2>Estimated cost saved</h2>", _table(cost),
         "<h2>Specialist risk–coverage</h2>", f"<p>{e(rc_note)}</p>",
         svg_curve(rc, rep["specialist"]["target_precision"]),

@@ -56,6 +56,7 @@ class PairDecision:
     legal: tuple[str, ...]
     tools: dict[str, dict]
     label: str | None
+    intent: str | None = None
 
     def descriptions(self) -> list[str]:
         return [describe(a, self.tools.get(a)) for a in self.legal]
@@ -93,7 +94,7 @@ def load_pair_decisions(paths: Sequence[str | Path], policy: Any = None, *, skip
             counts["no_action_fits"] += 1
         request = renderer.one(r.state) if renderer is not None else render_plain(r.state)
         out.append(PairDecision(r.id, r.task, (r.ts if r.ts is not None else math.inf, i), r.state, request,
-                                tuple(legal), tools, label))
+                                tuple(legal), tools, label, r.intent))
     counts["skipped_invalid"] = rstats.skipped
     counts["used"] = len(out)
     if not out:
