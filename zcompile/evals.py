@@ -39,7 +39,6 @@ from .errors import ZcError
 from .qroute.distill import RISKY_TAGS, _plain, load_decisions
 from .qroute.manifest import Manifest
 from .qroute.specialist import load, read_manifest
-from .router import policy_tools
 from .runtime import Policy
 
 RUNGS = ("compiler", "specialist")
@@ -138,7 +137,7 @@ def replay(decisions, labels: Sequence[tuple], policy: Policy | None, specialist
     no compiler rung."""
     risky = _risky(policy)
     routed = policy is not None and bool(policy.ir.routes)
-    ask = _asker(policy, specialist)
+    ask = _asker(specialist)
     legal_of = (lambda d: d.legal) if policy is None else (lambda d: policy.legal(d.state, d.intent).actions)
     for d in decisions[:WARMUP]:  # untimed: first calls pay for lazy initialisation
         ask(d, legal_of(d))
@@ -164,13 +163,12 @@ def replay(decisions, labels: Sequence[tuple], policy: Policy | None, specialist
     return out
 
 
-def _asker(policy: Policy | None, specialist: Any):
+def _asker(specialist: Any):
     """`ask(decision, legal) -> Answer`: a pairwise specialist is given the tools the receipt offered,
-    else the policy's action descriptions, as the router gives it the tools of the step."""
+    else the policy's action descriptions (`load_pair_decisions`), as the router gives it the tools of the step."""
     if not getattr(specialist, "pairwise", False):
         return lambda d, legal: specialist.decide(d.state, legal)
-    described = policy_tools(policy) if policy is not None else None
-    return lambda d, legal: specialist.decide(d.state, legal, d.tools or described)
+    return lambda d, legal: specialist.decide(d.state, legal, d.tools)
 
 
 def _risky(policy: Policy | None) -> frozenset[str]:

@@ -99,6 +99,8 @@ class Router:
             self._own_writer = ReceiptWriter(receipts)
             self._sink = self._own_writer.append
         self._descriptions = {a.name: a.description for a in policy.ir.actions if a.description}
+        from .qroute.pairwise import policy_tools
+
         self._tools = policy_tools(policy)
 
     def close(self) -> None:
@@ -211,12 +213,6 @@ class Router:
             detail = ans.detail
         return (Rung(name, outcome, action if outcome == "answered" else None, ans.confidence, ms(), detail),
                 getattr(ans, "model", None) or getattr(tier, "model", None))
-
-
-def policy_tools(policy: Policy) -> dict[str, dict[str, str]]:
-    """The policy's action descriptions as tool schemas by name, for pairwise specialists when a
-    decision offers no tools (an action without a description is left out: it reads as its name)."""
-    return {a.name: {"name": a.name, "description": a.description} for a in policy.ir.actions if a.description}
 
 
 def _load_specialists(spec: Any, policy: Policy) -> list[Any]:

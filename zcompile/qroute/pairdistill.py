@@ -36,7 +36,7 @@ from .distill import (ALPHA, ARGMAX_AGREEMENT, DECIDE_THREADS, NEVER, RISKY_TAGS
                       split_by_task, write_specialist)
 from .manifest import (MANIFEST_VERSION, Calibration, DataFile, Gate, Manifest, Model, Splits, TextInput,
                        Threshold, encode)
-from .pairwise import FIT, PairwiseSpecialist, calibrated, choice_score, describe, render_plain
+from .pairwise import FIT, PairwiseSpecialist, calibrated, choice_score, describe, policy_tools, render_plain
 from .render import VERSION as RENDER_VERSION
 from .render import Renderer
 
@@ -73,6 +73,7 @@ def load_pair_decisions(paths: Sequence[str | Path], policy: Any = None, *, skip
     counts: Counter = Counter()
     rstats = ReadStats()
     out: list[PairDecision] = []
+    described = policy_tools(policy) if policy is not None else {}
     for i, r in enumerate(read_receipts(paths, policy, skip_invalid, rstats, report)):
         counts["receipts"] += 1
         label = r.gold if r.gold is not None else r.action
@@ -87,7 +88,7 @@ def load_pair_decisions(paths: Sequence[str | Path], policy: Any = None, *, skip
             raise ZcError(f"receipt `{r.id}`: $.legal: missing; without --policy a pairwise specialist needs "
                           "receipts that list the offered actions")
         raw_tools = r.meta.get("tools") or []
-        tools = {str(t["name"]): t for t in raw_tools if isinstance(t, dict) and "name" in t}
+        tools = {str(t["name"]): t for t in raw_tools if isinstance(t, dict) and "name" in t} or described
         if label is not None and label not in legal:
             counts["label_not_legal"] += 1
         if label is None:

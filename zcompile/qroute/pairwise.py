@@ -48,6 +48,13 @@ def describe(name: str, tool: Mapping[str, Any] | None = None) -> str:
     return text
 
 
+def policy_tools(policy: Any) -> dict[str, dict[str, str]]:
+    """The policy's action descriptions as tool schemas by name: what describes an action when a
+    decision offers no tools, in training and at decision time (an action without a description is
+    left out: it reads as its name)."""
+    return {a.name: {"name": a.name, "description": a.description} for a in policy.ir.actions if a.description}
+
+
 def render_plain(state: Mapping[str, Any]) -> str:
     """A state without a policy schema: every key in sorted order as `key: value` (texts cut)."""
     parts = []
