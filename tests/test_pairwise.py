@@ -15,7 +15,8 @@ from isolation import modules_after
 
 from zcompile import ZcError
 from zcompile.cli import main
-from zcompile.qroute.pairdistill import distill_pairwise, load_pair_decisions
+from zcompile.qroute.pairdistill import (NONE_FITS_WEIGHT_MAX, PairDecision, distill_pairwise, load_pair_decisions,
+                                         none_fits_weight, training_pairs)
 from zcompile.qroute.pairwise import PairwiseSpecialist, describe
 from zcompile.receipts import Receipt, import_bfcl
 
@@ -139,6 +140,22 @@ def _bfcl(tmp_path, questions, answers=None):
 Q = {"id": "x_0", "question": [[{"role": "user", "content": "what is 2+2"}]],
      "function": [{"name": "math.add", "description": "Add numbers", "parameters": {}},
                   {"name": "math.mul", "description": "Multiply", "parameters": {}}]}
+
+
+def _decision(k, label):
+    names = ("a.one", "b.two")
+    return PairDecision(f"d{k}", f"t{k}", (0.0, k), {}, f"request {k}", names, {}, label)
+
+
+@pytest.mark.parametrize("fits, none, weight", [(10, 0, 1), (10, 10, 1), (9, 3, 3), (10, 4, 2), (100, 2, 5), (1, 9, 1)])
+def test_none_fits_weight_balances_and_is_capped(fits, none, weight):
+    decisions = [_decision(k, "a.one") for k in range(fits)] + [_decision(fits + k, None) for k in range(none)]
+    assert none_fits_weight(decisions) == weight <= NONE_FITS_WEIGHT_MAX
+    pairs, y = training_pairs(decisions, negatives=0, seed=0)
+    # each decision's two candidates, a none-fits decision `weight` times; only right answers are fits
+    assert len(pairs) == 2 * (fits + weight * none)
+    assert y.count("fit") == fits
+    assert sum(1 for (req, _) in pairs if req == f"request {fits}") == (2 * weight if none else 0)
 
 
 def test_bfcl_import(tmp_path):
