@@ -218,6 +218,11 @@ def test_router_gives_a_pairwise_specialist_the_offered_tools(trained, tmp_path)
     assert spec.confidence == pytest.approx(direct.confidence)
     assert spec.outcome == ("answered" if direct.action else "abstained")
     assert decision.action == (direct.action or "respond") and decision.action in legal
+    # the receipt keeps the offered tools: distilling from it describes the actions as this step did
+    router.close()
+    again = load_pair_decisions([tmp_path / "r.jsonl"], policy)[0]
+    assert decision.receipt.meta["tools"] == offered
+    assert [d.tools for d in again] == [{t["name"]: t for t in offered}]
     with pytest.raises(ZcError, match="not a specialist directory"):
         Router(policy, specialists=tmp_path / "nowhere")
     with pytest.raises(ZcError, match="trained for policy"):  # distilled without a policy

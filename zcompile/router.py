@@ -125,7 +125,8 @@ class Router:
         """Decide one step. Raises StateError for an invalid state (never guesses).
 
         `tools`: the tool schemas (`{name, description, parameters}`, a list or a dict by name)
-        offered at this step, for pairwise specialists; classifiers and tiers do not read them.
+        offered at this step, for pairwise specialists; classifiers and tiers do not read them. The
+        receipt keeps them (`meta.tools`), so a later distillation describes actions as this step did.
         """
         t0 = time.perf_counter()
         legal = self.policy.legal(state, intent)
@@ -166,7 +167,9 @@ class Router:
             policy=self.policy.sha256, intent=intent, legal=legal.actions, model=model, action=action,
             confidence=confidence, latency_ms=round(latency, 4), cost=cost,
             meta={**(meta or {}), "route": route_name, "fallback": legal.fallback,
-                  "rungs": [r.to_dict() for r in rungs]})
+                  "rungs": [r.to_dict() for r in rungs],
+                  **({"tools": list(tools.values() if isinstance(tools, Mapping) else tools)}
+                     if tools is not None else {})})
         if self._sink is not None:
             self._sink(receipt)
         return Decision(action, tier, confidence, legal, tuple(rungs), receipt)
