@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -106,3 +107,15 @@ def test_usage_errors_exit_2(runner, built):
 def test_python_dash_m(tmp_path):
     res = subprocess.run([sys.executable, "-m", "zcompile", "check", str(SRC)], capture_output=True, text=True)
     assert res.returncode == 0 and "2 warnings" in res.stderr
+
+
+def test_progress_without_a_terminal_prints_lines(capsys):
+    """In a log (stderr not a terminal) long loops report every tenth and at the end, and pass every item."""
+    from zcompile.cli import progress
+
+    assert list(progress(range(25), "fine-tuning", 25)) == list(range(25))
+    err = [re.sub(r"\(\d+ s\)$", "(s)", x) for x in capsys.readouterr().err.splitlines()]
+    assert err == ["  fine-tuning"] + [f"  fine-tuning: {i}/25 (s)" for i in (2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 25)]
+    assert list(progress(iter("abc"), "reading", 0)) == ["a", "b", "c"]
+    err = [re.sub(r"\(\d+ s\)$", "(s)", x) for x in capsys.readouterr().err.splitlines()]
+    assert err == ["  reading", "  reading: 3 (s)"]

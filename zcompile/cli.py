@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import click
@@ -292,12 +293,7 @@ def distill_cmd(sources, policy_path, out, model, negatives, target_precision, m
         click.echo("error: --policy is required (except for --model pairwise)", err=True)
         sys.exit(2)
 
-    def bar(iterable, label, length):
-        with click.progressbar(iterable, length=length or None, label=f"  {label}", file=sys.stderr,
-                               show_pos=True) as it:
-            yield from it
-
-    report = Report(step=lambda text: click.echo(text, err=True), bar=bar)
+    report = Report(step=lambda text: click.echo(text, err=True), bar=progress)
     if model == "pairwise":
         from .qroute.pairdistill import distill_pairwise
 
@@ -489,6 +485,31 @@ def _import_bfcl(src: str, answers: str | None, out: str, policy_path: str | Non
         _fail(ZcError(f"{exc.filename or out}: {exc.strerror}"))
     click.echo(f"imported {n} question{'' if n == 1 else 's'} from {src} -> {out}")
     click.echo(_count_line("actions (top 10)", actions, 10))
+
+
+def progress(iterable, label: str, length: int, every_s: float = 30.0):
+    """Progress of a long loop on stderr: a bar on a terminal; otherwise (a log, CI) a line at every
+    tenth of `length` or every `every_s` seconds, whichever comes first, and one at the end."""
+    if sys.stderr.isatty():
+        with click.progressbar(iterable, length=length or None, label=f"  {label}", file=sys.stderr,
+                               show_pos=True) as it:
+            yield from it
+        return
+    started = last = time.monotonic()
+    tenth = max(1, length // 10) if length else 0
+
+    def line(i: int) -> None:
+        click.echo(f"  {label}: {i}{f'/{length}' if length else ''} ({time.monotonic() - started:.0f} s)", err=True)
+
+    click.echo(f"  {label}", err=True)
+    i = 0
+    for i, x in enumerate(iterable, 1):
+        yield x
+        if (tenth and i % tenth == 0) or time.monotonic() - last >= every_s:
+            last = time.monotonic()
+            line(i)
+    if not tenth or i % tenth:
+        line(i)
 
 
 @main.command("eval")
