@@ -140,27 +140,38 @@ def main(argv: list[str] | None = None) -> int:
     sp_ids = {x.id for x in multiple}
     from zcompile.qroute.pairwise import PairwiseSpecialist
 
+    from zcompile import stats
+
     sp = PairwiseSpecialist(res.directory)
+
+    def ask(decisions):
+        answers = [sp.decide(x.state, x.legal, x.tools) for x in decisions]
+        return np.array([a.confidence for a in answers]), [a.best for a in answers]
+
+    # calibration, by confidence: how many right answers come before the first wrong one, and what
+    # the wrong ones among the most confident are (a right choice, or a question no function fits)
+    cal = parts["calibration"]
+    c_conf, c_best = ask(cal)
+    c_order = np.argsort(-c_conf, kind="stable")
+    c_right = [cal[i].label is not None and c_best[i] == cal[i].label for i in c_order]
+    run = c_right.index(False) if False in c_right else len(c_right)
+    need = next(n for n in range(1, 10_000) if stats.lower_bound(n, n) >= args.target_precision)
+    top = c_order[: min(len(cal), 2 * need)]
+    wrong_none = sum(1 for i in top if cal[i].label is None and c_best[i] is not None)
+    wrong_choice = sum(1 for i in top if cal[i].label is not None and c_best[i] != cal[i].label)
     test = parts["test"]
-    conf, best = [], []
-    for x in test:
-        a = sp.decide(x.state, x.legal, x.tools)
-        conf.append(a.confidence)
-        best.append(a.best)
-    conf = np.array(conf)
+    conf, best = ask(test)
     answered = conf >= sp.tau
     mult = np.array([x.id in sp_ids for x in test])
     correct = np.array([x.label is not None and b == x.label for x, b in zip(test, best)])
     k, n_ans = int((correct & answered & mult).sum()), int((answered & mult).sum())
-    from zcompile import stats
-
     lo, hi = stats.wilson(k, n_ans)
     cov = n_ans / int(mult.sum())
     irr_test = ~mult
     abst = int((~answered & irr_test).sum())
     a_lo, a_hi = stats.wilson(abst, int(irr_test.sum()))
-    prec = k / n_ans if n_ans else float("nan")
-    ok_p, ok_c, ok_a = prec >= 0.95, cov >= 0.70, abst / irr_test.sum() >= 0.85
+    prec = k / n_ans if n_ans else None
+    ok_p, ok_c, ok_a = prec is not None and prec >= 0.95, cov >= 0.70, abst / irr_test.sum() >= 0.85
     # risk–coverage on `multiple`, by confidence
     order = np.argsort(-conf[mult], kind="stable")
     cm = correct[mult][order]
@@ -188,10 +199,15 @@ def main(argv: list[str] | None = None) -> int:
         f"runner-up). τ = {m.threshold.tau:.3f}: the smallest whose one-sided 95% lower bound on "
         f"calibration precision is ≥ {m.threshold.target_precision:g} ({m.threshold.calibration_correct} of "
         f"{m.threshold.calibration_answered} answered calibration questions right, bound "
-        f"{m.threshold.calibration_lower_bound:.3f}). Reported on questions never trained on:", "",
+        f"{m.threshold.calibration_lower_bound:.3f}"
+        + ("" if m.threshold.calibration_answered else "; none qualifies, so the specialist abstains on everything")
+        + f"). On the calibration split ranked by confidence, the first wrong answer comes after {run} right "
+        f"ones, where a bound ≥ {args.target_precision:g} with no error needs {need}; among the {len(top)} most "
+        f"confident, {wrong_none} answer a question no offered function fits and {wrong_choice} choose the wrong "
+        f"function. Reported on questions never trained on:", "",
         "| test set | n | answered | precision (answered) | Wilson 95% | coverage | abstained | target | met |",
         "|---|---:|---:|---:|---|---:|---:|---|---|",
-        f"| `multiple` (2–4 functions offered) | {int(mult.sum())} | {n_ans} | {prec:.3f} | [{lo:.3f}, {hi:.3f}] | "
+        f"| `multiple` (2–4 functions offered) | {int(mult.sum())} | {n_ans} | {'—' if prec is None else f'{prec:.3f}'} | [{lo:.3f}, {hi:.3f}] | "
         f"{cov:.3f} | {1 - cov:.3f} | precision ≥ 0.95 at coverage ≥ 0.70 | "
         f"{'yes' if ok_p and ok_c else 'no'} |",
         f"| held-back `irrelevance` (no function fits) | {int(irr_test.sum())} | "
