@@ -41,7 +41,6 @@ from .qroute.manifest import Manifest
 from .qroute.specialist import load, read_manifest
 from .runtime import Policy
 
-RUNGS = ("compiler", "specialist")
 SPLITS = ("test", "all")
 WARMUP = 20  # decisions replayed untimed first (ONNX session and caches)
 EXAMPLES = 20  # task ids listed per category in reports
