@@ -142,6 +142,23 @@ Q = {"id": "x_0", "question": [[{"role": "user", "content": "what is 2+2"}]],
                   {"name": "math.mul", "description": "Multiply", "parameters": {}}]}
 
 
+def test_pairwise_quantization_choice(tmp_path, monkeypatch):
+    """As for classifiers: strict int8 fails when int8 fails parity (a bound no export meets) and writes
+    nothing; float32 exports once."""
+    import zcompile.qroute.pairdistill as PD
+
+    rng = random.Random(5)
+    paths = [receipts(tmp_path / f"{p}.jsonl", rng, 12, [0, 1, 2, 3]) for p in ("train", "cal", "test")]
+    parts = dict(zip(("train", "calibration", "test"), (load_pair_decisions([p])[0] for p in paths)))
+    small = {"max_steps": 3, "max_length": 24, "batch_size": 8}
+    res = distill_pairwise(paths, tmp_path / "f32", parts=parts, options=small, quantization="float32")
+    assert [a["quantization"] for a in res.manifest.metrics["parity"]["attempts"]] == ["float32"]
+    monkeypatch.setattr(PD, "ARGMAX_AGREEMENT", 1.01)
+    with pytest.raises(ZcError, match=r"parity check failed \(int8\).*--quantization auto ships float32"):
+        distill_pairwise(paths, tmp_path / "strict", parts=parts, options=small, quantization="int8")
+    assert not (tmp_path / "strict").exists()
+
+
 def _decision(k, label):
     names = ("a.one", "b.two")
     return PairDecision(f"d{k}", f"t{k}", (0.0, k), {}, f"request {k}", names, {}, label)

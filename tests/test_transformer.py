@@ -184,6 +184,30 @@ def test_cli_transformer_options_only_for_transformer(tmp_path):
     res = CliRunner().invoke(main, ["distill", "--from", str(tmp_path), "--policy", "x.zcp", "-o",
                                     str(tmp_path / "o"), "--model", "mlp", "--max-steps", "5"])
     assert res.exit_code == 2 and "--max-steps only apply to --model transformer or pairwise" in res.output
+    res = CliRunner().invoke(main, ["distill", "--from", str(tmp_path), "--policy", "x.zcp", "-o",
+                                    str(tmp_path / "o"), "--model", "logistic", "--quantization", "int8"])
+    assert res.exit_code == 2 and "--quantization only apply to --model transformer or pairwise" in res.output
+
+
+def test_quantization_choice(policy, tmp_path, monkeypatch):
+    """float32 exports once; strict int8 fails the distillation when int8 fails parity (here: a bound no
+    export can meet) and writes nothing, naming the fallback; auto then tries float32, which fails too."""
+    receipts = make_receipts(tmp_path / "r.jsonl", tasks=10, per_task=8)
+    small = {"max_steps": 3, "max_length": 16, "batch_size": 8}
+    res = D.distill([receipts], policy, tmp_path / "f32", model="transformer",
+                    options={**small, "quantization": "float32"})
+    par = res.manifest.metrics["parity"]
+    assert res.manifest.model.params["quantization"] == "float32"
+    assert [a["quantization"] for a in par["attempts"]] == ["float32"] and par["decision_agreement"] >= 0.995
+    monkeypatch.setattr(D.TransformerLearner, "parity", ("decision_agreement", 1.01))
+    with pytest.raises(ZcError, match=r"parity check failed \(int8\).*nothing was written; --quantization auto "
+                                      "ships float32 when int8 fails"):
+        D.distill([receipts], policy, tmp_path / "strict", model="transformer", options={**small, "quantization": "int8"})
+    with pytest.raises(ZcError, match=r"parity check failed \(float32\).*nothing was written$"):
+        D.distill([receipts], policy, tmp_path / "auto", model="transformer", options=small)
+    assert not (tmp_path / "strict").exists() and not (tmp_path / "auto").exists()
+    with pytest.raises(ZcError, match="unknown quantization `int4`"):
+        D.distill([receipts], policy, tmp_path / "x", model="transformer", options={**small, "quantization": "int4"})
 
 
 def test_parity_counts_decisions_not_raw_probabilities():

@@ -343,7 +343,7 @@ def distill(paths: Sequence[str | Path], policy: Policy, out: str | Path, *, mod
             if problem is None:
                 break
             if i + 1 == len(learner.quantizations):
-                raise ZcError(f"parity check failed ({quantization}): {problem}; nothing was written")
+                raise ZcError(parity_failure(quantization, problem, learner.quantizations))
             report.step(f"  parity with {quantization}: {problem}; exporting {learner.quantizations[i + 1]} instead")
         parity = {**attempts[-1], "attempts": attempts}
 
@@ -480,15 +480,16 @@ class TransformerLearner:
 
     reading = "rendering"
     parity = ("decision_agreement", ARGMAX_AGREEMENT)
-    # int8 first; if it decides unlike the float model on more than 0.5% of the test split (near
-    # ties flip), the float32 export ships instead, and the manifest says so
-    quantizations = ("int8", "float32")
     latency_sample = (100, 1)
 
     def __init__(self, seed: int, spec: F.FeatureSpec, options: dict[str, Any]) -> None:
         from .render import Renderer
-        from .transformer import TransformerClassifier
+        from .transformer import TransformerClassifier, quantizations
 
+        options = dict(options)
+        # by default int8 first; if it decides unlike the float model on more than 0.5% of the test
+        # split (near ties flip), the float32 export ships instead, and the manifest says so
+        self.quantizations = quantizations(options.pop("quantization", "auto"))
         try:
             self.clf = TransformerClassifier(seed=seed, **options)
         except TypeError as exc:
@@ -525,6 +526,12 @@ class TransformerLearner:
             "quantization": quantization}
         return Model("transformer", self.classes, "model.onnx", model_sha, params, files,
                      TextInput(RENDER_VERSION, self.clf.max_length, TOKENIZER_FILE, DECIDE_THREADS))
+
+
+def parity_failure(quantization: str, problem: str, tried: Sequence[str]) -> str:
+    """The error of a distillation whose last export failed its parity check."""
+    hint = ("; --quantization auto ships float32 when int8 fails" if tuple(tried) == ("int8",) else "")
+    return f"parity check failed ({quantization}): {problem}; nothing was written{hint}"
 
 
 def make_learner(kind: str, seed: int, spec: F.FeatureSpec, options: dict[str, Any]):

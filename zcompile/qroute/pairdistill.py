@@ -32,7 +32,7 @@ from .. import __version__, stats
 from ..errors import ZcError
 from . import features as F
 from .distill import (ALPHA, ARGMAX_AGREEMENT, DECIDE_THREADS, NEVER, RISKY_TAGS, Report, Result, _plain,
-                      _sha256_file, data_files, gate, read_receipts, seal, select_threshold,
+                      _sha256_file, data_files, gate, parity_failure, read_receipts, seal, select_threshold,
                       split_by_task, write_specialist)
 from .manifest import (MANIFEST_VERSION, Calibration, DataFile, Gate, Manifest, Model, Splits, TextInput,
                        Threshold, encode)
@@ -41,7 +41,6 @@ from .render import VERSION as RENDER_VERSION
 from .render import Renderer
 
 OTHER = "other"
-QUANTIZATIONS = ("int8", "float32")  # as for transformer classifiers: float32 only if int8 fails parity
 
 
 @dataclass
@@ -239,13 +238,16 @@ def distill_pairwise(paths: Sequence[str | Path], out: str | Path, *, policy: An
                      parts: dict[str, list[PairDecision]] | None = None, target_precision: float = 0.95,
                      min_coverage: float = 0.0, seed: int = 0, negatives: int = 3, skip_invalid: bool = False,
                      report: Report | None = None, name: str | None = None,
-                     options: dict[str, Any] | None = None) -> Result:
+                     options: dict[str, Any] | None = None, quantization: str = "auto") -> Result:
     """Distil a pairwise specialist into `out` (model.onnx, tokenizer.json, manifest.json, report.md).
 
     `parts` replaces the chronological task split with given train / calibration / test decisions
     (a benchmark that trains on some categories and reports on others); they are sealed the same way.
+    `quantization` (auto, int8, float32) picks the exports tried, as for transformer classifiers.
     """
-    from .transformer import TransformerClassifier
+    from .transformer import TransformerClassifier, quantizations
+
+    tried = quantizations(quantization)
 
     report = report or Report()
     if not 0 < target_precision < 1:
@@ -280,14 +282,14 @@ def distill_pairwise(paths: Sequence[str | Path], out: str | Path, *, policy: An
         test = parts["test"]
         z_ref, best_ref = score(test, lambda ps: clf.predict_proba(ps)[:, fit_col])
         attempts = []
-        for i, quantization in enumerate(QUANTIZATIONS):
-            exported = clf.export(work, report.step, quantization)
+        for i, quant in enumerate(tried):
+            exported = clf.export(work, report.step, quant)
             model_sha = exported.pop("model.onnx")
             model = Model("pairwise", tuple(clf.classes_.tolist()), "model.onnx", model_sha,
                           _plain(clf.get_params()) | {"train_seconds": clf.train_seconds_, "steps": clf.steps_,
                                                       "final_loss": clf.final_loss_, "negatives": negatives,
                                                       "none_fits_weight": none_fits_weight(parts["train"]),
-                                                      "pairs": len(pairs), "quantization": quantization},
+                                                      "pairs": len(pairs), "quantization": quant},
                           exported, TextInput(RENDER_VERSION, clf.max_length, TOKENIZER_FILE, DECIDE_THREADS))
             pre = Manifest(
                 version=MANIFEST_VERSION, zcompile=__version__, name=name or Path(out).name,
@@ -314,15 +316,15 @@ def distill_pairwise(paths: Sequence[str | Path], out: str | Path, *, policy: An
             agree = float(np.mean([a == b for a, b in zip(best_ref, best_ox)])) if test else 1.0
             p_ref, p_ox = 1 / (1 + np.exp(-z_ref)), 1 / (1 + np.exp(-z_ox))
             delta = float(np.max(np.abs(p_ref - p_ox))) if test else 0.0
-            attempts.append({"quantization": quantization, "n": len(test), "decision_agreement": agree,
+            attempts.append({"quantization": quant, "n": len(test), "decision_agreement": agree,
                              "max_abs_delta": delta, "rule": "decision_agreement", "bound": ARGMAX_AGREEMENT})
             if agree >= ARGMAX_AGREEMENT:
                 break
             problem = (f"the exported model chooses like the trained one on only {agree:.2%} of the test split "
                        f"(< {ARGMAX_AGREEMENT:.1%}; max |Δp| {delta:.3f})")
-            if i + 1 == len(QUANTIZATIONS):
-                raise ZcError(f"parity check failed ({quantization}): {problem}; nothing was written")
-            report.step(f"  parity with {quantization}: {problem}; exporting {QUANTIZATIONS[i + 1]} instead")
+            if i + 1 == len(tried):
+                raise ZcError(parity_failure(quant, problem, tried))
+            report.step(f"  parity with {quant}: {problem}; exporting {tried[i + 1]} instead")
         parity = {**attempts[-1], "attempts": attempts}
 
         report.step("5/10 calibrating the choice score (Platt, on the exported model)")

