@@ -263,7 +263,8 @@ def _print_verdict(policy, call, verdict, as_json: bool) -> None:
               "transformer fine-tunes MiniLM-L6 (needs the `transformer` extra); pairwise fine-tunes it to "
               "score (request, action description) pairs, for open action sets.")
 @click.option("--negatives", type=click.IntRange(0), default=3, show_default=True,
-              help="pairwise: random non-fitting descriptions added per training decision.")
+              help="pairwise: descriptions of other decisions' actions added per training decision as not "
+              "fitting, half at random and half the most similar to the right one.")
 @click.option("--target-precision", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
               show_default=True, help="Precision the abstention threshold must guarantee (95% lower bound).")
 @click.option("--min-coverage", type=click.FloatRange(0, 1), default=0.0, show_default=True,
