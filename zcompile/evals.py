@@ -87,13 +87,6 @@ def check_policy(manifest: Manifest, policy: Policy | None) -> None:
                       "without --policy (the receipts' `legal` lists are the legal sets)")
 
 
-def _teacher_and_gold(paths: Sequence[str | Path], policy: Policy | None, skip_invalid: bool) -> list[tuple]:
-    """(teacher's action, gold) of each valid receipt, in the order `load_decisions` numbers them."""
-    from .receipts import read
-
-    return [(r.action, r.gold) for r in read(paths, skip_invalid=skip_invalid, policy=policy)]
-
-
 def _seal(decisions, manifest, split: str, allow_trained: bool) -> tuple[list, dict[str, Any]]:
     """Keep the decisions that may be reported under `split`; describe what was left out and why."""
     s = manifest.splits
@@ -130,7 +123,7 @@ def _seal(decisions, manifest, split: str, allow_trained: bool) -> tuple[list, d
 
 
 # ---- replay ---------------------------------------------------------------------------------------------
-def replay(decisions, labels: Sequence[tuple], policy: Policy | None, specialist: Any) -> list[Replay]:
+def replay(decisions, policy: Policy | None, specialist: Any) -> list[Replay]:
     """Run each decision through compiler then specialist, timing each rung's call (µs). Without a
     policy (a pairwise specialist distilled without one) the legal set is the receipt's and there is
     no compiler rung."""
@@ -143,11 +136,10 @@ def replay(decisions, labels: Sequence[tuple], policy: Policy | None, specialist
     out: list[Replay] = []
     clock = time.perf_counter_ns
     for d in decisions:
-        teacher, gold = labels[d.order[1]]
         t0 = clock()
         legal = legal_of(d)
         t1 = clock()
-        row = Replay(d.task, d.label, teacher, gold, any(a in risky for a in legal), "remote", None,
+        row = Replay(d.task, d.label, d.teacher, d.gold, any(a in risky for a in legal), "remote", None,
                      False, 0.0, None, (t1 - t0) / 1000.0 if policy is not None else 0.0, 0.0)
         if policy is not None and len(legal) == 1:
             row.rung, row.action = "compiler", legal[0]
@@ -271,7 +263,7 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
     else:
         decisions, counts, _files = load_decisions(paths, policy, skip_invalid=skip_invalid)
     kept, sealing = _seal(decisions, m, split, allow_trained)
-    rows = replay(kept, _teacher_and_gold(paths, policy, skip_invalid), policy, specialist)
+    rows = replay(kept, policy, specialist)
     risky = _risky(policy)
     n = len(rows)
     tiers = {}

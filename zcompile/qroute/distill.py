@@ -46,6 +46,8 @@ class Decision:
     intent: str | None
     legal: tuple[str, ...]
     label: str
+    teacher: str | None = None  # the receipt's action (the label is its gold when it has one)
+    gold: str | None = None
 
 
 @dataclass
@@ -80,7 +82,7 @@ def load_decisions(paths: Sequence[str | Path], policy: Policy, *, skip_invalid:
         if label not in legal:
             counts["label_not_legal"] += 1  # kept: the specialist can never match it, and that counts
         decisions.append(Decision(r.id, r.task, (r.ts if r.ts is not None else math.inf, i),
-                                  r.state, r.intent, legal, label))
+                                  r.state, r.intent, legal, label, r.action, r.gold))
     counts["skipped_invalid"] = rstats.skipped
     counts["used"] = len(decisions)
     if not decisions:

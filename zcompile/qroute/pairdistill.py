@@ -56,6 +56,8 @@ class PairDecision:
     tools: dict[str, dict]
     label: str | None
     intent: str | None = None
+    teacher: str | None = None  # the receipt's action (the label is its gold when it has one)
+    gold: str | None = None
 
     def descriptions(self) -> list[str]:
         return [describe(a, self.tools.get(a)) for a in self.legal]
@@ -94,7 +96,7 @@ def load_pair_decisions(paths: Sequence[str | Path], policy: Any = None, *, skip
             counts["no_action_fits"] += 1
         request = renderer.one(r.state) if renderer is not None else render_plain(r.state)
         out.append(PairDecision(r.id, r.task, (r.ts if r.ts is not None else math.inf, i), r.state, request,
-                                tuple(legal), tools, label, r.intent))
+                                tuple(legal), tools, label, r.intent, r.action, r.gold))
     counts["skipped_invalid"] = rstats.skipped
     counts["used"] = len(out)
     if not out:
