@@ -235,6 +235,8 @@ def test_router_gives_a_pairwise_specialist_the_offered_tools(trained, tmp_path)
     assert spec.confidence == pytest.approx(direct.confidence)
     assert spec.outcome == ("answered" if direct.action else "abstained")
     assert decision.action == (direct.action or "respond") and decision.action in legal
+    with pytest.raises(ZcError, match=r"\$\.tools: expected a list"):  # refused before deciding: no receipt
+        router.decide(state, tools="music.play")
     # the receipt keeps the offered tools: distilling from it describes the actions as this step did
     router.close()
     again = load_pair_decisions([tmp_path / "r.jsonl"], policy)[0]
@@ -395,3 +397,22 @@ def test_cli_eval_pairwise_with_policy(trained, tmp_path):
     wrong.write_text(TOOLS_POLICY.replace("action respond", "action wait\naction respond"))
     r = CliRunner().invoke(main, [*base, "--policy", str(wrong)])
     assert r.exit_code == 1 and "trained for policy `tools`" in r.output
+
+
+def test_tool_schemas_refuse_what_is_not_tools(trained):
+    """Offered tools come as a list of schemas or a dict by name; anything else is a clear error
+    naming its $.path, from the specialist and from the router (before anything is decided)."""
+    from zcompile.qroute.pairwise import tool_schemas
+
+    assert tool_schemas(None) == {}
+    assert tool_schemas([tool(1), tool(2)]) == {"flights.search": tool(1), "recipes.find": tool(2)}
+    assert tool_schemas({"x": {"description": "d"}}) == {"x": {"description": "d"}}
+    for bad, where in (("flights.search", r"\$\.tools: expected a list"), ([tool(1), "x"], r"\$\.tools\[1\]: expected"),
+                       ([{"description": "d"}], r"\$\.tools\[0\]: a tool schema needs a string `name`"),
+                       ({"x": 3}, r"\$\.tools\.x: expected a tool schema")):
+        with pytest.raises(ZcError, match=where):
+            tool_schemas(bad)
+    res, _ = trained
+    sp = PairwiseSpecialist(res.directory)
+    with pytest.raises(ZcError, match=r"\$\.tools\[0\]"):
+        sp.decide({"request": "play jazz"}, ["music.play"], [3])

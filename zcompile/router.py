@@ -127,8 +127,13 @@ class Router:
         `tools`: the tool schemas (`{name, description, parameters}`, a list or a dict by name)
         offered at this step, for pairwise specialists; classifiers and tiers do not read them. The
         receipt keeps them (`meta.tools`), so a later distillation describes actions as this step did.
+        Raises ZcError when `tools` is not tool schemas (the message names the `$.tools` path).
         """
         t0 = time.perf_counter()
+        if tools is not None:
+            from .qroute.pairwise import tool_schemas
+
+            tools = tool_schemas(tools)  # refuses anything but tool schemas, naming the $.path
         legal = self.policy.legal(state, intent)
         rungs: list[Rung] = []
         answer: tuple[str, str, float | None, str | None] | None = None  # action, tier, confidence, model
@@ -168,8 +173,7 @@ class Router:
             confidence=confidence, latency_ms=round(latency, 4), cost=cost,
             meta={**(meta or {}), "route": route_name, "fallback": legal.fallback,
                   "rungs": [r.to_dict() for r in rungs],
-                  **({"tools": list(tools.values() if isinstance(tools, Mapping) else tools)}
-                     if tools is not None else {})})
+                  **({"tools": list(tools.values())} if tools is not None else {})})
         if self._sink is not None:
             self._sink(receipt)
         return Decision(action, tier, confidence, legal, tuple(rungs), receipt)
