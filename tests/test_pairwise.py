@@ -402,7 +402,7 @@ def test_cli_eval_pairwise_with_policy(trained, tmp_path):
 def test_tool_schemas_refuse_what_is_not_tools(trained):
     """Offered tools come as a list of schemas or a dict by name; anything else is a clear error
     naming its $.path, from the specialist and from the router (before anything is decided)."""
-    from zcompile.qroute.pairwise import tool_schemas
+    from zcompile.tools import tool_schemas
 
     assert tool_schemas(None) == {}
     assert tool_schemas([tool(1), tool(2)]) == {"flights.search": tool(1), "recipes.find": tool(2)}

@@ -13,6 +13,7 @@ from typing import Any
 from .errors import ZcError
 from .receipts import Receipt, ReceiptWriter
 from .runtime import LegalSet, Policy, Reason
+from .tools import policy_tools, tool_schemas
 
 SPECIALIST = "specialist"
 
@@ -99,8 +100,6 @@ class Router:
             self._own_writer = ReceiptWriter(receipts)
             self._sink = self._own_writer.append
         self._descriptions = {a.name: a.description for a in policy.ir.actions if a.description}
-        from .qroute.pairwise import policy_tools
-
         self._tools = policy_tools(policy)
 
     def close(self) -> None:
@@ -131,8 +130,6 @@ class Router:
         """
         t0 = time.perf_counter()
         if tools is not None:
-            from .qroute.pairwise import tool_schemas
-
             tools = tool_schemas(tools)  # refuses anything but tool schemas, naming the $.path
         legal = self.policy.legal(state, intent)
         rungs: list[Rung] = []

@@ -30,13 +30,14 @@ from scipy.optimize import minimize
 
 from .. import __version__, stats
 from ..errors import ZcError
+from ..tools import policy_tools
 from . import features as F
 from .distill import (ALPHA, ARGMAX_AGREEMENT, DECIDE_THREADS, NEVER, RISKY_TAGS, Report, Result, _plain,
                       _sha256_file, data_files, gate, parity_failure, read_receipts, seal, select_threshold,
                       split_by_task, write_specialist)
 from .manifest import (MANIFEST_VERSION, Calibration, DataFile, Gate, Manifest, Model, Splits, TextInput,
                        Threshold, encode)
-from .pairwise import FIT, PairwiseSpecialist, calibrated, choice_score, describe, policy_tools, render_plain
+from .pairwise import FIT, PairwiseSpecialist, calibrated, choice_score, describe, render_plain
 from .render import VERSION as RENDER_VERSION
 from .render import Renderer
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ZcError
+from ..tools import tool_schemas
 from .render import TEXT_CHARS, Renderer
 from .specialist import Answer, _softmax, load_tokenizer, open_verified
 
@@ -46,36 +47,6 @@ def describe(name: str, tool: Mapping[str, Any] | None = None) -> str:
         names = [f"{_words(str(p))}{' (required)' if p in required else ''}" for p in props]
         text += " parameters: " + ", ".join(names)
     return text
-
-
-def tool_schemas(tools: Any) -> dict[str, Mapping[str, Any]]:
-    """Offered tools by name, from a list of schemas `{name, description, parameters}` or a dict of
-    them by name (None: none). Anything else is refused with the `$.path` of the first bad entry."""
-    if tools is None:
-        return {}
-    if isinstance(tools, Mapping):
-        entries = [(f"$.tools.{k}", k, t) for k, t in tools.items()]
-    elif isinstance(tools, Sequence) and not isinstance(tools, (str, bytes)):
-        entries = [(f"$.tools[{i}]", t.get("name") if isinstance(t, Mapping) else None, t)
-                   for i, t in enumerate(tools)]
-    else:
-        raise ZcError(f"$.tools: expected a list of tool schemas {{name, description, parameters}} or a dict "
-                      f"of them by name, got {type(tools).__name__}")
-    out: dict[str, Mapping[str, Any]] = {}
-    for path, name, t in entries:
-        if not isinstance(t, Mapping):
-            raise ZcError(f"{path}: expected a tool schema {{name, description, parameters}}, got {type(t).__name__}")
-        if not isinstance(name, str):
-            raise ZcError(f"{path}: a tool schema needs a string `name`")
-        out[name] = t
-    return out
-
-
-def policy_tools(policy: Any) -> dict[str, dict[str, str]]:
-    """The policy's action descriptions as tool schemas by name: what describes an action when a
-    decision offers no tools, in training and at decision time (an action without a description is
-    left out: it reads as its name)."""
-    return {a.name: {"name": a.name, "description": a.description} for a in policy.ir.actions if a.description}
 
 
 def render_plain(state: Mapping[str, Any]) -> str:
