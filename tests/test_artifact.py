@@ -92,3 +92,17 @@ ls = p.legal({STATE!r}, intent="cancel")
 ls.removed; p.route({STATE!r})
 """
     assert compiler_modules(modules_after(code)) == []
+
+
+def test_compiler_only_router_stays_light(artifact, tmp_path):
+    """A Router with no specialist, deciding with offered tools, loads no compiler, numpy or onnxruntime."""
+    code = f"""
+import zcompile
+p = zcompile.load({str(artifact)!r})
+r = zcompile.Router(p, receipts={str(tmp_path / "r.jsonl")!r})
+r.decide({STATE!r}, intent="cancel", tools=[{{"name": "x", "description": "d"}}])
+r.close()
+"""
+    loaded = modules_after(code)
+    assert compiler_modules(loaded) == []
+    assert not {"numpy", "onnxruntime"} & loaded
