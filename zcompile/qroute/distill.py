@@ -329,8 +329,8 @@ def distill(paths: Sequence[str | Path], policy: Policy, out: str | Path, *, mod
         placeholder = Threshold(NEVER, target_precision, ALPHA, 0, 0, 0.0)
         test_split = "test" if len(parts["test"]) else "train"
         p_ref = learner.reference(X[test_split])
-        attempts = []
-        for i, quantization in enumerate(learner.quantizations):
+
+        def attempt(quantization: str):
             exported = learner.export(work, report, quantization)
             pre = Manifest(
                 version=MANIFEST_VERSION, zcompile=__version__, name=name, policy_name=policy.name,
@@ -340,14 +340,9 @@ def distill(paths: Sequence[str | Path], policy: Policy, out: str | Path, *, mod
             (work / "manifest.json").write_bytes(encode(pre))
             sp = Specialist(work, policy)
             p_ox = learner.exported(sp, X[test_split])
-            parity, problem = check_parity(p_ref, p_ox, class_index, M[test_split], learner.parity)
-            attempts.append({"quantization": quantization, **parity})
-            if problem is None:
-                break
-            if i + 1 == len(learner.quantizations):
-                raise ZcError(parity_failure(quantization, problem, learner.quantizations))
-            report.step(f"  parity with {quantization}: {problem}; exporting {learner.quantizations[i + 1]} instead")
-        parity = {**attempts[-1], "attempts": attempts}
+            return (*check_parity(p_ref, p_ox, class_index, M[test_split], learner.parity), (pre, sp, p_ox))
+
+        parity, (pre, sp, p_ox) = export_checked(learner.quantizations, attempt, report)
 
         report.step("5/10 calibrating (temperature, outside ONNX, on the exported model's outputs)")
         p_cal = learner.exported(sp, X["calibration"]) if len(parts["calibration"]) else \
@@ -369,19 +364,16 @@ def distill(paths: Sequence[str | Path], policy: Policy, out: str | Path, *, mod
         conf_test = masked_confidence(p_ox[: len(parts["test"])], class_index, M["test"], temperature)
         risky = frozenset(a.name for a in policy.ir.actions if RISKY_TAGS & set(a.tags))
         metrics = evaluate(conf_test, Y["test"], actions, tau, parts["test"], risky)
-        metrics["latency_us"] = _latency(sp, parts["test"] or parts["train"], *learner.latency_sample)
+        metrics["latency_us"] = latency(lambda d: sp.decide(d.state, d.legal), parts["test"] or parts["train"],
+                                        *learner.latency_sample)
         metrics["parity_max_abs_delta"] = parity["max_abs_delta"]
         metrics["parity"] = parity
         metrics["calibration"] = {"n": len(parts["calibration"]), "answered": cal_n, "correct": cal_k,
                                   "lower_bound": cal_lb,
                                   "ece": stats.ece(top_cal, correct_cal.astype(float))}
 
-        report.step("9/10 gate")
-        tier = next((t for t in policy.ir.tiers if t.name == "specialist"), None)
-        verdict = gate(metrics, target_precision, min_coverage, tier.max_ms if tier else None)
-        manifest = msgspec.structs.replace(pre, metrics=_plain(metrics), gate=verdict)
-        report.step("10/10 writing the specialist")
-        text = write_specialist(work, out, manifest, render_report(manifest))
+        manifest, text = gate_and_write(work, out, pre, metrics, policy, target_precision, min_coverage,
+                                        render_report, report)
     finally:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
@@ -530,10 +522,36 @@ class TransformerLearner:
                      TextInput(RENDER_VERSION, self.clf.max_length, TOKENIZER_FILE, DECIDE_THREADS))
 
 
-def parity_failure(quantization: str, problem: str, tried: Sequence[str]) -> str:
-    """The error of a distillation whose last export failed its parity check."""
-    hint = ("; --quantization auto ships float32 when int8 fails" if tuple(tried) == ("int8",) else "")
-    return f"parity check failed ({quantization}): {problem}; nothing was written{hint}"
+def export_checked(tried: Sequence[str], attempt: Callable[[str], tuple[dict[str, Any], str | None, Any]],
+                   report: Report) -> tuple[dict[str, Any], Any]:
+    """Step 8: `attempt(quantization)` exports and checks parity, returning (figures, problem or None,
+    what the export made); the exports in `tried` are attempted in order until one passes. When the
+    last fails too, the distillation fails. Returns the passing figures with every attempt, and what
+    the passing export made."""
+    attempts = []
+    for i, quantization in enumerate(tried):
+        parity, problem, made = attempt(quantization)
+        attempts.append({"quantization": quantization, **parity})
+        if problem is None:
+            return {**attempts[-1], "attempts": attempts}, made
+        if i + 1 == len(tried):
+            hint = "; --quantization auto ships float32 when int8 fails" if tuple(tried) == ("int8",) else ""
+            raise ZcError(f"parity check failed ({quantization}): {problem}; nothing was written{hint}")
+        report.step(f"  parity with {quantization}: {problem}; exporting {tried[i + 1]} instead")
+    raise ZcError("no export to try")
+
+
+def gate_and_write(work: Path, out: str | Path, manifest: Manifest, metrics: dict[str, Any], policy: Any,
+                   target_precision: float, min_coverage: float, render: Callable[[Manifest], str],
+                   report: Report) -> tuple[Manifest, str]:
+    """Steps 9 and 10: gate `metrics` (the policy's `specialist` tier bounds latency), then write the
+    specialist with its report. Returns the final manifest and the report text."""
+    report.step("9/10 gate")
+    tier = next((t for t in policy.ir.tiers if t.name == "specialist"), None) if policy is not None else None
+    verdict = gate(metrics, target_precision, min_coverage, tier.max_ms if tier else None)
+    manifest = msgspec.structs.replace(manifest, metrics=_plain(metrics), gate=verdict)
+    report.step("10/10 writing the specialist")
+    return manifest, write_specialist(work, out, manifest, render(manifest))
 
 
 def make_learner(kind: str, seed: int, spec: F.FeatureSpec, options: dict[str, Any]):
@@ -553,16 +571,18 @@ def export_onnx(clf, sample: np.ndarray) -> bytes:
     return onx.SerializeToString()
 
 
-def _latency(sp: Specialist, part: Sequence[Decision], size: int = 300, repeat: int = 3) -> dict[str, float]:
-    """Single-decision latency (features or text + ONNX + mask + threshold), µs."""
+def latency(ask: Callable[[Any], Any], part: Sequence[Any], size: int = 300, repeat: int = 3,
+            warmup: int = 20) -> dict[str, float]:
+    """Single-decision latency of `ask(decision)` (features or text + ONNX + mask + threshold), µs,
+    over the first `size` decisions of `part`, `repeat` times, after `warmup` untimed calls."""
     sample = list(part)[:size]
-    for d in sample[:20]:
-        sp.decide(d.state, d.legal)
+    for d in sample[:warmup]:
+        ask(d)
     times = []
     for _ in range(repeat):
         for d in sample:
             t = time.perf_counter_ns()
-            sp.decide(d.state, d.legal)
+            ask(d)
             times.append((time.perf_counter_ns() - t) / 1000.0)
     return {"n": len(times), "p50": float(np.percentile(times, 50)), "p99": float(np.percentile(times, 99))}
 

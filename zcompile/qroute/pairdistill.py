@@ -33,8 +33,8 @@ from ..errors import ZcError
 from ..tools import policy_tools
 from . import features as F
 from .distill import (ALPHA, ARGMAX_AGREEMENT, DECIDE_THREADS, NEVER, RISKY_TAGS, Report, Result, _plain,
-                      _sha256_file, data_files, gate, parity_failure, read_receipts, seal, select_threshold,
-                      split_by_task, write_specialist)
+                      _sha256_file, data_files, export_checked, gate_and_write, latency, read_receipts, seal,
+                      select_threshold, split_by_task)
 from .manifest import (MANIFEST_VERSION, Calibration, DataFile, Gate, Manifest, Model, Splits, TextInput,
                        Threshold, encode)
 from .pairwise import FIT, PairwiseSpecialist, calibrated, choice_score, describe, render_plain
@@ -284,8 +284,8 @@ def distill_pairwise(paths: Sequence[str | Path], out: str | Path, *, policy: An
         spec = F.spec_for(policy.ir) if policy is not None else F.FeatureSpec(F.VERSION, (), ())
         test = parts["test"]
         z_ref, best_ref = score(test, lambda ps: clf.predict_proba(ps)[:, fit_col])
-        attempts = []
-        for i, quant in enumerate(tried):
+
+        def attempt(quant: str):
             exported = clf.export(work, report.step, quant)
             model_sha = exported.pop("model.onnx")
             model = Model("pairwise", tuple(clf.classes_.tolist()), "model.onnx", model_sha,
@@ -319,16 +319,14 @@ def distill_pairwise(paths: Sequence[str | Path], out: str | Path, *, policy: An
             agree = float(np.mean([a == b for a, b in zip(best_ref, best_ox)])) if test else 1.0
             p_ref, p_ox = 1 / (1 + np.exp(-z_ref)), 1 / (1 + np.exp(-z_ox))
             delta = float(np.max(np.abs(p_ref - p_ox))) if test else 0.0
-            attempts.append({"quantization": quant, "n": len(test), "decision_agreement": agree,
-                             "max_abs_delta": delta, "rule": "decision_agreement", "bound": ARGMAX_AGREEMENT})
-            if agree >= ARGMAX_AGREEMENT:
-                break
-            problem = (f"the exported model chooses like the trained one on only {agree:.2%} of the test split "
+            figures = {"n": len(test), "decision_agreement": agree, "max_abs_delta": delta,
+                       "rule": "decision_agreement", "bound": ARGMAX_AGREEMENT}
+            problem = (None if agree >= ARGMAX_AGREEMENT else
+                       f"the exported model chooses like the trained one on only {agree:.2%} of the test split "
                        f"(< {ARGMAX_AGREEMENT:.1%}; max |Δp| {delta:.3f})")
-            if i + 1 == len(tried):
-                raise ZcError(parity_failure(quant, problem, tried))
-            report.step(f"  parity with {quant}: {problem}; exporting {tried[i + 1]} instead")
-        parity = {**attempts[-1], "attempts": attempts}
+            return figures, problem, (pre, onnx_p, z_ox, best_ox)
+
+        parity, (pre, onnx_p, z_ox, best_ox) = export_checked(tried, attempt, report)
 
         report.step("5/10 calibrating the choice score (Platt, on the exported model)")
         cal = parts["calibration"]
@@ -348,36 +346,19 @@ def distill_pairwise(paths: Sequence[str | Path], out: str | Path, *, policy: An
                                            threshold=Threshold(tau, target_precision, ALPHA, cal_n, cal_k, cal_lb))
         (work / "manifest.json").write_bytes(encode(manifest))
         sp = PairwiseSpecialist(work, policy)
-        metrics["latency_us"] = _pair_latency(sp, test or parts["train"])
+        metrics["latency_us"] = latency(lambda d: sp.decide(d.state, d.legal, d.tools), test or parts["train"],
+                                        size=60, repeat=1, warmup=10)
         metrics["parity"] = parity
-        metrics["parity_max_abs_delta"] = delta
+        metrics["parity_max_abs_delta"] = parity["max_abs_delta"]
         metrics["calibration"] = {"n": len(cal), "answered": cal_n, "correct": cal_k, "lower_bound": cal_lb,
                                   "ece": stats.ece(conf_cal, correct_cal.astype(float))}
 
-        report.step("9/10 gate")
-        tier = next((t for t in policy.ir.tiers if t.name == "specialist"), None) if policy is not None else None
-        verdict = gate(metrics, target_precision, min_coverage, tier.max_ms if tier else None)
-        manifest = msgspec.structs.replace(manifest, metrics=_plain(metrics), gate=verdict)
-        report.step("10/10 writing the specialist")
-        text = write_specialist(work, out, manifest, render_pair_report(manifest))
+        manifest, text = gate_and_write(work, out, manifest, metrics, policy, target_precision, min_coverage,
+                                        render_pair_report, report)
     finally:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
     return Result(manifest, Path(out), text)
-
-
-def _pair_latency(sp: PairwiseSpecialist, decisions: Sequence[PairDecision], size: int = 60) -> dict[str, float]:
-    import time
-
-    sample = list(decisions)[:size]
-    for d in sample[:10]:
-        sp.decide(d.state, d.legal, d.tools)
-    times = []
-    for d in sample:
-        t = time.perf_counter_ns()
-        sp.decide(d.state, d.legal, d.tools)
-        times.append((time.perf_counter_ns() - t) / 1000.0)
-    return {"n": len(times), "p50": float(np.percentile(times, 50)), "p99": float(np.percentile(times, 99))}
 
 
 def render_pair_report(m: Manifest) -> str:
