@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import ZcError
 from ..tools import tool_schemas
 from .render import TEXT_CHARS, Renderer
-from .specialist import Answer, _softmax, load_tokenizer, open_verified
+from .specialist import Answer, _softmax, encode_batch, load_tokenizer, open_verified
 
 DESCRIBE_VERSION = 1
 FIT = "fit"  # the class whose probability scores a pair
@@ -65,13 +65,7 @@ def render_plain(state: Mapping[str, Any]) -> str:
 def encode_pairs(tokenizer, request: str, descriptions: Sequence[str]) -> dict[str, np.ndarray]:
     """BERT inputs for (request, description) pairs, padded to the longest."""
     encs = tokenizer.encode_batch([(request, d) for d in descriptions])
-    n, width = len(encs), max((len(e.ids) for e in encs), default=0)
-    out = {k: np.zeros((n, width), np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")}
-    for i, e in enumerate(encs):
-        out["input_ids"][i, : len(e.ids)] = e.ids
-        out["attention_mask"][i, : len(e.ids)] = 1
-        out["token_type_ids"][i, : len(e.ids)] = e.type_ids
-    return out
+    return encode_batch([e.ids for e in encs], [e.type_ids for e in encs])
 
 
 def choice_score(z: np.ndarray) -> float:
