@@ -32,7 +32,8 @@ sys.path[:0] = [str(ROOT)]
 from benchdoc import machine_table, publish  # noqa: E402
 
 from zcompile.qroute.distill import Report  # noqa: E402
-from zcompile.qroute.pairdistill import PairDecision, distill_pairwise, load_pair_decisions  # noqa: E402
+from zcompile.qroute.pairdistill import (TARGET_ABSTENTION, PairDecision, distill_pairwise,  # noqa: E402
+                                        load_pair_decisions, threshold_text)
 from zcompile.receipts import bfcl_answers_path, import_bfcl, write_file  # noqa: E402
 
 PACKAGES = [("torch / onnxruntime / tokenizers", ("torch", "onnxruntime", "tokenizers"))]
@@ -98,7 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-length", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--target-precision", type=float, default=0.95,
-                    help="one-sided 95%% lower bound on calibration precision that τ must reach")
+                    help="one-sided 95%% lower bound on calibration precision where a function fits that τ must reach")
+    ap.add_argument("--target-abstention", type=float, default=TARGET_ABSTENTION,
+                    help="one-sided 95%% lower bound on calibration abstention where none fits that τ must reach")
+    ap.add_argument("--ensemble", type=int, default=3, help="models fine-tuned (seeds seed, seed+1, …), logits averaged")
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "bfcl_pairwise")
     ap.add_argument("--write", type=Path, help="replace the BFCL section of this markdown file")
     args = ap.parse_args(argv)
@@ -127,13 +131,13 @@ def main(argv: list[str] | None = None) -> int:
                 step(f"    {i}/{n} ({time.time() - t0:.0f} s)")
             yield x
 
-    options = {"epochs": args.epochs, "max_length": args.max_length}
+    options = {"epochs": args.epochs, "max_length": args.max_length, "ensemble": args.ensemble}
     if args.max_steps:
         options["max_steps"] = args.max_steps
     started = time.time()
     res = distill_pairwise([ROOT / "build" / "bfcl_receipts" / f"{c}.jsonl" for c in FILES], args.out,
                            parts=parts, seed=args.seed, options=options, report=Report(step, bar),
-                           target_precision=args.target_precision)
+                           target_precision=args.target_precision, target_abstention=args.target_abstention)
     wall = time.time() - started
     m = res.manifest
     t = m.metrics
@@ -148,17 +152,6 @@ def main(argv: list[str] | None = None) -> int:
         answers = [sp.decide(x.state, x.legal, x.tools) for x in decisions]
         return np.array([a.confidence for a in answers]), [a.best for a in answers]
 
-    # calibration, by confidence: how many right answers come before the first wrong one, and what
-    # the wrong ones among the most confident are (a right choice, or a question no function fits)
-    cal = parts["calibration"]
-    c_conf, c_best = ask(cal)
-    c_order = np.argsort(-c_conf, kind="stable")
-    c_right = [cal[i].label is not None and c_best[i] == cal[i].label for i in c_order]
-    run = c_right.index(False) if False in c_right else len(c_right)
-    need = next(n for n in range(1, 10_000) if stats.lower_bound(n, n) >= args.target_precision)
-    top = c_order[: min(len(cal), 2 * need)]
-    wrong_none = sum(1 for i in top if cal[i].label is None and c_best[i] is not None)
-    wrong_choice = sum(1 for i in top if cal[i].label is not None and c_best[i] != cal[i].label)
     test = parts["test"]
     conf, best = ask(test)
     answered = conf >= sp.tau
@@ -182,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
 
     cmd = "python bench/bfcl_bench.py" + (f" --epochs {args.epochs:g}" if args.epochs != 3.0 else "") + \
         (f" --target-precision {args.target_precision:g}" if args.target_precision != 0.95 else "") + \
+        (f" --target-abstention {args.target_abstention:g}" if args.target_abstention != TARGET_ABSTENTION else "") + \
+        (f" --ensemble {args.ensemble}" if args.ensemble != 3 else "") + \
         (f" --max-steps {args.max_steps}" if args.max_steps else "") + \
         (f" --max-length {args.max_length}" if args.max_length != 128 else "") + \
         (f" --write {shlex.quote(str(args.write))}" if args.write else "")
@@ -190,21 +185,16 @@ def main(argv: list[str] | None = None) -> int:
         f"Command: `{cmd}`, run on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} in {wall / 60:.1f} min.",
         "", *machine_table(PACKAGES), "",
         f"Pairwise MiniLM-L6 specialist ({m.model.params['quantization']}, first {m.model.text.max_length} "
-        f"tokens of each pair), fine-tuned {m.model.params['steps']} steps on "
+        f"tokens of each pair"
+        + (f"; an ensemble of {args.ensemble} fine-tuned with seeds {args.seed}–{args.seed + args.ensemble - 1}, "
+           "deciding by the mean of their logits" if args.ensemble > 1 else "")
+        + f"), fine-tuned {m.model.params['steps']} steps in all on "
         f"{m.model.params['pairs']} (question, function description) pairs from {len(parts['train'])} questions: "
         f"`simple_python` ({sum(1 for x in parts['train'] if x.label is not None)}) and "
         f"{sum(1 for x in parts['train'] if x.label is None)} `irrelevance` questions. Calibration "
         f"({len(parts['calibration'])}): held-back `simple_python` questions offered 2–4 functions, and other "
         f"`irrelevance` questions. Confidence: the calibrated choice score, min(best fit margin, lead over the "
-        f"runner-up). τ = {m.threshold.tau:.3f}: the smallest whose one-sided 95% lower bound on "
-        f"calibration precision is ≥ {m.threshold.target_precision:g} ({m.threshold.calibration_correct} of "
-        f"{m.threshold.calibration_answered} answered calibration questions right, bound "
-        f"{m.threshold.calibration_lower_bound:.3f}"
-        + ("" if m.threshold.calibration_answered else "; none qualifies, so the specialist abstains on everything")
-        + f"). On the calibration split ranked by confidence, the first wrong answer comes after {run} right "
-        f"ones, where a bound ≥ {args.target_precision:g} with no error needs {need}; among the {len(top)} most "
-        f"confident, {wrong_none} answer a question no offered function fits and {wrong_choice} choose the wrong "
-        f"function. Reported on questions never trained on:", "",
+        f"runner-up). {threshold_text(m.threshold)}. Reported on questions never trained on:", "",
         "| test set | n | answered | precision (answered) | Wilson 95% | coverage | abstained | target | met |",
         "|---|---:|---:|---:|---|---:|---:|---|---|",
         f"| `multiple` (2–4 functions offered) | {int(mult.sum())} | {n_ans} | {'—' if prec is None else f'{prec:.3f}'} | [{lo:.3f}, {hi:.3f}] | "

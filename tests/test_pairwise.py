@@ -13,10 +13,11 @@ import pytest
 from click.testing import CliRunner
 from isolation import modules_after
 
-from zcompile import ZcError
+from zcompile import ZcError, stats
 from zcompile.cli import main
+from zcompile.qroute.distill import NEVER, gate
 from zcompile.qroute.pairdistill import (NONE_FITS_WEIGHT_MAX, PairDecision, distill_pairwise, load_pair_decisions,
-                                         none_fits_weight, training_pairs)
+                                         none_fits_weight, select_pair_threshold, training_pairs)
 from zcompile.qroute.pairwise import PairwiseSpecialist, describe
 from zcompile.receipts import Receipt, import_bfcl
 
@@ -175,6 +176,96 @@ def test_none_fits_weight_balances_and_is_capped(fits, none, weight):
     assert sum(1 for (req, _) in pairs if req == f"request {fits}") == (2 * weight if none else 0)
 
 
+def test_pair_threshold_bounds_precision_where_fits_and_abstention_where_none_fits():
+    # 12 decisions where an action fits (all right but the one at 0.55) and 40 where none does, two of
+    # them confident (0.985, 0.935), the others at most 0.5. Clopper–Pearson one-sided 95% bounds:
+    # 11 of 11: 0.762, 11 of 12: 0.661, 6 of 6: 0.607; abstaining on 38 / 39 / 40 of 40: 0.851 / 0.887 / 0.928
+    conf_fit = np.array([0.99, 0.98, 0.97, 0.96, 0.95, 0.94, 0.93, 0.92, 0.91, 0.9, 0.8, 0.55])
+    right = np.arange(12) < 11
+    conf_none = np.concatenate([[0.985, 0.935], np.linspace(0.1, 0.5, 38)])
+    conf = np.concatenate([conf_fit, conf_none])
+    correct = np.concatenate([right, np.zeros(40, dtype=bool)])
+    fits = np.arange(52) < 12
+    assert stats.lower_bound(38, 40) >= 0.85 > stats.lower_bound(37, 40)
+    # abstention ≥ 0.85 lets both confident ones be answered: τ is the precision rule's over the fits
+    th = select_pair_threshold(conf, correct, fits, 0.75, 0.85)
+    assert (th.tau, th.calibration_answered, th.calibration_correct) == (0.8, 11, 11)
+    assert th.calibration_lower_bound == pytest.approx(0.05 ** (1 / 11))
+    assert (th.calibration_none_fits, th.calibration_abstained) == (40, 38)
+    assert th.calibration_abstention_lower_bound == pytest.approx(stats.lower_bound(38, 40))
+    assert select_pair_threshold(conf, correct, fits, 0.6, 0.85).tau == 0.55  # 11 of 12 bound at 0.661
+    # abstention ≥ 0.88 needs 39 of 40: τ rises above 0.935, where 6 of 6 answered bound at 0.607
+    th = select_pair_threshold(conf, correct, fits, 0.6, 0.88)
+    assert (th.tau, th.calibration_answered, th.calibration_abstained) == (0.94, 6, 39)
+    # ≥ 0.9 needs all 40: above 0.985 one answer is left, which bounds nothing: never answer
+    th = select_pair_threshold(conf, correct, fits, 0.6, 0.9)
+    assert (th.tau, th.calibration_answered, th.calibration_abstained) == (NEVER, 0, 40)
+    # 5 decisions where none fits cannot show 0.85 even when all abstain (bound 0.549): never answer
+    assert select_pair_threshold(conf[:17], correct[:17], fits[:17], 0.6, 0.85).tau == NEVER
+    # without decisions where none fits, or with the bound off, it is the classifiers' rule
+    assert select_pair_threshold(conf_fit, right, np.ones(12, bool), 0.75, 0.85).tau == 0.8
+    th = select_pair_threshold(conf, correct, fits, 0.75, 0.0)
+    assert th.tau == 0.8 and th.calibration_abstained == 38
+
+
+def test_gate_bounds_abstention_for_pairwise_specialists():
+    m = {"illegal_selected": 0, "dangerous_selected": 0, "answered": 60, "precision_ci": [0.80, 0.95],
+         "answered_where_fits": 50, "precision_where_fits_ci": [0.96, 1.0], "n_none_fits": 40,
+         "abstained_where_none_fits_ci": [0.70, 0.9], "coverage": 0.6, "aurc": 0.1, "latency_us": {"p50": 40.0}}
+    # the classifiers' gate reads the mixed precision
+    assert gate(m, 0.95, 0.0, None).reasons == ("precision lower bound 0.800 < target 0.95",)
+    g = gate(m, 0.95, 0.0, None, abstention=0.85)
+    assert not g.promoted and g.reasons == ("abstention where no action fits: lower bound 0.700 < target 0.85",)
+    assert gate(m, 0.95, 0.0, None, abstention=0.6).promoted
+    assert gate(m | {"n_none_fits": 0}, 0.95, 0.0, None, abstention=0.85).promoted
+
+
+def test_ensemble_decides_by_the_mean_of_its_members(tmp_path):
+    """Two members fine-tuned with seeds 0 and 1, merged into one ONNX graph: its logits are the mean of
+    the members' (parity with the float reference), and τ's calibration figures are those `decide` gives
+    on the calibration split, where a third of the decisions fit no offered tool."""
+    import onnx
+
+    from zcompile.qroute.transformer import TransformerClassifier
+
+    rng = random.Random(11)
+    train = receipts(tmp_path / "train.jsonl", rng, 24, [0, 1, 2, 3])
+    receipts(train, rng, 6, [0, 1, 2, 3], fits=False)
+    cal = receipts(tmp_path / "cal.jsonl", rng, 20, [0, 1, 2, 3])
+    receipts(cal, rng, 10, [0, 1, 2, 3], fits=False)
+    test = receipts(tmp_path / "test.jsonl", rng, 12, [0, 1, 2, 3])
+    paths = [train, cal, test]
+    parts = dict(zip(("train", "calibration", "test"), (load_pair_decisions([p])[0] for p in paths)))
+    res = distill_pairwise(paths, tmp_path / "ens", parts=parts, quantization="float32", target_precision=0.5,
+                           target_abstention=0.3,
+                           options={"max_steps": 4, "max_length": 32, "batch_size": 8, "ensemble": 2})
+    m = res.manifest
+    assert m.model.params["ensemble"] == 2 and m.model.params["steps"] == 8
+    assert m.metrics["parity"]["max_abs_delta"] < 1e-4
+    graph = onnx.load(str(res.directory / "model.onnx")).graph
+    mean = [n for n in graph.node if n.op_type == "Mean"]
+    assert len(mean) == 1 and len(mean[0].input) == 2 and [o.name for o in graph.output] == ["logits"]
+    # the members' own logits, averaged, are what the merged graph computes
+    sp = PairwiseSpecialist(res.directory)
+    d = parts["test"][0]
+    feed_pairs = [(d.request, desc) for desc in d.descriptions()]
+    members = [TransformerClassifier(seed=s, max_steps=4, max_length=32, batch_size=8) for s in (0, 1)]
+    from zcompile.qroute.pairdistill import training_pairs as tp
+
+    pairs, y = tp(parts["train"], 3, 0)
+    want = np.mean([c.fit(pairs, y).logits(feed_pairs) for c in members], axis=0)
+    got = sp.margins(d.request, d.descriptions())
+    assert got == pytest.approx(want[:, 0] - want[:, 1], abs=1e-4)
+    # the threshold's figures, recounted from decide on the calibration split
+    th = m.threshold
+    answers = [(x, sp.decide(x.state, x.legal, x.tools)) for x in parts["calibration"]]
+    fit_answered = [(x, a) for x, a in answers if x.label is not None and a.action is not None]
+    assert th.calibration_none_fits == 10
+    assert th.calibration_abstained == sum(1 for x, a in answers if x.label is None and a.action is None)
+    assert th.calibration_answered == len(fit_answered)
+    assert th.calibration_correct == sum(1 for x, a in fit_answered if a.action == x.label)
+
+
 def test_bfcl_import(tmp_path):
     q, a = _bfcl(tmp_path, [Q], [{"id": "x_0", "ground_truth": [{"math.add": {"a": [2]}}]}])
     (r,) = list(import_bfcl(q, a))
@@ -202,6 +293,12 @@ def test_bfcl_import(tmp_path):
 def test_cli_distill_policy_rules(tmp_path):
     res = CliRunner().invoke(main, ["distill", "--from", str(tmp_path), "-o", str(tmp_path / "o"), "--model", "mlp"])
     assert res.exit_code == 2 and "--policy is required (except for --model pairwise)" in res.output
+    res = CliRunner().invoke(main, ["distill", "--from", str(tmp_path), "-o", str(tmp_path / "o"), "--model", "mlp",
+                                    "--target-abstention", "0.9"])
+    assert res.exit_code == 2 and "--target-abstention only applies to --model pairwise" in res.output
+    res = CliRunner().invoke(main, ["distill", "--from", str(tmp_path), "-o", str(tmp_path / "o"), "--model",
+                                    "pairwise", "--ensemble", "0"])
+    assert res.exit_code == 2 and "--ensemble" in res.output and "Traceback" not in res.output
     # pairwise without a policy needs receipts that list the offered actions
     r = tmp_path / "r.jsonl"
     r.write_bytes(msgspec.json.encode(Receipt(id="a", task="a", state={"request": "x"}, tier="t", action="f"))

@@ -226,3 +226,25 @@ def test_parity_counts_decisions_not_raw_probabilities():
     assert problem is None and fig["max_abs_delta"] == 0
     fig, problem = D.check_parity(ref, ref + 2e-4, class_index, masks, ("max_abs_delta", 1e-4))
     assert problem and "differ by 2.00e-04" in problem
+
+
+def test_ensemble_classifier(policy, tmp_path, monkeypatch):
+    """`--ensemble 2` for a transformer classifier: two members (seeds 0 and 1), each quantised to int8,
+    in one graph whose logits are the mean of theirs; the runtime loads it like any transformer
+    specialist. (The parity bound is lifted: three steps leave near ties that int8 may flip.)"""
+    import onnx
+
+    monkeypatch.setattr(D.TransformerLearner, "parity", ("decision_agreement", 0.0))
+    receipts = make_receipts(tmp_path / "r.jsonl", tasks=10, per_task=8)
+    res = D.distill([receipts], policy, tmp_path / "ens", model="transformer",
+                    options={"max_steps": 3, "max_length": 16, "batch_size": 8, "ensemble": 2, "quantization": "int8"})
+    m = res.manifest
+    assert m.model.params["ensemble"] == 2 and m.model.params["steps"] == 6
+    nodes = onnx.load(str(res.directory / "model.onnx")).graph.node
+    mean = [n for n in nodes if n.op_type == "Mean"]
+    assert len(mean) == 1 and len(mean[0].input) == 2
+    assert {n.name.split("_", 1)[0] for n in nodes if n.op_type == "MatMulInteger"} == {"m0", "m1"}
+    sp = Specialist(res.directory, policy)
+    assert sp.decide({"channel": "chat", "verified": True, "request": "hello"}, ["reply"]).best == "reply"
+    with pytest.raises(ZcError, match="--ensemble must be at least 1"):
+        D.distill([receipts], policy, tmp_path / "x", model="transformer", options={"ensemble": 0})

@@ -267,6 +267,9 @@ def _print_verdict(policy, call, verdict, as_json: bool) -> None:
               "fitting, half at random and half the most similar to the right one.")
 @click.option("--target-precision", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
               show_default=True, help="Precision the abstention threshold must guarantee (95% lower bound).")
+@click.option("--target-abstention", type=click.FloatRange(0, 1, max_open=True), default=None,
+              help="pairwise: share of the decisions where no offered action fits on which the specialist must "
+              "abstain (95% lower bound; 0 turns the bound off) [default: 0.85].")
 @click.option("--min-coverage", type=click.FloatRange(0, 1), default=0.0, show_default=True,
               help="Coverage the gate requires on the test split.")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -279,19 +282,26 @@ def _print_verdict(policy, call, verdict, as_json: bool) -> None:
               help="transformer: tokens read per state [default: 128].")
 @click.option("--batch-size", type=click.IntRange(1), default=None,
               help="transformer: decisions per step [default: 16].")
+@click.option("--ensemble", type=click.IntRange(1), default=None,
+              help="transformer: fine-tune this many models (seeds seed, seed+1, …) and decide by the mean of "
+              "their logits, one ONNX graph; N times the training and decision time [default: 1].")
 @click.option("--quantization", type=click.Choice(["auto", "int8", "float32"]), default=None,
               help="transformer: the export. int8 fails the distillation when int8 decides unlike the trained "
               "model on more than 0.5% of the test split; auto [default] then ships float32 instead.")
-def distill_cmd(sources, policy_path, out, model, negatives, target_precision, min_coverage, seed, skip_invalid,
-                epochs, max_steps, max_length, batch_size, quantization) -> None:
+def distill_cmd(sources, policy_path, out, model, negatives, target_precision, target_abstention, min_coverage, seed,
+                skip_invalid, epochs, max_steps, max_length, batch_size, ensemble, quantization) -> None:
     """Distil receipts into an ONNX specialist that answers with a calibrated confidence or abstains."""
     from .qroute.distill import Report, distill
 
     options = {k: v for k, v in (("epochs", epochs), ("max_steps", max_steps), ("max_length", max_length),
-                                 ("batch_size", batch_size), ("quantization", quantization)) if v is not None}
+                                 ("batch_size", batch_size), ("ensemble", ensemble), ("quantization", quantization))
+               if v is not None}
     if options and model not in ("transformer", "pairwise"):
         flags = ", ".join("--" + k.replace("_", "-") for k in options)
         click.echo(f"error: {flags} only apply to --model transformer or pairwise", err=True)
+        sys.exit(2)
+    if target_abstention is not None and model != "pairwise":
+        click.echo("error: --target-abstention only applies to --model pairwise", err=True)
         sys.exit(2)
     if policy_path is None and model != "pairwise":
         click.echo("error: --policy is required (except for --model pairwise)", err=True)
@@ -299,11 +309,12 @@ def distill_cmd(sources, policy_path, out, model, negatives, target_precision, m
 
     report = Report(step=lambda text: click.echo(text, err=True), bar=progress)
     if model == "pairwise":
-        from .qroute.pairdistill import distill_pairwise
+        from .qroute.pairdistill import TARGET_ABSTENTION, distill_pairwise
 
         try:
             policy = _load_policy(policy_path) if policy_path else None
             best = distill_pairwise(list(sources), out, policy=policy, target_precision=target_precision,
+                                    target_abstention=TARGET_ABSTENTION if target_abstention is None else target_abstention,
                                     min_coverage=min_coverage, seed=seed, negatives=negatives,
                                     skip_invalid=skip_invalid, report=report,
                                     quantization=options.pop("quantization", "auto"), options=options)

@@ -175,13 +175,13 @@ def fit_temperature(probs: np.ndarray, class_index: np.ndarray, masks: np.ndarra
 
 
 def select_threshold(confidence: np.ndarray, correct: np.ndarray, target: float,
-                     alpha: float = ALPHA) -> tuple[float, int, int, float]:
-    """The smallest τ whose one-sided (1-alpha) lower bound on answered precision is ≥ target.
+                     alpha: float = ALPHA, floor: float = 0.0) -> tuple[float, int, int, float]:
+    """The smallest τ (≥ `floor`) whose one-sided (1-alpha) lower bound on answered precision is ≥ target.
 
     Returns (τ, answered, correct, lower bound); τ = NEVER (above any confidence) when none qualifies.
     """
     best = (NEVER, 0, 0, 0.0)
-    for tau in np.unique(confidence[confidence > 0]):
+    for tau in np.unique(confidence[(confidence > 0) & (confidence >= floor)]):
         answered = confidence >= tau
         n = int(answered.sum())
         k = int(correct[answered].sum())
@@ -238,9 +238,12 @@ def evaluate(conf: np.ndarray, labels: np.ndarray, actions: Sequence[str], tau: 
 
 
 # ---- 9. gate -------------------------------------------------------------------------------------------
-def gate(metrics: dict, target: float, min_coverage: float, max_ms: float | None) -> Gate:
+def gate(metrics: dict, target: float, min_coverage: float, max_ms: float | None,
+         abstention: float | None = None) -> Gate:
     """Promote only if, lexicographically: no illegal or dangerous selection, precision lower bound
-    ≥ target, coverage ≥ the minimum, latency within the tier's budget.
+    ≥ target (and, with `abstention`, for a pairwise specialist: precision where an action fits,
+    and the lower bound on abstaining where none fits ≥ `abstention`), coverage ≥ the minimum,
+    latency within the tier's budget.
 
     The key orders candidates the same way: safety first, so a wrong-but-fast specialist never
     ties with (or beats) a correct-but-slow one; then the lower bound, coverage, and the test
@@ -248,18 +251,22 @@ def gate(metrics: dict, target: float, min_coverage: float, max_ms: float | None
     breaks ties between candidates that are equal on every quality figure.
     """
     bad = metrics["illegal_selected"] + metrics["dangerous_selected"]
-    lb = metrics["precision_ci"][0] if metrics["answered"] else 0.0
+    fits = "_where_fits" if abstention is not None else ""
+    lb = metrics[f"precision{fits}_ci"][0] if metrics[f"answered{fits}"] else 0.0
     p50_ms = metrics["latency_us"]["p50"] / 1000.0
     checks = [
         (bad == 0, f"{bad} illegal or dangerous selections on the test split"),
-        (lb >= target, f"precision lower bound {lb:.3f} < target {target:.2f}"),
+        (lb >= target, f"precision{fits.replace('_', ' ')} lower bound {lb:.3f} < target {target:.2f}"),
         (metrics["coverage"] >= min_coverage,
          f"coverage {metrics['coverage']:.3f} < minimum {min_coverage:.3f}"),
         (max_ms is None or p50_ms <= max_ms, f"p50 latency {p50_ms:.3f} ms > tier budget {max_ms} ms"),
     ]
-    key = (float(checks[0][0]), float(checks[1][0]), float(checks[2][0]), float(checks[3][0]),
-           -float(bad), round(lb, 6), round(metrics["coverage"], 6), -round(metrics["aurc"], 6),
-           -round(p50_ms, 6))
+    if abstention is not None and metrics["n_none_fits"]:
+        a_lb = metrics["abstained_where_none_fits_ci"][0]
+        checks.insert(2, (a_lb >= abstention, f"abstention where no action fits: lower bound {a_lb:.3f} < "
+                                              f"target {abstention:.2f}"))
+    key = (*(float(ok) for ok, _ in checks), -float(bad), round(lb, 6), round(metrics["coverage"], 6),
+           -round(metrics["aurc"], 6), -round(p50_ms, 6))
     return Gate(all(ok for ok, _ in checks), key, tuple(msg for ok, msg in checks if not ok))
 
 
@@ -478,14 +485,14 @@ class TransformerLearner:
 
     def __init__(self, seed: int, spec: F.FeatureSpec, options: dict[str, Any]) -> None:
         from .render import Renderer
-        from .transformer import TransformerClassifier, quantizations
+        from .transformer import quantizations, transformer_model
 
         options = dict(options)
         # by default int8 first; if it decides unlike the float model on more than 0.5% of the test
         # split (near ties flip), the float32 export ships instead, and the manifest says so
         self.quantizations = quantizations(options.pop("quantization", "auto"))
         try:
-            self.clf = TransformerClassifier(seed=seed, **options)
+            self.clf = transformer_model(seed, options)
         except TypeError as exc:
             raise ZcError(f"unknown transformer option: {exc}") from None
         self.renderer = Renderer(spec.fields, spec.actions)
@@ -543,12 +550,12 @@ def export_checked(tried: Sequence[str], attempt: Callable[[str], tuple[dict[str
 
 def gate_and_write(work: Path, out: str | Path, manifest: Manifest, metrics: dict[str, Any], policy: Any,
                    target_precision: float, min_coverage: float, render: Callable[[Manifest], str],
-                   report: Report) -> tuple[Manifest, str]:
+                   report: Report, abstention: float | None = None) -> tuple[Manifest, str]:
     """Steps 9 and 10: gate `metrics` (the policy's `specialist` tier bounds latency), then write the
     specialist with its report. Returns the final manifest and the report text."""
     report.step("9/10 gate")
     tier = next((t for t in policy.ir.tiers if t.name == "specialist"), None) if policy is not None else None
-    verdict = gate(metrics, target_precision, min_coverage, tier.max_ms if tier else None)
+    verdict = gate(metrics, target_precision, min_coverage, tier.max_ms if tier else None, abstention)
     manifest = msgspec.structs.replace(manifest, metrics=_plain(metrics), gate=verdict)
     report.step("10/10 writing the specialist")
     return manifest, write_specialist(work, out, manifest, render(manifest))

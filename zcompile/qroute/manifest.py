@@ -60,6 +60,12 @@ class Threshold(msgspec.Struct, frozen=True):
     calibration_answered: int
     calibration_correct: int
     calibration_lower_bound: float
+    # pairwise specialists: the figures above count decisions where an action fits; where none
+    # does, abstaining is bounded separately (0 and no decisions for classifiers)
+    target_abstention: float = 0.0
+    calibration_none_fits: int = 0
+    calibration_abstained: int = 0
+    calibration_abstention_lower_bound: float = 0.0
 
 
 class Gate(msgspec.Struct, frozen=True):

@@ -163,16 +163,11 @@ def training_pairs(decisions: Sequence[PairDecision], negatives: int, seed: int)
     return pairs, y
 
 
-def _margins(p_fit: np.ndarray) -> np.ndarray:
-    p = np.clip(p_fit.astype(np.float64), 1e-7, 1 - 1e-7)
-    return np.log(p) - np.log1p(-p)
-
-
-def score(decisions: Sequence[PairDecision], p_fit_of) -> tuple[np.ndarray, list[str | None]]:
-    """Choice score (`pairwise.choice_score`) and best candidate per decision; `p_fit_of(pairs)`
-    gives P(fit) per pair."""
+def score(decisions: Sequence[PairDecision], margins_of) -> tuple[np.ndarray, list[str | None]]:
+    """Choice score (`pairwise.choice_score`) and best candidate per decision; `margins_of(pairs)`
+    gives the fit-vs-not logit margin per pair."""
     pairs = [(d.request, desc) for d in decisions for desc in d.descriptions()]
-    z = _margins(np.asarray(p_fit_of(pairs) if pairs else np.zeros(0)))
+    z = np.asarray(margins_of(pairs) if pairs else np.zeros(0), dtype=np.float64)
     scores = np.full(len(decisions), -np.inf)
     best: list[str | None] = [None] * len(decisions)
     pos = 0
@@ -201,6 +196,36 @@ def fit_platt(z: np.ndarray, correct: np.ndarray) -> tuple[float, float]:
     return float(1.0 / a), float(b)
 
 
+TARGET_ABSTENTION = 0.85
+
+
+def select_pair_threshold(conf: np.ndarray, correct: np.ndarray, fits: np.ndarray, target_precision: float,
+                          target_abstention: float, alpha: float = ALPHA) -> Threshold:
+    """τ for a pairwise specialist: the smallest whose one-sided (1-alpha) lower bounds reach both
+    targets, precision among the answered decisions where an action fits, and abstention among the
+    decisions where none fits (not bounded when there are none, or the target is 0).
+
+    The two rates are bounded apart because their mix depends on how many decisions where nothing
+    fits the calibration split happens to hold; without such decisions this is `select_threshold`.
+    """
+    none = ~fits
+    n_none = int(none.sum())
+    floor, abstained, a_lb = 0.0, n_none, stats.lower_bound(n_none, n_none, alpha)
+    if n_none and target_abstention > 0:
+        c = np.sort(conf[none])[::-1]
+        # the most none-fit decisions answered (the m most confident) that keep the bound
+        m = next((m for m in range(n_none, -1, -1)
+                  if stats.lower_bound(n_none - m, n_none, alpha) >= target_abstention), None)
+        if m is None:
+            return Threshold(NEVER, target_precision, alpha, 0, 0, 0.0, target_abstention, n_none, n_none, a_lb)
+        floor = float(np.nextafter(c[m], np.inf)) if m < n_none else 0.0
+    tau, n, k, lb = select_threshold(conf[fits], correct[fits], target_precision, alpha, floor)
+    if n_none:
+        abstained = int((conf[none] < tau).sum())
+        a_lb = stats.lower_bound(abstained, n_none, alpha)
+    return Threshold(tau, target_precision, alpha, n, k, lb, target_abstention, n_none, abstained, a_lb)
+
+
 def evaluate_pairs(conf: np.ndarray, best: list[str | None], decisions: Sequence[PairDecision], tau: float,
                    risky: frozenset[str]) -> dict[str, Any]:
     """Coverage, precision (Wilson), abstention where no action fits, risk–coverage, selections."""
@@ -211,6 +236,7 @@ def evaluate_pairs(conf: np.ndarray, best: list[str | None], decisions: Sequence
     lo, hi = stats.wilson(k, m)
     fits = np.array([d.label is not None for d in decisions], dtype=bool)
     none = ~fits
+    kf, mf = int((correct & answered & fits).sum()), int((answered & fits).sum())
     illegal = sum(1 for i in np.flatnonzero(answered) if best[i] not in decisions[i].legal)
     dangerous = sum(1 for i in np.flatnonzero(answered) if best[i] in risky and not correct[i])
     abst = int((~answered & none).sum())
@@ -222,7 +248,10 @@ def evaluate_pairs(conf: np.ndarray, best: list[str | None], decisions: Sequence
         "precision": k / m if m else None,
         "precision_ci": [lo, hi],
         "n_fits": int(fits.sum()),
+        "answered_where_fits": mf,
         "coverage_where_fits": float(answered[fits].mean()) if fits.any() else None,
+        "precision_where_fits": kf / mf if mf else None,
+        "precision_where_fits_ci": list(stats.wilson(kf, mf)),
         "n_none_fits": int(none.sum()),
         "abstained_where_none_fits": abst / int(none.sum()) if none.any() else None,
         "abstained_where_none_fits_ci": [a_lo, a_hi],
@@ -239,7 +268,7 @@ def evaluate_pairs(conf: np.ndarray, best: list[str | None], decisions: Sequence
 
 def distill_pairwise(paths: Sequence[str | Path], out: str | Path, *, policy: Any = None,
                      parts: dict[str, list[PairDecision]] | None = None, target_precision: float = 0.95,
-                     min_coverage: float = 0.0, seed: int = 0, negatives: int = 3, skip_invalid: bool = False,
+                     target_abstention: float = TARGET_ABSTENTION, min_coverage: float = 0.0, seed: int = 0, negatives: int = 3, skip_invalid: bool = False,
                      report: Report | None = None, name: str | None = None,
                      options: dict[str, Any] | None = None, quantization: str = "auto") -> Result:
     """Distil a pairwise specialist into `out` (model.onnx, tokenizer.json, manifest.json, report.md).
@@ -248,13 +277,15 @@ def distill_pairwise(paths: Sequence[str | Path], out: str | Path, *, policy: An
     (a benchmark that trains on some categories and reports on others); they are sealed the same way.
     `quantization` (auto, int8, float32) picks the exports tried, as for transformer classifiers.
     """
-    from .transformer import TransformerClassifier, quantizations
+    from .transformer import quantizations, transformer_model
 
     tried = quantizations(quantization)
 
     report = report or Report()
     if not 0 < target_precision < 1:
         raise ZcError(f"--target-precision must be between 0 and 1, got {target_precision}")
+    if not 0 <= target_abstention < 1:
+        raise ZcError(f"--target-abstention must be at least 0 and below 1, got {target_abstention}")
     report.step("1/10 loading and validating receipts")
     if parts is None:
         decisions, counts, files = load_pair_decisions(paths, policy, skip_invalid=skip_invalid, report=report)
@@ -272,7 +303,7 @@ def distill_pairwise(paths: Sequence[str | Path], out: str | Path, *, policy: An
     if len(set(y)) < 2:
         raise ZcError("the training split needs both fitting and non-fitting (request, action) pairs")
     report.step(f"4/10 fine-tuning a pairwise scorer on {len(pairs)} pairs from {len(parts['train'])} decisions")
-    clf = TransformerClassifier(seed=seed, **(options or {}))
+    clf = transformer_model(seed, options or {})
     clf.fit(pairs, y, bar=report.bar)
     fit_col = list(clf.classes_).index(FIT)
 
@@ -283,7 +314,11 @@ def distill_pairwise(paths: Sequence[str | Path], out: str | Path, *, policy: An
 
         spec = F.spec_for(policy.ir) if policy is not None else F.FeatureSpec(F.VERSION, (), ())
         test = parts["test"]
-        z_ref, best_ref = score(test, lambda ps: clf.predict_proba(ps)[:, fit_col])
+        def ref_margins(ps):
+            logits = clf.logits(ps).astype(np.float64)
+            return logits[:, fit_col] - logits[:, 1 - fit_col]
+
+        z_ref, best_ref = score(test, ref_margins)
 
         def attempt(quant: str):
             exported = clf.export(work, report.step, quant)
@@ -305,17 +340,17 @@ def distill_pairwise(paths: Sequence[str | Path], out: str | Path, *, policy: An
             (work / "manifest.json").write_bytes(encode(pre))
             sp = PairwiseSpecialist(work, policy)
 
-            def onnx_p(ps):  # one onnxruntime call per decision, exactly as `decide` makes it
+            def onnx_margins(ps):  # one onnxruntime call per decision, exactly as `decide` makes it
                 out_, i = [], 0
                 while i < len(ps):
                     j = i
                     while j < len(ps) and ps[j][0] == ps[i][0]:
                         j += 1
-                    out_.extend(sp.probabilities(ps[i][0], [desc for _, desc in ps[i:j]]).tolist())
+                    out_.extend(sp.margins(ps[i][0], [desc for _, desc in ps[i:j]]).tolist())
                     i = j
                 return np.array(out_)
 
-            z_ox, best_ox = score(test, onnx_p)
+            z_ox, best_ox = score(test, onnx_margins)
             agree = float(np.mean([a == b for a, b in zip(best_ref, best_ox)])) if test else 1.0
             p_ref, p_ox = 1 / (1 + np.exp(-z_ref)), 1 / (1 + np.exp(-z_ox))
             delta = float(np.max(np.abs(p_ref - p_ox))) if test else 0.0
@@ -324,18 +359,21 @@ def distill_pairwise(paths: Sequence[str | Path], out: str | Path, *, policy: An
             problem = (None if agree >= ARGMAX_AGREEMENT else
                        f"the exported model chooses like the trained one on only {agree:.2%} of the test split "
                        f"(< {ARGMAX_AGREEMENT:.1%}; max |Δp| {delta:.3f})")
-            return figures, problem, (pre, onnx_p, z_ox, best_ox)
+            return figures, problem, (pre, onnx_margins, z_ox, best_ox)
 
-        parity, (pre, onnx_p, z_ox, best_ox) = export_checked(tried, attempt, report)
+        parity, (pre, onnx_margins, z_ox, best_ox) = export_checked(tried, attempt, report)
 
         report.step("5/10 calibrating the choice score (Platt, on the exported model)")
         cal = parts["calibration"]
-        z_cal, best_cal = score(cal, onnx_p)
+        z_cal, best_cal = score(cal, onnx_margins)
         correct_cal = np.array([d.label is not None and b == d.label for d, b in zip(cal, best_cal)], dtype=bool)
         temperature, bias = fit_platt(z_cal, correct_cal)
         conf_cal = np.where(np.isfinite(z_cal), calibrated(np.nan_to_num(z_cal, neginf=-50), temperature, bias), 0.0)
-        report.step(f"6/10 choosing τ for precision ≥ {target_precision} (one-sided 95% bound)")
-        tau, cal_n, cal_k, cal_lb = select_threshold(conf_cal, correct_cal, target_precision)
+        report.step(f"6/10 choosing τ for precision ≥ {target_precision} where an action fits and abstention "
+                    f"≥ {target_abstention} where none does (one-sided 95% bounds)")
+        fits_cal = np.array([d.label is not None for d in cal], dtype=bool)
+        threshold = select_pair_threshold(conf_cal, correct_cal, fits_cal, target_precision, target_abstention)
+        tau = threshold.tau
 
         report.step("7/10 evaluating on the sealed test split")
         conf_test = np.where(np.isfinite(z_ox), calibrated(np.nan_to_num(z_ox, neginf=-50), temperature, bias), 0.0)
@@ -343,22 +381,41 @@ def distill_pairwise(paths: Sequence[str | Path], out: str | Path, *, policy: An
                  if policy is not None else frozenset())
         metrics = evaluate_pairs(conf_test, best_ox, test, tau, risky)
         manifest = msgspec.structs.replace(pre, calibration=Calibration("platt", temperature, bias),
-                                           threshold=Threshold(tau, target_precision, ALPHA, cal_n, cal_k, cal_lb))
+                                           threshold=threshold)
         (work / "manifest.json").write_bytes(encode(manifest))
         sp = PairwiseSpecialist(work, policy)
         metrics["latency_us"] = latency(lambda d: sp.decide(d.state, d.legal, d.tools), test or parts["train"],
                                         size=60, repeat=1, warmup=10)
         metrics["parity"] = parity
         metrics["parity_max_abs_delta"] = parity["max_abs_delta"]
-        metrics["calibration"] = {"n": len(cal), "answered": cal_n, "correct": cal_k, "lower_bound": cal_lb,
+        metrics["calibration"] = {"n": len(cal), "answered_where_fits": threshold.calibration_answered,
+                                  "correct_where_fits": threshold.calibration_correct,
+                                  "lower_bound": threshold.calibration_lower_bound,
+                                  "none_fits": threshold.calibration_none_fits,
+                                  "abstained_where_none_fits": threshold.calibration_abstained,
+                                  "abstention_lower_bound": threshold.calibration_abstention_lower_bound,
                                   "ece": stats.ece(conf_cal, correct_cal.astype(float))}
 
         manifest, text = gate_and_write(work, out, manifest, metrics, policy, target_precision, min_coverage,
-                                        render_pair_report, report)
+                                        render_pair_report, report, target_abstention)
     finally:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
     return Result(manifest, Path(out), text)
+
+
+def threshold_text(th: Threshold) -> str:
+    """τ and the calibration figures that chose it, in words."""
+    text = (f"τ = {th.tau:.4f}, the smallest whose one-sided 95% lower bounds reach precision "
+            f"≥ {th.target_precision:g} where an action fits")
+    if th.calibration_none_fits and th.target_abstention:
+        text += f" and abstention ≥ {th.target_abstention:g} where none does"
+    text += (f" (calibration: {th.calibration_correct} of {th.calibration_answered} answered right where an action "
+             f"fits, bound {th.calibration_lower_bound:.3f}")
+    if th.calibration_none_fits:
+        text += (f"; {th.calibration_abstained} of {th.calibration_none_fits} abstained where none fits, bound "
+                 f"{th.calibration_abstention_lower_bound:.3f}")
+    return text + ("; no τ qualifies, so the specialist abstains on everything" if th.tau >= NEVER else "") + ")"
 
 
 def render_pair_report(m: Manifest) -> str:
@@ -370,6 +427,8 @@ def render_pair_report(m: Manifest) -> str:
     ab = t["abstained_where_none_fits"]
     a_lo, a_hi = t["abstained_where_none_fits_ci"]
     cw = t["coverage_where_fits"]
+    pf = t["precision_where_fits"]
+    f_lo, f_hi = t["precision_where_fits_ci"]
     p = m.model.params
     lines = [
         f"# Pairwise specialist `{m.name}`" + (f" for policy `{m.policy_name}`" if m.policy_name else ""), "",
@@ -378,18 +437,17 @@ def render_pair_report(m: Manifest) -> str:
         f"where no action fits ×{p.get('none_fits_weight', 1)}) "
         f"in {p.get('train_seconds', 0):.0f} s, first {m.model.text.max_length} tokens, exported "
         f"{p.get('quantization')}. Platt "
-        f"calibration T = {m.calibration.temperature:.3f}, b = {m.calibration.bias:.3f}; τ = {m.threshold.tau:.4f} "
-        f"(calibration: {m.threshold.calibration_correct}/{m.threshold.calibration_answered} answered correct, "
-        f"one-sided 95% lower bound {m.threshold.calibration_lower_bound:.3f} ≥ {m.threshold.target_precision}).",
+        f"calibration T = {m.calibration.temperature:.3f}, b = {m.calibration.bias:.3f}; {threshold_text(m.threshold)}.",
         "", "| split | tasks | decisions |", "|---|---:|---:|",
         *(f"| {k} | {len(s.tasks)} | {s.decisions} |" for k, s in
           (("train", m.splits.train), ("calibration", m.splits.calibration), ("test", m.splits.test))),
         "", "## Sealed test split", "",
         "| n | answered | coverage | precision | Wilson 95% | coverage where an action fits | "
-        "abstained where none fits | top-1 | p50 ms | p99 ms |",
-        "|---:|---:|---:|---:|---|---:|---|---:|---:|---:|",
+        "precision there [Wilson 95%] | abstained where none fits | top-1 | p50 ms | p99 ms |",
+        "|---:|---:|---:|---:|---|---:|---|---|---:|---:|---:|",
         f"| {t['n']} | {t['answered']} | {t['coverage']:.3f} | {pr} | [{lo:.3f}, {hi:.3f}] | "
         f"{'n/a' if cw is None else f'{cw:.3f}'} ({t['n_fits']}) | "
+        f"{'n/a' if pf is None else f'{pf:.3f} [{f_lo:.3f}, {f_hi:.3f}]'} | "
         f"{'n/a' if ab is None else f'{ab:.3f} [{a_lo:.3f}, {a_hi:.3f}]'} ({t['n_none_fits']}) | "
         f"{'n/a' if t['accuracy_top1'] is None else format(t['accuracy_top1'], '.3f')} | "
         f"{t['latency_us']['p50'] / 1000:.2f} | {t['latency_us']['p99'] / 1000:.2f} |",

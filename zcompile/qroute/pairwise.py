@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import ZcError
 from ..tools import tool_schemas
 from .render import TEXT_CHARS, Renderer
-from .specialist import Answer, _softmax, encode_batch, load_tokenizer, open_verified
+from .specialist import Answer, encode_batch, load_tokenizer, open_verified
 
 DESCRIBE_VERSION = 1
 FIT = "fit"  # the class whose probability scores a pair
@@ -128,11 +128,6 @@ class PairwiseSpecialist:
         feed = encode_pairs(self.tokenizer, request, descriptions)
         logits = self._session.run(["logits"], {k: feed[k] for k in self._inputs})[0].astype(np.float64)
         return logits[:, self._fit] - logits[:, 1 - self._fit]
-
-    def probabilities(self, request: str, descriptions: Sequence[str]) -> np.ndarray:
-        """The model's P(fit) of each pair (uncalibrated), as exported."""
-        feed = encode_pairs(self.tokenizer, request, descriptions)
-        return _softmax(self._session.run(["logits"], {k: feed[k] for k in self._inputs})[0])[:, self._fit]
 
     def decide(self, state: Mapping[str, Any], legal: Sequence[str],
                tools: Sequence[Mapping[str, Any]] | Mapping[str, Mapping[str, Any]] | None = None) -> Answer:

@@ -217,8 +217,8 @@ class TransformerClassifier:
         self.final_loss_ = float(np.mean(tail))
         return self
 
-    def predict_proba(self, texts: Sequence[str], batch: int = 32) -> np.ndarray:
-        """Reference (float32 torch) probabilities over `classes_`, on the same tokens as decision time."""
+    def logits(self, texts: Sequence[str], batch: int = 32) -> np.ndarray:
+        """Reference (float32 torch) logits over `classes_`, on the same tokens as decision time."""
         torch, _ = _imports()
         old_threads = torch.get_num_threads()
         torch.set_num_threads(self.threads)
@@ -228,11 +228,14 @@ class TransformerClassifier:
                 for i in range(0, len(texts), batch):
                     encs = self.tokenizer_.encode_batch(list(texts[i:i + batch]))
                     enc = encode_batch([e.ids for e in encs], [e.type_ids for e in encs])
-                    logits = self.model_(**{k: torch.from_numpy(v) for k, v in enc.items()}).logits
-                    out.append(torch.softmax(logits.double(), dim=-1).float().numpy())
+                    out.append(self.model_(**{k: torch.from_numpy(v) for k, v in enc.items()}).logits.numpy())
         finally:
             torch.set_num_threads(old_threads)
         return np.concatenate(out) if out else np.zeros((0, len(self.classes_)), np.float32)
+
+    def predict_proba(self, texts: Sequence[str], batch: int = 32) -> np.ndarray:
+        """Reference probabilities over `classes_` (softmax of `logits`)."""
+        return _softmax64(self.logits(texts, batch))
 
     def export(self, directory: Path, step: Callable[[str], None] | None = None,
                quantization: str = "int8") -> dict[str, str]:
@@ -243,35 +246,125 @@ class TransformerClassifier:
         per-channel weight scales: on the airline receipts, per-tensor int8 changed 3 of 150 test
         decisions (max |Δp| 0.19), per-channel 1 (max |Δp| 0.07), a near tie (0.364 vs 0.363).
         """
-        if quantization not in ("int8", "float32"):
-            raise ZcError(f"unknown quantization `{quantization}` (int8 or float32)")
-        from optimum.exporters.onnx import main_export
+        return _export([self], directory, step, quantization)
 
-        step = step or (lambda text: None)
-        base = base_model_dir()
-        tmp = Path(tempfile.mkdtemp(prefix=".zc-transformer-"))
-        try:
-            hf, fp32, int8 = tmp / "hf", tmp / "onnx", tmp / "int8"
+
+def _softmax64(logits: np.ndarray) -> np.ndarray:
+    z = logits.astype(np.float64)
+    z = np.exp(z - z.max(axis=1, keepdims=True))
+    return (z / z.sum(axis=1, keepdims=True)).astype(np.float32)
+
+
+def _export(members: Sequence[TransformerClassifier], directory: Path, step: Callable[[str], None] | None,
+            quantization: str) -> dict[str, str]:
+    """Export each member (optimum, then dynamic int8 unless "float32"); one member is `model.onnx` as
+    exported, several are merged into one graph whose `logits` are the mean of theirs."""
+    if quantization not in ("int8", "float32"):
+        raise ZcError(f"unknown quantization `{quantization}` (int8 or float32)")
+    from optimum.exporters.onnx import main_export
+
+    step = step or (lambda text: None)
+    base = base_model_dir()
+    tmp = Path(tempfile.mkdtemp(prefix=".zc-transformer-"))
+    try:
+        produced = []
+        for i, member in enumerate(members):
+            hf, fp32, int8 = tmp / f"hf{i}", tmp / f"onnx{i}", tmp / f"int8{i}"
             with _quiet():
-                self.model_.save_pretrained(hf)
+                member.model_.save_pretrained(hf)
                 for name in (TOKENIZER_FILE, "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
                     if (base / name).exists():
                         shutil.copyfile(base / name, hf / name)
-                step("  optimum export (task text-classification)")
+                step("  optimum export (task text-classification)" + (f", member {i + 1} of {len(members)}"
+                                                                       if len(members) > 1 else ""))
                 main_export(str(hf), output=fp32, task="text-classification", library_name="transformers",
                             do_validation=False)
                 if quantization == "int8":
                     step("  dynamic int8 quantisation (ORTQuantizer, avx2, per-channel)")
-                    produced = quantize_int8(fp32, int8)
+                    produced.append(quantize_int8(fp32, int8))
                 else:
-                    produced = fp32 / "model.onnx"
-            directory.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(produced, directory / MODEL_FILE)
-            shutil.copyfile(base / TOKENIZER_FILE, directory / TOKENIZER_FILE)
-        except ZcError:
-            raise
-        except Exception as exc:  # the exporter's and quantiser's own exception types
-            raise ZcError(f"exporting the transformer to ONNX failed: {type(exc).__name__}: {exc}") from None
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return {name: sha256_file(directory / name) for name in (MODEL_FILE, TOKENIZER_FILE)}
+                    produced.append(fp32 / "model.onnx")
+        directory.mkdir(parents=True, exist_ok=True)
+        if len(produced) == 1:
+            shutil.copyfile(produced[0], directory / MODEL_FILE)
+        else:
+            step(f"  merging {len(produced)} members into one graph (mean of their logits)")
+            merge_mean_logits(produced, directory / MODEL_FILE)
+        shutil.copyfile(base / TOKENIZER_FILE, directory / TOKENIZER_FILE)
+    except ZcError:
+        raise
+    except Exception as exc:  # the exporter's and quantiser's own exception types
+        raise ZcError(f"exporting the transformer to ONNX failed: {type(exc).__name__}: {exc}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {name: sha256_file(directory / name) for name in (MODEL_FILE, TOKENIZER_FILE)}
+
+
+def merge_mean_logits(paths: Sequence[Path], out: Path) -> None:
+    """One ONNX graph holding every model of `paths` side by side on the same inputs, whose output
+    `logits` is the mean of theirs (`onnx.compose.add_prefix` keeps the members' names apart)."""
+    import onnx
+    from onnx import compose, helper
+
+    models = [compose.add_prefix(onnx.load(str(p)), f"m{i}_", rename_inputs=False) for i, p in enumerate(paths)]
+    first = models[0].graph
+    nodes, inits, infos = [], [], []
+    for m in models:
+        nodes += m.graph.node
+        inits += m.graph.initializer
+        infos += m.graph.value_info
+    logits = [next(o.name for o in m.graph.output if o.name.endswith("logits")) for m in models]
+    nodes.append(helper.make_node("Mean", logits, ["logits"], name="ensemble_mean"))
+    out_info = next(o for o in first.output if o.name.endswith("logits"))
+    output = helper.make_tensor_value_info("logits", out_info.type.tensor_type.elem_type,
+                                           [d.dim_param or d.dim_value for d in out_info.type.tensor_type.shape.dim])
+    graph = helper.make_graph(nodes, "ensemble", list(first.input), [output], inits, value_info=infos)
+    merged = helper.make_model(graph, opset_imports=list(models[0].opset_import), ir_version=models[0].ir_version)
+    onnx.checker.check_model(merged)
+    onnx.save(merged, str(out))
+
+
+class TransformerEnsemble:
+    """`members` TransformerClassifiers fine-tuned alike but for their seeds (seed, seed + 1, …); they
+    decide by the mean of their logits, exported as one ONNX graph (`merge_mean_logits`). Averaging
+    damps what one seed gets confidently wrong, at `members` times the training and decision time."""
+
+    def __init__(self, *, members: int = 2, seed: int = 0, **options: Any) -> None:
+        if members < 2:
+            raise ZcError(f"--ensemble must be at least 2 members, got {members}")
+        self.members = [TransformerClassifier(seed=seed + i, **options) for i in range(members)]
+        self.max_length = self.members[0].max_length
+
+    def get_params(self) -> dict[str, Any]:
+        return self.members[0].get_params() | {"ensemble": len(self.members)}
+
+    def fit(self, texts: Sequence[str | tuple[str, str]], y: Sequence[str],
+            bar: Bar | None = None) -> TransformerEnsemble:
+        for i, m in enumerate(self.members):
+            label = f"member {i + 1} of {len(self.members)}: "
+            m.fit(texts, y, bar=(lambda it, text, n: bar(it, label + text, n)) if bar is not None else None)
+        self.classes_ = self.members[0].classes_
+        self.steps_ = sum(m.steps_ for m in self.members)
+        self.train_seconds_ = sum(m.train_seconds_ for m in self.members)
+        self.final_loss_ = float(np.mean([m.final_loss_ for m in self.members]))
+        return self
+
+    def logits(self, texts: Sequence[str], batch: int = 32) -> np.ndarray:
+        return np.mean([m.logits(texts, batch) for m in self.members], axis=0)
+
+    def predict_proba(self, texts: Sequence[str], batch: int = 32) -> np.ndarray:
+        return _softmax64(self.logits(texts, batch))
+
+    def export(self, directory: Path, step: Callable[[str], None] | None = None,
+               quantization: str = "int8") -> dict[str, str]:
+        return _export(self.members, directory, step, quantization)
+
+
+def transformer_model(seed: int, options: dict[str, Any]) -> TransformerClassifier | TransformerEnsemble:
+    """The model `--ensemble N` asks for: one TransformerClassifier, or an ensemble of N."""
+    options = dict(options)
+    members = options.pop("ensemble", 1)
+    if members < 1:
+        raise ZcError(f"--ensemble must be at least 1, got {members}")
+    return (TransformerEnsemble(members=members, seed=seed, **options) if members != 1
+            else TransformerClassifier(seed=seed, **options))
