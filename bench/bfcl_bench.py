@@ -102,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="one-sided 95%% lower bound on calibration precision where a function fits that τ must reach")
     ap.add_argument("--target-abstention", type=float, default=TARGET_ABSTENTION,
                     help="one-sided 95%% lower bound on calibration abstention where none fits that τ must reach")
-    ap.add_argument("--ensemble", type=int, default=3, help="models fine-tuned (seeds seed, seed+1, …), logits averaged")
+    ap.add_argument("--ensemble", type=int, default=3,
+                    help="models fine-tuned (seeds seed, seed+1, …), deciding by the mean of their logits")
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "bfcl_pairwise")
     ap.add_argument("--write", type=Path, help="replace the BFCL section of this markdown file")
     args = ap.parse_args(argv)

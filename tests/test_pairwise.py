@@ -356,6 +356,7 @@ def _expected(sp, rs, legal_of=lambda r: r.legal):
     return {
         "answered": sum(a.action is not None for a in answers),
         "correct": sum(a.action is not None and a.action == lab for a, lab in zip(answers, labels)),
+        "answered_where_fits": sum(a.action is not None and lab is not None for a, lab in zip(answers, labels)),
         "none_fits": len(none),
         "abstained": sum(a.action is None for a in none),
         "aurc": stats.aurc(np.array([a.confidence for a in answers]),
@@ -396,6 +397,8 @@ def test_cli_eval_pairwise_without_policy(trained, tmp_path):
     ab = sp["abstained_where_none_fits"]
     assert (ab["k"], ab["n"], ab["ci"]) == (want["abstained"], 10, list(stats.wilson(want["abstained"], 10)))
     assert o["abstained_where_none_fits"] == ab
+    pf = sp["precision_where_fits"]  # an answer where none fits is wrong, so every right one is where one fits
+    assert (pf["k"], pf["n"]) == (want["correct"], want["answered_where_fits"]) and o["precision_where_fits"] == pf
     # a verified abstention agrees when the specialist abstains, and counts against it when it answers
     ag = sp["agreement_gold"]
     assert (ag["k"], ag["n"]) == (want["correct"] + want["abstained"], want["answered"] + want["abstained"])

@@ -314,7 +314,8 @@ def distill_cmd(sources, policy_path, out, model, negatives, target_precision, t
         try:
             policy = _load_policy(policy_path) if policy_path else None
             best = distill_pairwise(list(sources), out, policy=policy, target_precision=target_precision,
-                                    target_abstention=TARGET_ABSTENTION if target_abstention is None else target_abstention,
+                                    target_abstention=(TARGET_ABSTENTION if target_abstention is None
+                                                       else target_abstention),
                                     min_coverage=min_coverage, seed=seed, negatives=negatives,
                                     skip_invalid=skip_invalid, report=report,
                                     quantization=options.pop("quantization", "auto"), options=options)

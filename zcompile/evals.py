@@ -199,6 +199,7 @@ def figures(handed: Sequence[Replay], answered: Sequence[Replay], n: int, times:
     exposed and selected, latency p50/p99 (µs)."""
     m = len(answered)
     precision = _rate(sum(r.action == r.label for r in answered), m)
+    fit = [r for r in answered if r.label is not None]
     took = {id(r) for r in answered}
     none_fits = [r for r in handed if r.label is None]
     declined = [r for r in none_fits if id(r) not in took]
@@ -213,6 +214,7 @@ def figures(handed: Sequence[Replay], answered: Sequence[Replay], n: int, times:
         "precision_ci": precision["ci"],
         "agreement_teacher": _agreement(answered, declined, "teacher"),
         "agreement_gold": _agreement(answered, declined, "gold"),
+        "precision_where_fits": _rate(sum(r.action == r.label for r in fit), len(fit)),
         "abstained_where_none_fits": _rate(len(declined), len(none_fits)),
         "dangerous_exposed": sum(r.exposed for r in handed),
         "dangerous_selected": sum(1 for r in answered if r.action != r.label and r.action in risky),
@@ -338,14 +340,15 @@ def _table_rows(rep: dict[str, Any]) -> list[list[str]]:
     specialist also the share not answered where no offered action fits."""
     pairwise = _pairwise(rep)
     head = ["rung", "reached", "answered", "coverage", "precision", "Wilson 95%", "danger exp/sel",
-            "p50 µs", "p99 µs"] + (["abstained where none fits [Wilson 95%] (k/n)"] if pairwise else [])
+            "p50 µs", "p99 µs"] + (["precision where an action fits [Wilson 95%] (k/n)",
+                                    "abstained where none fits [Wilson 95%] (k/n)"] if pairwise else [])
     out = [head]
     for name, t in (*rep["tiers"].items(), ("overall", rep["overall"])):
         lo, hi = t["precision_ci"]
         out.append([name, str(t["reached"]), str(t["answered"]), _num(t["coverage"]), _num(t["precision"]),
                     f"[{lo:.3f}, {hi:.3f}]", f"{t['dangerous_exposed']}/{t['dangerous_selected']}",
                     _num(t["p50_us"], ".1f"), _num(t["p99_us"], ".1f")]
-                   + ([_share(t["abstained_where_none_fits"])] if pairwise else []))
+                   + ([_share(t["precision_where_fits"]), _share(t["abstained_where_none_fits"])] if pairwise else []))
         if name == "specialist":
             out.append(["remote", str(rep["remote"]["reached"])] + ["-"] * (len(head) - 2))
     return out

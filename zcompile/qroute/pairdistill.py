@@ -268,7 +268,8 @@ def evaluate_pairs(conf: np.ndarray, best: list[str | None], decisions: Sequence
 
 def distill_pairwise(paths: Sequence[str | Path], out: str | Path, *, policy: Any = None,
                      parts: dict[str, list[PairDecision]] | None = None, target_precision: float = 0.95,
-                     target_abstention: float = TARGET_ABSTENTION, min_coverage: float = 0.0, seed: int = 0, negatives: int = 3, skip_invalid: bool = False,
+                     target_abstention: float = TARGET_ABSTENTION, min_coverage: float = 0.0, seed: int = 0,
+                     negatives: int = 3, skip_invalid: bool = False,
                      report: Report | None = None, name: str | None = None,
                      options: dict[str, Any] | None = None, quantization: str = "auto") -> Result:
     """Distil a pairwise specialist into `out` (model.onnx, tokenizer.json, manifest.json, report.md).
@@ -437,7 +438,8 @@ def render_pair_report(m: Manifest) -> str:
         f"where no action fits ×{p.get('none_fits_weight', 1)}) "
         f"in {p.get('train_seconds', 0):.0f} s, first {m.model.text.max_length} tokens, exported "
         f"{p.get('quantization')}. Platt "
-        f"calibration T = {m.calibration.temperature:.3f}, b = {m.calibration.bias:.3f}; {threshold_text(m.threshold)}.",
+        f"calibration T = {m.calibration.temperature:.3f}, b = {m.calibration.bias:.3f}; "
+        f"{threshold_text(m.threshold)}.",
         "", "| split | tasks | decisions |", "|---|---:|---:|",
         *(f"| {k} | {len(s.tasks)} | {s.decisions} |" for k, s in
           (("train", m.splits.train), ("calibration", m.splits.calibration), ("test", m.splits.test))),
