@@ -5,12 +5,12 @@ Steps as in `distill.py`: load (labels: `gold`, else the teacher's action; a rec
 and `verified: true` means "no offered action fits"), split by task and seal, render requests and
 describe candidates (`pairwise.py`), fine-tune MiniLM-L6 on pairs (each legal action of a decision,
 plus `negatives` descriptions of other training decisions, half random, half the most similar,
-labelled not-fit; decisions where no action fits weighted to balance the others),
-export with optimum and quantise to int8, check parity (same chosen action on ≥ 99.5% of the test
-split), calibrate the choice score (the best candidate's fit margin, capped by its lead over the
-runner-up) with Platt scaling on the calibration split,
-pick τ with the same one-sided bound as the classifiers, evaluate on the sealed test split, gate,
-write the manifest.
+labelled not-fit; decisions where no action fits weighted to balance the others; optionally an
+ensemble of seeds), export with optimum and quantise to int8, check parity (same chosen action on
+≥ 99.5% of the test split), calibrate the choice score (the best candidate's fit margin, capped by
+its lead over the runner-up) with Platt scaling on the calibration split, pick τ with one-sided
+bounds on precision where an action fits and on abstention where none does
+(`select_pair_threshold`), evaluate on the sealed test split, gate, write the manifest.
 """
 
 from __future__ import annotations
