@@ -42,6 +42,7 @@ FILES = {"simple_python": "BFCL_v4_simple_python.json", "multiple": "BFCL_v4_mul
          "irrelevance": "BFCL_v4_irrelevance.json"}
 CAL_SHARE = 35  # % of simple_python held back for calibration (a 0.95 bound needs ~60+ answered)
 IRRELEVANCE = (40, 20)  # % of irrelevance for training, for calibration; the rest is test
+DISTRACTOR_SEED = 0  # the calibration questions' extra functions: fixed, so that --seed changes only training
 
 
 def bucket(qid: str) -> int:
@@ -98,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epochs", type=float, default=3.0)
     ap.add_argument("--max-steps", type=int, default=None)
     ap.add_argument("--max-length", type=int, default=128)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0,
+                    help="training seed (members use seed, seed+1, …); the questions and splits do not change")
     ap.add_argument("--target-precision", type=float, default=0.95,
                     help="one-sided 95%% lower bound on calibration precision where a function fits that τ must reach")
     ap.add_argument("--target-abstention", type=float, default=TARGET_ABSTENTION,
@@ -117,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     tr_i, ca_i = IRRELEVANCE
     parts = {
         "train": [x for x in simple if bucket(x.id) >= CAL_SHARE] + [x for x in irr if bucket(x.id) < tr_i],
-        "calibration": with_distractors([x for x in simple if bucket(x.id) < CAL_SHARE], args.seed)
+        "calibration": with_distractors([x for x in simple if bucket(x.id) < CAL_SHARE], DISTRACTOR_SEED)
         + [x for x in irr if tr_i <= bucket(x.id) < tr_i + ca_i],
         "test": multiple + [x for x in irr if bucket(x.id) >= tr_i + ca_i],
     }
@@ -179,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         (f" --target-precision {args.target_precision:g}" if args.target_precision != 0.95 else "") + \
         (f" --target-abstention {args.target_abstention:g}" if args.target_abstention != TARGET_ABSTENTION else "") + \
         (f" --ensemble {args.ensemble}" if args.ensemble != 3 else "") + \
+        (f" --seed {args.seed}" if args.seed else "") + \
         (f" --max-steps {args.max_steps}" if args.max_steps else "") + \
         (f" --max-length {args.max_length}" if args.max_length != 128 else "") + \
         (f" --write {shlex.quote(str(args.write))}" if args.write else "")
