@@ -99,8 +99,8 @@ class Router:
         else:
             self._own_writer = ReceiptWriter(receipts)
             self._sink = self._own_writer.append
-        self._descriptions = {a.name: a.description for a in policy.ir.actions if a.description}
         self._tools = policy_tools(policy)
+        self._descriptions = {name: t["description"] for name, t in self._tools.items()}
 
     def close(self) -> None:
         if self._own_writer is not None:

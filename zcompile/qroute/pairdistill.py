@@ -37,7 +37,7 @@ from .distill import (ALPHA, ARGMAX_AGREEMENT, DECIDE_THREADS, NEVER, RISKY_TAGS
                       select_threshold, split_by_task)
 from .manifest import (MANIFEST_VERSION, Calibration, DataFile, Gate, Manifest, Model, Splits, TextInput,
                        Threshold, encode)
-from .pairwise import FIT, PairwiseSpecialist, calibrated, choice_score, describe, render_plain
+from .pairwise import FIT, PairwiseSpecialist, calibrated, choice_score, describe, fit_margins, render_plain
 from .render import VERSION as RENDER_VERSION
 from .render import Renderer
 
@@ -315,11 +315,7 @@ def distill_pairwise(paths: Sequence[str | Path], out: str | Path, *, policy: An
 
         spec = F.spec_for(policy.ir) if policy is not None else F.FeatureSpec(F.VERSION, (), ())
         test = parts["test"]
-        def ref_margins(ps):
-            logits = clf.logits(ps).astype(np.float64)
-            return logits[:, fit_col] - logits[:, 1 - fit_col]
-
-        z_ref, best_ref = score(test, ref_margins)
+        z_ref, best_ref = score(test, lambda ps: fit_margins(clf.logits(ps), fit_col))
 
         def attempt(quant: str):
             exported = clf.export(work, report.step, quant)

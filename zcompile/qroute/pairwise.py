@@ -68,6 +68,12 @@ def encode_pairs(tokenizer, request: str, descriptions: Sequence[str]) -> dict[s
     return encode_batch([e.ids for e in encs], [e.type_ids for e in encs])
 
 
+def fit_margins(logits: np.ndarray, fit: int) -> np.ndarray:
+    """The fit-vs-not logit margin of each pair, from the (n, 2) logits with `fit` the fit column."""
+    logits = np.asarray(logits, dtype=np.float64)
+    return logits[:, fit] - logits[:, 1 - fit]
+
+
 def choice_score(z: np.ndarray) -> float:
     """How sure a choice among candidates with fit margins `z` is: min(best margin, best − runner-up).
 
@@ -126,8 +132,7 @@ class PairwiseSpecialist:
         if not descriptions:
             return np.zeros(0)
         feed = encode_pairs(self.tokenizer, request, descriptions)
-        logits = self._session.run(["logits"], {k: feed[k] for k in self._inputs})[0].astype(np.float64)
-        return logits[:, self._fit] - logits[:, 1 - self._fit]
+        return fit_margins(self._session.run(["logits"], {k: feed[k] for k in self._inputs})[0], self._fit)
 
     def decide(self, state: Mapping[str, Any], legal: Sequence[str],
                tools: Sequence[Mapping[str, Any]] | Mapping[str, Mapping[str, Any]] | None = None) -> Answer:
