@@ -96,15 +96,24 @@ Bar = Callable[[Iterable, str, int], Iterable]
 
 
 def quantize_int8(source: Path, save_dir: Path) -> Path:
-    """Dynamic int8 quantisation of `source/model.onnx` (ORTQuantizer, AVX2, per-channel weights) into
-    `save_dir`; returns the quantised file."""
+    """Dynamic int8 quantisation of `source/model.onnx` (ORTQuantizer) into `save_dir`; returns the
+    quantised file.
+
+    Unsigned activations, signed per-channel weights reduced to 7 bits: AVX2 without VNNI multiplies
+    u8 by s8 in its fast kernel (u8 by u8 was about 17% slower here), and the 7-bit range keeps
+    that kernel's 16-bit sums from saturating (onnxruntime's advice for such CPUs).
+    """
+    import dataclasses
+
+    from onnxruntime.quantization import QuantType
     from optimum.onnxruntime import ORTQuantizer
     from optimum.onnxruntime.configuration import AutoQuantizationConfig
 
+    config = dataclasses.replace(AutoQuantizationConfig.avx2(is_static=False, per_channel=True, reduce_range=True),
+                                 weights_dtype=QuantType.QInt8)
     with _quiet():
         quantizer = ORTQuantizer.from_pretrained(source, file_name=MODEL_FILE)
-        qpath = Path(quantizer.quantize(save_dir=save_dir, quantization_config=AutoQuantizationConfig.avx2(
-            is_static=False, per_channel=True)))
+        qpath = Path(quantizer.quantize(save_dir=save_dir, quantization_config=config))
     return next(qpath.glob("*quantized*.onnx")) if qpath.is_dir() else qpath
 
 
@@ -280,7 +289,7 @@ def _export(members: Sequence[TransformerClassifier], directory: Path, step: Cal
                 main_export(str(hf), output=fp32, task="text-classification", library_name="transformers",
                             do_validation=False)
                 if quantization == "int8":
-                    step("  dynamic int8 quantisation (ORTQuantizer, avx2, per-channel)")
+                    step("  dynamic int8 quantisation (ORTQuantizer, u8 activations, s8 per-channel weights)")
                     produced.append(quantize_int8(fp32, int8))
                 else:
                     produced.append(fp32 / "model.onnx")
