@@ -516,6 +516,22 @@ def test_cli_import_malformed_writes_nothing(runner, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chat.jsonl"]
 
 
+def test_cli_import_unwritable_output(runner, tmp_path):
+    """Both import formats report an output that cannot be written by its file name, without a traceback."""
+    src = write_chat(tmp_path, CONVERSATION)
+    (tmp_path / "plain").write_text("a file, not a folder")
+    out = tmp_path / "plain" / "r.jsonl"
+    res = runner.invoke(main, ["receipts", "import", "--format", "chat", str(src), "-o", str(out)])
+    assert res.exit_code == 1 and f"error: {tmp_path / 'plain'}: File exists" in res.output
+    bfcl = tmp_path / "q.json"
+    bfcl.write_text(json.dumps({"id": "q_0", "question": [[{"role": "user", "content": "hi"}]], "function": [
+        {"name": "f", "description": "d", "parameters": {"type": "dict", "properties": {}}}]}) + "\n")
+    res = runner.invoke(main, ["receipts", "import", "--format", "bfcl", str(bfcl), "--answers", "none",
+                               "-o", str(out)])
+    assert res.exit_code == 1 and f"error: {tmp_path / 'plain'}: File exists" in res.output
+    assert "Traceback" not in res.output
+
+
 def test_cli_import_bad_extractor_and_usage(runner, tmp_path):
     src = str(write_chat(tmp_path, CONVERSATION))
     out = str(tmp_path / "r.jsonl")

@@ -132,6 +132,20 @@ def test_report_and_manifest(trained):
     assert (trained.directory / "model.onnx").stat().st_size < 40e6  # int8, not the 90 MB float graph
 
 
+def test_int8_weights_are_signed(trained):
+    """The matrix products take u8 activations and s8 weights (AVX2's fast u8×s8 kernel), 7-bit."""
+    import onnx
+    from onnx import TensorProto, numpy_helper
+
+    g = onnx.load(str(trained.directory / "model.onnx")).graph
+    inits = {i.name: i for i in g.initializer}
+    products = [n for n in g.node if n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat")]
+    weights = [inits[n.input[1]] for n in products if n.input[1] in inits]
+    assert len(weights) >= 36  # 6 layers × (Q, K, V, output, 2 feed-forward)
+    assert {w.data_type for w in weights} == {TensorProto.INT8}
+    assert max(int(abs(numpy_helper.to_array(w).astype(int)).max()) for w in weights) <= 64  # reduce_range
+
+
 def test_tampered_tokenizer_or_model_refused(trained, policy, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(trained.directory, copy)

@@ -436,7 +436,7 @@ def receipts_import_cmd(src: str, fmt: str, answers: str | None, out: str, polic
         click.echo("error: --answers only applies to --format bfcl", err=True)
         sys.exit(2)
 
-    from .receipts import default_extract, import_chat, load_extractor, write_file
+    from .receipts import default_extract, import_chat, load_extractor
 
     actions: Counter = Counter()
     removed: Counter = Counter()  # rule -> logged actions it removes
@@ -445,23 +445,21 @@ def receipts_import_cmd(src: str, fmt: str, answers: str | None, out: str, polic
     try:
         policy = _load_policy(policy_path) if policy_path else None
         extract = load_extractor(extract_spec) if extract_spec else default_extract
-
-        def counted():
-            nonlocal outside
-            for r in import_chat(src, extract=extract, policy=policy):
-                actions[r.action] += 1
-                conversations.add(r.meta.get("conversation", r.task))
-                if r.legal is not None and r.action not in r.legal:
-                    for reason in policy.legal(r.state, r.intent).removed.get(r.action, ()):
-                        removed[reason.rule] += 1
-                    outside += 1
-                yield r
-
-        n = write_file(out, counted())
     except ZcError as exc:
         _fail(exc)
-    except OSError as exc:
-        _fail(ZcError(f"{out}: cannot write: {exc.strerror}"))
+
+    def counted():
+        nonlocal outside
+        for r in import_chat(src, extract=extract, policy=policy):
+            actions[r.action] += 1
+            conversations.add(r.meta.get("conversation", r.task))
+            if r.legal is not None and r.action not in r.legal:
+                for reason in policy.legal(r.state, r.intent).removed.get(r.action, ()):
+                    removed[reason.rule] += 1
+                outside += 1
+            yield r
+
+    n = _write_receipts(out, counted())
     c = len(conversations)
     click.echo(f"imported {c} conversation{'' if c == 1 else 's'} from {src} -> "
                f"{n} receipt{'' if n == 1 else 's'} in {out}")
@@ -476,7 +474,7 @@ def _import_bfcl(src: str, answers: str | None, out: str, policy_path: str | Non
                  extract_spec: str | None) -> None:
     from collections import Counter
 
-    from .receipts import bfcl_answers_path, import_bfcl, write_file
+    from .receipts import bfcl_answers_path, import_bfcl
 
     if policy_path or extract_spec:
         click.echo("error: --policy and --extract do not apply to --format bfcl (the offered functions are "
@@ -489,19 +487,27 @@ def _import_bfcl(src: str, answers: str | None, out: str, policy_path: str | Non
                           "offered function fits any question"))
         answers = str(guess)
     actions: Counter = Counter()
-    try:
-        def counted():
-            for r in import_bfcl(src, None if answers == "none" else answers):
-                actions[r.action or "(abstain: none fits)"] += 1
-                yield r
 
-        n = write_file(out, counted())
+    def counted():
+        for r in import_bfcl(src, None if answers == "none" else answers):
+            actions[r.action or "(abstain: none fits)"] += 1
+            yield r
+
+    n = _write_receipts(out, counted())
+    click.echo(f"imported {n} question{'' if n == 1 else 's'} from {src} -> {out}")
+    click.echo(_count_line("actions (top 10)", actions, 10))
+
+
+def _write_receipts(out: str, receipts) -> int:
+    """`write_file`, with import and I/O errors (naming the file they concern) as clean exits."""
+    from .receipts import write_file
+
+    try:
+        return write_file(out, receipts)
     except ZcError as exc:
         _fail(exc)
     except OSError as exc:
         _fail(ZcError(f"{exc.filename or out}: {exc.strerror}"))
-    click.echo(f"imported {n} question{'' if n == 1 else 's'} from {src} -> {out}")
-    click.echo(_count_line("actions (top 10)", actions, 10))
 
 
 def progress(iterable, label: str, length: int, every_s: float = 30.0):
