@@ -18,6 +18,7 @@ each on one core), and τ bounds precision where a function fits and abstention 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
 import sys
@@ -111,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "bfcl_pairwise")
     ap.add_argument("--write", type=Path, help="replace the BFCL section of this markdown file")
     args = ap.parse_args(argv)
+    load0 = os.getloadavg()[0]
     if not (args.data / FILES["multiple"]).exists():
         print(f"{args.data}: no BFCL data here", file=sys.stderr)
         return 1
@@ -189,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "## BFCL: choosing among offered functions, or abstaining (`bench/bfcl_bench.py`)", "",
         f"Command: `{cmd}`, run on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} in {wall / 60:.1f} min.",
-        "", *machine_table(PACKAGES), "",
+        "", *machine_table(PACKAGES),
+        f"| load average (1 min): start / end | {load0:.2f} / {os.getloadavg()[0]:.2f} |", "",
         f"Pairwise MiniLM-L6 specialist ({m.model.params['quantization']}, first {m.model.text.max_length} "
         f"tokens of each pair"
         + (f"; an ensemble of {args.ensemble} fine-tuned with seeds {args.seed}–{args.seed + args.ensemble - 1}, "
