@@ -49,6 +49,22 @@ def machine_table(packages: list[tuple[str, tuple[str, ...]]]) -> list[str]:
     return ["| machine | |", "|---|---|", *(f"| {k} | {v} |" for k, v in machine_facts(packages))]
 
 
+def cpu_times() -> tuple[int, int] | None:
+    """(steal, total) CPU ticks of the whole machine since boot (Linux `/proc/stat`), or None."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+
+
+def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> str:
+    """The share of CPU time the hypervisor gave to other guests between two `cpu_times()` readings."""
+    if before is None or after is None or after[1] <= before[1]:
+        return "unknown"
+    return f"{(after[0] - before[0]) / (after[1] - before[1]):.1%}"
+
+
 def write_section(path: Path, name: str, section: str) -> None:
     """Create or replace the section between `<!-- name:begin -->` and `<!-- name:end -->`; the rest of
     the file is left as it is. Written to a temporary file and renamed, so a crash loses nothing."""

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
 import zcompile  # noqa: E402
-from benchdoc import machine_table, publish  # noqa: E402
+from benchdoc import cpu_times, machine_table, publish, steal_share  # noqa: E402
 from zcompile.qroute.distill import load_decisions  # noqa: E402
 from zcompile.qroute.specialist import Specialist  # noqa: E402
 
@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no receipt renders to 128 tokens", file=sys.stderr)
         return 1
     results: dict[tuple[str, int, int], list[float]] = {}
+    ticks0 = cpu_times()
     for threads in THREADS:
         sps = {g: Specialist(d, policy, threads=threads) for g, d in graphs.items()}
         for n_tok in TOKENS:
@@ -125,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"threads {threads}, {n_tok} tokens: p50 " + ", ".join(
                 f"{g} {np.percentile(results[(g, threads, n_tok)], 50):.2f} ms" for g in sps), file=sys.stderr)
 
+    steal = steal_share(ticks0, cpu_times())
     m = probe.manifest
     target = float(np.percentile(results[("int8", 2, 64)], 50))
     cmd = "python bench/specialist_bench.py" + (f" --rounds {args.rounds}" if args.rounds != 300 else "") + \
@@ -157,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         "## Transformer specialist decisions (`bench/specialist_bench.py`)", "",
         f"Command: `{cmd}`, run on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
         *machine_table(PACKAGES),
-        f"| load average (1 min): start / end | {load0:.2f} / {os.getloadavg()[0]:.2f} |", "",
+        f"| load average (1 min): start / end | {load0:.2f} / {os.getloadavg()[0]:.2f} |",
+        f"| CPU time stolen by the hypervisor while timing | {steal} |", "",
         f"Specialist `{where(graphs['int8'])}`: MiniLM-L6 sequence classifier over {len(m.model.classes)} actions, "
         f"optimum export, dynamic int8 (u8 activations, s8 per-channel weights; `model.onnx` {size['int8']:.1f} MB), "
         f"fine-tuned {m.model.params.get('steps')} steps. One `Specialist.decide(state, legal)` per sample: state "
