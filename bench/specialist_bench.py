@@ -8,8 +8,9 @@ section of BENCHMARKS.md.
 (default `specialists/airline_chat_transformer`). Without one, a float32 transformer is distilled
 from the bundled receipts with a 5-step budget into build/: latency depends on the graph's shape,
 not on how long its weights were trained. The int8 graph is quantised from the float32 one exactly
-as `zc distill` does; a specialist that ships int8 is timed without its float32 peer. Each decision is the whole runtime path: state validation and
-text rendering, tokenization, the onnxruntime call, the softmax masked to the legal set and τ.
+as `zc distill` does; a specialist that ships int8 is timed without its float32 peer. Each decision
+is the whole runtime path: state validation and text rendering, tokenization, the onnxruntime call,
+the softmax masked to the legal set and τ.
 The token count is fixed by truncating a long rendered state to exactly 16, 64 or 128 tokens.
 """
 

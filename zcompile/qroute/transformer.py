@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ZcError
-from .specialist import TOKENIZER_FILE, encode_batch, load_tokenizer
+from .specialist import TOKENIZER_FILE, _softmax, encode_batch, load_tokenizer
 
 # offline before transformers or huggingface_hub is imported (they read these once, at import)
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -244,7 +244,7 @@ class TransformerClassifier:
 
     def predict_proba(self, texts: Sequence[str], batch: int = 32) -> np.ndarray:
         """Reference probabilities over `classes_` (softmax of `logits`)."""
-        return _softmax64(self.logits(texts, batch))
+        return _softmax(self.logits(texts, batch))
 
     def export(self, directory: Path, step: Callable[[str], None] | None = None,
                quantization: str = "int8") -> dict[str, str]:
@@ -256,12 +256,6 @@ class TransformerClassifier:
         decisions (max |Δp| 0.19), per-channel 1 (max |Δp| 0.07), a near tie (0.364 vs 0.363).
         """
         return _export([self], directory, step, quantization)
-
-
-def _softmax64(logits: np.ndarray) -> np.ndarray:
-    z = logits.astype(np.float64)
-    z = np.exp(z - z.max(axis=1, keepdims=True))
-    return (z / z.sum(axis=1, keepdims=True)).astype(np.float32)
 
 
 def _export(members: Sequence[TransformerClassifier], directory: Path, step: Callable[[str], None] | None,
@@ -362,7 +356,7 @@ class TransformerEnsemble:
         return np.mean([m.logits(texts, batch) for m in self.members], axis=0)
 
     def predict_proba(self, texts: Sequence[str], batch: int = 32) -> np.ndarray:
-        return _softmax64(self.logits(texts, batch))
+        return _softmax(self.logits(texts, batch))
 
     def export(self, directory: Path, step: Callable[[str], None] | None = None,
                quantization: str = "int8") -> dict[str, str]:
