@@ -15,10 +15,12 @@ from isolation import modules_after
 
 from zcompile import ZcError, stats
 from zcompile.cli import main
-from zcompile.qroute.distill import NEVER, gate
-from zcompile.qroute.pairdistill import (NONE_FITS_WEIGHT_MAX, PairDecision, distill_pairwise, load_pair_decisions,
-                                         none_fits_weight, select_pair_threshold, training_pairs)
-from zcompile.qroute.pairwise import PairwiseSpecialist, describe
+from zcompile.qroute import NEVER, Decision, PairwiseSpecialist, Settings, distill, load_decisions
+from zcompile.qroute.gate import gate
+from zcompile.qroute.manifest import Threshold
+from zcompile.qroute.pairs import NONE_FITS_WEIGHT_MAX, none_fits_weight, pair_input, training_pairs
+from zcompile.qroute.pairwise import describe, render_plain
+from zcompile.qroute.threshold import abstention_floor, learn_then_test, min_answers
 from zcompile.receipts import Receipt, import_bfcl
 
 # (tool name, description, requests): every tool of its own domain
@@ -75,11 +77,19 @@ def trained(tmp_path_factory):
     receipts(d / "train.jsonl", rng, 30, seen, fits=False)
     cal = receipts(d / "cal.jsonl", rng, 60, seen)
     test = receipts(d / "test.jsonl", rng, 40, unseen + [0, 1])
-    parts = {"train": load_pair_decisions([train])[0], "calibration": load_pair_decisions([cal])[0],
-             "test": load_pair_decisions([test])[0]}
-    res = distill_pairwise([train, cal, test], d / "spec", parts=parts, seed=0,
-                           options={"max_steps": 40, "max_length": 48})
+    parts = {"train": decisions(train), "calibration": decisions(cal), "test": decisions(test)}
+    res = distill([train, cal, test], None, d / "spec", pairwise(seed=0, options={"max_steps": 40, "max_length": 48}),
+                  parts=parts)
     return res, parts
+
+
+def decisions(path, policy=None):
+    """Decisions of one receipts file, those where no offered action fits included."""
+    return load_decisions([path], policy, none_fits=True).decisions
+
+
+def pairwise(**kw):
+    return Settings(model="pairwise", **kw)
 
 
 def test_pairwise_learns_and_chooses_among_unseen_tools(trained):
@@ -146,30 +156,33 @@ Q = {"id": "x_0", "question": [[{"role": "user", "content": "what is 2+2"}]],
 def test_pairwise_quantization_choice(tmp_path, monkeypatch):
     """As for classifiers: strict int8 fails when int8 fails parity (a bound no export meets) and writes
     nothing; float32 exports once."""
-    import zcompile.qroute.pairdistill as PD
+    from zcompile.qroute.recipes import PairwiseRecipe
 
     rng = random.Random(5)
     paths = [receipts(tmp_path / f"{p}.jsonl", rng, 12, [0, 1, 2, 3]) for p in ("train", "cal", "test")]
-    parts = dict(zip(("train", "calibration", "test"), (load_pair_decisions([p])[0] for p in paths)))
+    parts = dict(zip(("train", "calibration", "test"), (decisions(p) for p in paths)))
     small = {"max_steps": 3, "max_length": 24, "batch_size": 8}
-    res = distill_pairwise(paths, tmp_path / "f32", parts=parts, options=small, quantization="float32")
+    res = distill(paths, None, tmp_path / "f32", pairwise(options=small | {"quantization": "float32"}), parts=parts)
     assert [a["quantization"] for a in res.manifest.metrics["parity"]["attempts"]] == ["float32"]
-    monkeypatch.setattr(PD, "ARGMAX_AGREEMENT", 1.01)
+    assert res.manifest.model.params["quantization"] == "float32"
+    monkeypatch.setattr(PairwiseRecipe, "parity", ("decision_agreement", 1.01))
     with pytest.raises(ZcError, match=r"parity check failed \(int8\).*--quantization auto ships float32"):
-        distill_pairwise(paths, tmp_path / "strict", parts=parts, options=small, quantization="int8")
+        distill(paths, None, tmp_path / "strict", pairwise(options=small | {"quantization": "int8"}), parts=parts)
     assert not (tmp_path / "strict").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cal.jsonl", "f32", "test.jsonl", "train.jsonl"]
 
 
 def _decision(k, label):
-    names = ("a.one", "b.two")
-    return PairDecision(f"d{k}", f"t{k}", (0.0, k), {}, f"request {k}", names, {}, label)
+    return Decision(f"d{k}", f"t{k}", (0.0, k), {"request": f"request {k}"}, None, None, ("a.one", "b.two"), label)
 
 
 @pytest.mark.parametrize("fits, none, weight", [(10, 0, 1), (10, 10, 1), (9, 3, 3), (10, 4, 2), (100, 2, 5), (1, 9, 1)])
 def test_none_fits_weight_balances_and_is_capped(fits, none, weight):
-    decisions = [_decision(k, "a.one") for k in range(fits)] + [_decision(fits + k, None) for k in range(none)]
-    assert none_fits_weight(decisions) == weight <= NONE_FITS_WEIGHT_MAX
-    pairs, y = training_pairs(decisions, negatives=0, seed=0)
+    ds = [_decision(k, "a.one") for k in range(fits)] + [_decision(fits + k, None) for k in range(none)]
+    assert none_fits_weight(ds) == weight <= NONE_FITS_WEIGHT_MAX
+    x = [pair_input(d.state["request"], d, {}) for d in ds]
+    assert x[0].descriptions == ("a one", "b two") and x[0].legal == ("a.one", "b.two")
+    pairs, y = training_pairs(x, ds, {}, negatives=0, seed=0)
     # each decision's two candidates, a none-fits decision `weight` times; only right answers are fits
     assert len(pairs) == 2 * (fits + weight * none)
     assert y.count("fit") == fits
@@ -177,47 +190,72 @@ def test_none_fits_weight_balances_and_is_capped(fits, none, weight):
 
 
 def test_pair_threshold_bounds_precision_where_fits_and_abstention_where_none_fits():
+    """τ of a pairwise specialist: `abstention_floor` over the decisions where no action fits, then
+    Learn-then-Test above that floor over those where one does (as `pipeline` composes them)."""
     # 12 decisions where an action fits (all right but the one at 0.55) and 40 where none does, two of
-    # them confident (0.985, 0.935), the others at most 0.5. Clopper–Pearson one-sided 95% bounds:
-    # 11 of 11: 0.762, 11 of 12: 0.661, 6 of 6: 0.607; abstaining on 38 / 39 / 40 of 40: 0.851 / 0.887 / 0.928
+    # them confident (0.985, 0.935), the others at most 0.5. Clopper–Pearson one-sided 95% lower bounds
+    # on abstaining: 38 / 39 / 40 of 40: 0.851 / 0.887 / 0.928. Learn-then-Test p-values, P(Binom(n, t) ≥ k):
+    # 11 of 11 at t = 0.75: 0.75^11 = 0.0422; 12 with 11 right: 0.75^11 · 3.75 = 0.158;
+    # at t = 0.6: 6 of 6: 0.6^6 = 0.0467, 12 with 11 right: 0.6^11 · 5.4 = 0.0196
     conf_fit = np.array([0.99, 0.98, 0.97, 0.96, 0.95, 0.94, 0.93, 0.92, 0.91, 0.9, 0.8, 0.55])
     right = np.arange(12) < 11
     conf_none = np.concatenate([[0.985, 0.935], np.linspace(0.1, 0.5, 38)])
-    conf = np.concatenate([conf_fit, conf_none])
-    correct = np.concatenate([right, np.zeros(40, dtype=bool)])
-    fits = np.arange(52) < 12
     assert stats.lower_bound(38, 40) >= 0.85 > stats.lower_bound(37, 40)
-    # abstention ≥ 0.85 lets both confident ones be answered: τ is the precision rule's over the fits
-    th = select_pair_threshold(conf, correct, fits, 0.75, 0.85)
-    assert (th.tau, th.calibration_answered, th.calibration_correct) == (0.8, 11, 11)
-    assert th.calibration_lower_bound == pytest.approx(0.05 ** (1 / 11))
-    assert (th.calibration_none_fits, th.calibration_abstained) == (40, 38)
-    assert th.calibration_abstention_lower_bound == pytest.approx(stats.lower_bound(38, 40))
-    assert select_pair_threshold(conf, correct, fits, 0.6, 0.85).tau == 0.55  # 11 of 12 bound at 0.661
-    # abstention ≥ 0.88 needs 39 of 40: τ rises above 0.935, where 6 of 6 answered bound at 0.607
-    th = select_pair_threshold(conf, correct, fits, 0.6, 0.88)
-    assert (th.tau, th.calibration_answered, th.calibration_abstained) == (0.94, 6, 39)
-    # ≥ 0.9 needs all 40: above 0.985 one answer is left, which bounds nothing: never answer
-    th = select_pair_threshold(conf, correct, fits, 0.6, 0.9)
-    assert (th.tau, th.calibration_answered, th.calibration_abstained) == (NEVER, 0, 40)
-    # 5 decisions where none fits cannot show 0.85 even when all abstain (bound 0.549): never answer
-    assert select_pair_threshold(conf[:17], correct[:17], fits[:17], 0.6, 0.85).tau == NEVER
+    assert stats.lower_bound(39, 40) >= 0.88 > stats.lower_bound(38, 40)
+    assert stats.lower_bound(40, 40) >= 0.9 > stats.lower_bound(39, 40)
+    assert (min_answers(0.75), min_answers(0.6)) == (11, 6)  # fewer answers, all right, certify nothing
+
+    def tau(target_precision, target_abstention, delta=0.05, c=conf_fit, ok=right, none=conf_none):
+        """(floor, Learn-then-Test's choice above it), the floor at δ = 0.05, the test at `delta`."""
+        floor = abstention_floor(none, target_abstention)
+        if floor is None:
+            return None, None
+        return floor, learn_then_test(c, ok, target_precision, delta, floor)
+
+    # abstention ≥ 0.85 tolerates the two confident ones: the floor sits just above the third, 0.5
+    floor, ch = tau(0.75, 0.85)
+    assert floor == np.nextafter(0.5, np.inf)
+    # testing starts at 11 answered (τ 0.8, p 0.0422 ≤ 0.05, rejected), stops at 12 (p 0.158)
+    assert (ch.tau, ch.answered, ch.correct, ch.n, ch.guarantee) == (0.8, 11, 11, 12, "ltt")
+    assert int((conf_none < ch.tau).sum()) == 38
+    assert tau(0.75, 0.85, delta=0.0423)[1].tau == 0.8 and tau(0.75, 0.85, delta=0.0422)[1].tau == NEVER
+    _, ch = tau(0.6, 0.85)  # every level from 6 answered down to 12 (p 0.0196) is rejected
+    assert (ch.tau, ch.answered, ch.correct) == (0.55, 12, 11)
+    # abstention ≥ 0.88 needs 39 of 40: τ rises above 0.935, leaving 6 of 6 (p 0.0467)
+    floor, ch = tau(0.6, 0.88)
+    assert floor == np.nextafter(0.935, np.inf)
+    assert (ch.tau, ch.answered, ch.correct) == (0.94, 6, 6) and int((conf_none < ch.tau).sum()) == 39
+    # ≥ 0.9 needs all 40: above 0.985 one answer is left, fewer than 6: never answer
+    floor, ch = tau(0.6, 0.9)
+    assert floor == np.nextafter(0.985, np.inf) and (ch.tau, ch.answered, ch.correct) == (NEVER, 0, 0)
+    assert "abstains on everything" in ch.statement
+    # 5 decisions where none fits cannot show 0.85 even when all abstain (bound 0.549): no floor at all
+    assert stats.lower_bound(5, 5) < 0.85 and abstention_floor(conf_none[:5], 0.85) is None
     # without decisions where none fits, or with the bound off, it is the classifiers' rule
-    assert select_pair_threshold(conf_fit, right, np.ones(12, bool), 0.75, 0.85).tau == 0.8
-    th = select_pair_threshold(conf, correct, fits, 0.75, 0.0)
-    assert th.tau == 0.8 and th.calibration_abstained == 38
+    assert abstention_floor(np.zeros(0), 0.85) == 0.0 == abstention_floor(conf_none, 0.0)
+    assert learn_then_test(conf_fit, right, 0.75).tau == 0.8
+    assert learn_then_test(conf_fit, right, 0.6).tau == 0.55
 
 
 def test_gate_bounds_abstention_for_pairwise_specialists():
-    m = {"illegal_selected": 0, "dangerous_selected": 0, "answered": 60, "precision_ci": [0.80, 0.95],
-         "answered_where_fits": 50, "precision_where_fits_ci": [0.96, 1.0], "n_none_fits": 40,
-         "abstained_where_none_fits_ci": [0.70, 0.9], "coverage": 0.6, "aurc": 0.1, "latency_us": {"p50": 40.0}}
-    # the classifiers' gate reads the mixed precision
-    assert gate(m, 0.95, 0.0, None).reasons == ("precision lower bound 0.800 < target 0.95",)
-    g = gate(m, 0.95, 0.0, None, abstention=0.85)
-    assert not g.promoted and g.reasons == ("abstention where no action fits: lower bound 0.700 < target 0.85",)
-    assert gate(m, 0.95, 0.0, None, abstention=0.6).promoted
-    assert gate(m | {"n_none_fits": 0}, 0.95, 0.0, None, abstention=0.85).promoted
+    """The gate promotes on the certified τ; for a pairwise specialist abstention where no action fits
+    must be certified as well; the test split only refutes (its one-sided upper bound below target)."""
+    th = Threshold(0.9, 0.95, 0.05, 60, 60, stats.lower_bound(60, 60), n=80, source="calibration split",
+                   target_abstention=0.85, calibration_none_fits=40, calibration_abstained=38)
+    m = {"illegal_selected": 0, "dangerous_selected": 0, "answered": 20, "correct": 19,
+         "precision_upper_one_sided": 0.997, "coverage": 0.6, "latency_us": {"p50": 40.0}}
+    # 19 of 20 right on the test split cannot show 0.95 from below, and does not refute it: promoted
+    assert gate(m, th, 0.0, None).promoted and gate(m, th, 0.0, None, abstention=(0.85, True)).promoted
+    g = gate(m, th, 0.0, None, abstention=(0.85, False))
+    assert not g.promoted and g.reasons == ("abstention where no action fits is not certified ≥ 0.85",)
+    never = msgspec.structs.replace(th, tau=NEVER, statement="no τ qualifies")
+    assert gate(m, never, 0.0, None, abstention=(0.85, True)).reasons == ("no τ is certified (no τ qualifies)",)
+    refuted = m | {"correct": 15, "precision_upper_one_sided": 0.91}
+    assert gate(refuted, th, 0.0, None, abstention=(0.85, True)).reasons == (
+        "the sealed test split refutes the target: 15 of 20 answered right, one-sided 95% upper bound 0.910 < 0.95",)
+    # abstention is checked before coverage and latency: a larger key is a better specialist
+    keys = [gate(m, th, 0.7, 0.01, abstention=(0.85, ok)).key for ok in (False, True)]
+    assert keys[1] > keys[0]
 
 
 def test_ensemble_decides_by_the_mean_of_its_members(tmp_path):
@@ -235,10 +273,10 @@ def test_ensemble_decides_by_the_mean_of_its_members(tmp_path):
     receipts(cal, rng, 10, [0, 1, 2, 3], fits=False)
     test = receipts(tmp_path / "test.jsonl", rng, 12, [0, 1, 2, 3])
     paths = [train, cal, test]
-    parts = dict(zip(("train", "calibration", "test"), (load_pair_decisions([p])[0] for p in paths)))
-    res = distill_pairwise(paths, tmp_path / "ens", parts=parts, quantization="float32", target_precision=0.5,
-                           target_abstention=0.3,
-                           options={"max_steps": 4, "max_length": 32, "batch_size": 8, "ensemble": 2})
+    parts = dict(zip(("train", "calibration", "test"), (decisions(p) for p in paths)))
+    options = {"max_steps": 4, "max_length": 32, "batch_size": 8, "ensemble": 2, "quantization": "float32"}
+    res = distill(paths, None, tmp_path / "ens", pairwise(target_precision=0.5, target_abstention=0.3, options=options),
+                  parts=parts)
     m = res.manifest
     assert m.model.params["ensemble"] == 2 and m.model.params["steps"] == 8
     assert m.metrics["parity"]["max_abs_delta"] < 1e-4
@@ -248,13 +286,16 @@ def test_ensemble_decides_by_the_mean_of_its_members(tmp_path):
     # the members' own logits, averaged, are what the merged graph computes
     sp = PairwiseSpecialist(res.directory)
     d = parts["test"][0]
-    feed_pairs = [(d.request, desc) for desc in d.descriptions()]
+    assert sp.request(d.state) == render_plain(d.state)  # without a policy: the state's keys, sorted
+    inp = pair_input(sp.request(d.state), d, {})
+    feed_pairs = [(inp.request, desc) for desc in inp.descriptions]
     members = [TransformerClassifier(seed=s, max_steps=4, max_length=32, batch_size=8) for s in (0, 1)]
-    from zcompile.qroute.pairdistill import training_pairs as tp
-
-    pairs, y = tp(parts["train"], 3, 0)
+    x_train = [pair_input(sp.request(x.state), x, {}) for x in parts["train"]]
+    pairs, y = training_pairs(x_train, parts["train"], {}, 3, 0)
+    assert m.model.params["pairs"] == len(pairs) and m.model.params["none_fits_weight"] == none_fits_weight(
+        parts["train"]) == 4  # 24 decisions where an action fits, 6 where none does
     want = np.mean([c.fit(pairs, y).logits(feed_pairs) for c in members], axis=0)
-    got = sp.margins(d.request, d.descriptions())
+    got = sp.margins(inp.request, list(inp.descriptions))
     assert got == pytest.approx(want[:, 0] - want[:, 1], abs=1e-4)
     # the threshold's figures, recounted from decide on the calibration split
     th = m.threshold
@@ -264,6 +305,15 @@ def test_ensemble_decides_by_the_mean_of_its_members(tmp_path):
     assert th.calibration_abstained == sum(1 for x, a in answers if x.label is None and a.action is None)
     assert th.calibration_answered == len(fit_answered)
     assert th.calibration_correct == sum(1 for x, a in fit_answered if a.action == x.label)
+    # τ was chosen on the calibration split (a fine-tune is not cross-fitted), above the abstention floor
+    assert (th.source, th.n, th.guarantee, th.target_abstention) == ("calibration split", 20, "ltt", 0.3)
+    conf_none = np.array([a.confidence for x, a in answers if x.label is None])
+    floor = abstention_floor(conf_none, 0.3)
+    assert floor is not None  # 0.3 of 10 is certified by abstaining on all of them
+    assert th.tau >= floor and th.calibration_abstention_lower_bound == pytest.approx(
+        stats.lower_bound(th.calibration_abstained, 10))
+    assert m.metrics["calibration"]["abstention_certified"] is True
+    assert not any("abstention" in r for r in m.gate.reasons)
 
 
 def test_bfcl_import(tmp_path):
@@ -336,7 +386,7 @@ def test_router_gives_a_pairwise_specialist_the_offered_tools(trained, tmp_path)
         router.decide(state, tools="music.play")
     # the receipt keeps the offered tools: distilling from it describes the actions as this step did
     router.close()
-    again = load_pair_decisions([tmp_path / "r.jsonl"], policy)[0]
+    again = decisions(tmp_path / "r.jsonl", policy)
     assert decision.receipt.meta["tools"] == offered
     assert [d.tools for d in again] == [{t["name"]: t for t in offered}]
     with pytest.raises(ZcError, match="not a specialist directory"):

@@ -6,7 +6,10 @@ The public API (bench/, examples/ and harnesses use these names; modules load on
 - `distill(paths, policy, out, Settings(...))` -> `Result`: the ten distillation steps (pipeline.py)
 - `load_specialist(directory, policy)`: a specialist for decision time (classifier or pairwise)
 - `load_decisions(paths, policy)` -> `Dataset`; `split_by_task`, `seal`, `Decision`, `Report`
-- `choose_threshold(conf, correct, target, guarantee)`; `evaluate(...)` (the figures of a split)
+- `choose_threshold(conf, correct, target, guarantee)`; `evaluate(...)` (the figures of a split);
+  `threshold_line(manifest)` (τ and its guarantee in words); `recipe(kind, seed, spec, policy, options)`
+  (what differs between model kinds: `.model()` is a tabular recipe's unfitted scikit-learn estimator)
+- pairwise: `describe(action, tool)` (a candidate's text), `nearest` and `words_of` (similar descriptions)
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ _API = {
     "split_by_task": ("dataset", "split_by_task"), "seal": ("dataset", "seal"), "Report": ("dataset", "Report"),
     "evaluate": ("metrics", "evaluate"), "RISKY_TAGS": ("metrics", "RISKY_TAGS"),
     "risky_actions": ("metrics", "risky_actions"), "choose_threshold": ("threshold", "choose"),
-    "NEVER": ("threshold", "NEVER"),
+    "NEVER": ("threshold", "NEVER"), "recipe": ("recipes", "recipe"), "threshold_line": ("report", "threshold_line"),
+    "describe": ("pairwise", "describe"), "nearest": ("pairs", "nearest"), "words_of": ("pairs", "words_of"),
 }
 __all__ = sorted(_API)
 

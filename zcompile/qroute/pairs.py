@@ -30,13 +30,14 @@ def pair_input(request: str, d: Decision, described: dict[str, dict]) -> PairInp
     return PairInput(request, tuple(describe(a, tools.get(a)) for a in d.legal), d.legal)
 
 
-def _words_of(text: str) -> frozenset[str]:
+def words_of(text: str) -> frozenset[str]:
+    """The words of a description that `nearest` compares (lower case, longer than two letters)."""
     return frozenset(w for w in text.lower().replace(":", " ").replace(",", " ").split() if len(w) > 2)
 
 
 def nearest(desc: str, pool: Sequence[str], pool_words: Sequence[frozenset[str]], k: int) -> list[int]:
     """Indices of the `k` pool descriptions sharing the most words with `desc` (Jaccard), itself excluded."""
-    w = _words_of(desc)
+    w = words_of(desc)
     sims = [(len(w & pw) / (len(w | pw) or 1), i) for i, pw in enumerate(pool_words) if pool[i] != desc]
     sims.sort(key=lambda t: (-t[0], t[1]))
     return [i for _, i in sims[:k]]
@@ -62,7 +63,7 @@ def training_pairs(x: Sequence[PairInput], decisions: Sequence[Decision], descri
     `none_fits_weight` times (each repeat draws its own random negatives)."""
     rng = np.random.default_rng(seed)
     pool = sorted({desc for inp in x for desc in inp.descriptions})
-    pool_words = [_words_of(p) for p in pool]
+    pool_words = [words_of(p) for p in pool]
     weight = none_fits_weight(decisions)
     pairs, y = [], []
     for inp, d in [(inp, d) for inp, d in zip(x, decisions) for _ in range(weight if d.label is None else 1)]:

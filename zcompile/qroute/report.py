@@ -35,7 +35,8 @@ def _model_line(m: Manifest) -> str:
             f"training), reading {reads}. Temperature {m.calibration.temperature:.3f}.")
 
 
-def _threshold_line(m: Manifest) -> str:
+def threshold_line(m: Manifest) -> str:
+    """τ, its guarantee and the evidence it was chosen on, in words."""
     th = m.threshold
     where = "K task-grouped folds over the train and calibration splits" if th.source == "cross-fitted" \
         else "the calibration split"
@@ -61,7 +62,7 @@ def render(m: Manifest) -> str:
     lines = [
         f"# {title} `{m.name}`" + (f" for policy `{m.policy_name}`" if m.policy_name else ""), "",
         f"**Verdict: {verdict(m)}.**", "",
-        _model_line(m), "", _threshold_line(m), "",
+        _model_line(m), "", threshold_line(m), "",
         "## Data", "", "| split | tasks | decisions |", "|---|---:|---:|",
         *(f"| {k} | {len(s.tasks)} | {s.decisions} |" for k, s in
           (("train", m.splits.train), ("calibration", m.splits.calibration), ("test", m.splits.test))),
