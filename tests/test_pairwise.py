@@ -237,6 +237,35 @@ def test_pair_threshold_bounds_precision_where_fits_and_abstention_where_none_fi
     assert learn_then_test(conf_fit, right, 0.6).tau == 0.55
 
 
+def test_pipeline_chooses_pairwise_tau_above_the_abstention_floor():
+    """`pipeline` composes the two on the calibration split: the figures of the hand-computed case above,
+    and when no τ keeps abstention, none is tested, on the same decisions (n is theirs, not 0)."""
+    from zcompile.qroute import Report, pipeline
+    from zcompile.qroute.features import VERSION, FeatureSpec
+    from zcompile.qroute.manifest import Calibration
+    from zcompile.qroute.recipes import PairwiseRecipe
+
+    conf = np.concatenate([[0.99, 0.98, 0.97, 0.96, 0.95, 0.94, 0.93, 0.92, 0.91, 0.9, 0.8, 0.55],
+                           [0.985, 0.935], np.linspace(0.1, 0.5, 38)])
+    best = ["a.one"] * 11 + ["b.two"] + ["a.one"] * 40  # the one at 0.55 is wrong
+    oof = [_decision(k, "a.one" if k < 12 else None) for k in range(52)]
+    rec = PairwiseRecipe(0, FeatureSpec(VERSION, (), ()), None, {})
+    raw, platt = (np.log(conf / (1 - conf)), best), Calibration("platt", 1.0, 0.0)  # sigmoid(z) is conf
+
+    def threshold(target_abstention, k=52):
+        s = pairwise(target_precision=0.6, target_abstention=target_abstention)
+        return pipeline._threshold(rec, (raw[0][:k], raw[1][:k]), oof[:k], platt, s, 1, Report())
+
+    th, fig = threshold(0.88)  # the floor above 0.935, then 6 of 6 (see the test above)
+    assert (th.tau, th.n, th.calibration_answered, th.calibration_correct) == (pytest.approx(0.94), 12, 6, 6)
+    assert (th.source, th.calibration_none_fits, th.calibration_abstained) == ("calibration split", 40, 39)
+    assert th.calibration_abstention_lower_bound == pytest.approx(stats.lower_bound(39, 40))
+    assert fig["abstention_certified"] is True and fig["none_fits"] == 40
+    th, fig = threshold(0.85, k=17)  # 5 decisions where none fits cannot certify 0.85
+    assert (th.tau, th.n, th.calibration_answered, th.calibration_abstained) == (NEVER, 12, 0, 5)
+    assert "n = 12" in th.statement and fig["abstention_certified"] is False
+
+
 def test_gate_bounds_abstention_for_pairwise_specialists():
     """The gate promotes on the certified τ; for a pairwise specialist abstention where no action fits
     must be certified as well; the test split only refutes (its one-sided upper bound below target)."""

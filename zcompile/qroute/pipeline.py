@@ -175,7 +175,8 @@ def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.Decision]], policy
     exported, parity, sp = export_checked(rec, model, cdir, pre, x_test, test, policy, report)
     if not rec.crossfit:
         oof_raw = rec.exported(sp, x["calibration"])
-    report.step(f"6/10 calibrating ({rec.calibration_method}, outside ONNX) on {len(oof)} out-of-fold decisions")
+    report.step(f"6/10 calibrating ({rec.calibration_method}, outside ONNX) on {len(oof)} "
+                + ("out-of-fold decisions" if rec.crossfit else "calibration-split decisions"))
     cal = rec.fit_calibration(oof_raw, oof)
     threshold, oof_figures = _threshold(rec, oof_raw, oof, cal, s, n_candidates, report)
     report.step("8/10 evaluating on the sealed test split")
@@ -222,10 +223,9 @@ def _threshold(rec: Any, raw: Any, oof: Sequence[D.Decision], cal: Calibration, 
     floor = abstention_floor(conf[~fits], a_target, delta) if a_target else 0.0
     report.step(f"7/10 choosing τ: precision ≥ {s.target_precision:g} ({s.guarantee}, δ = {delta:.3g}, n = {len(oof)})"
                 + (f", abstention ≥ {a_target:g} where no action fits" if a_target else ""))
-    if floor is None:
-        choice = choose(np.zeros(0), np.zeros(0, bool), s.target_precision, s.guarantee, delta)
-    else:
-        choice = choose(conf[fits], correct[fits], s.target_precision, s.guarantee, delta, floor)
+    # no floor (no τ keeps abstention where none fits): no τ is tested, the evidence's n stays its own
+    choice = choose(conf[fits], correct[fits], s.target_precision, s.guarantee, delta,
+                    np.inf if floor is None else floor)
     n_none = int((~fits).sum())
     abstained = int((conf[~fits] < choice.tau).sum())
     source = "cross-fitted" if rec.crossfit else "calibration split"

@@ -38,12 +38,12 @@ def _model_line(m: Manifest) -> str:
 def threshold_line(m: Manifest) -> str:
     """τ, its guarantee and the evidence it was chosen on, in words."""
     th = m.threshold
-    where = "K task-grouped folds over the train and calibration splits" if th.source == "cross-fitted" \
-        else "the calibration split"
+    where = ("scored out of fold (K task-grouped folds over the train and calibration splits)"
+             if th.source == "cross-fitted" else "held out from training (the calibration split)")
     if th.tau >= NEVER:
-        return (f"No τ qualifies: the specialist abstains on everything. Tested on {th.n} out-of-fold decisions "
-                f"({where}): {th.statement}.")
-    text = (f"τ = {th.tau:.4f}, certified: {th.statement}, on {th.n} decisions scored out of fold ({where}). At τ "
+        return (f"No τ qualifies: the specialist abstains on everything. Tested on {th.n} decisions {where}: "
+                f"{th.statement}.")
+    text = (f"τ = {th.tau:.4f}, certified: {th.statement}, on {th.n} decisions {where}. At τ "
             f"{th.calibration_correct} of {th.calibration_answered} answered right (one-sided "
             f"{1 - th.alpha:.1%} Clopper–Pearson bound {th.calibration_lower_bound:.3f}).")
     if th.calibration_none_fits and th.target_abstention:
