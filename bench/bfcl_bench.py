@@ -12,12 +12,15 @@ description words with it (so that they choose among related tools, as `multiple
 a function whose name differs from the right one's only in case and punctuation (another copy of
 the same tool, which would make a right choice count as wrong); nothing reads particular ids,
 function names or wording. The scorer is an ensemble of `--ensemble` fine-tunes (about 9 minutes
-each on one core), and τ bounds precision where a function fits and abstention where none does.
+each on one core). τ is chosen on the calibration split: the lowest at which abstaining where no
+function fits keeps its one-sided 95% bound ≥ the abstention target is a floor, and above it
+Learn-then-Test certifies precision where a function fits (`zc distill --model pairwise`).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import shlex
@@ -33,9 +36,8 @@ sys.path[:0] = [str(ROOT)]
 
 from benchdoc import machine_table, publish  # noqa: E402
 
-from zcompile.qroute.distill import Report  # noqa: E402
-from zcompile.qroute.pairdistill import (TARGET_ABSTENTION, PairDecision, distill_pairwise,  # noqa: E402
-                                        load_pair_decisions, threshold_text)
+from zcompile.qroute import (TARGET_ABSTENTION, Decision, PairwiseSpecialist, Report, Settings,  # noqa: E402
+                             describe, distill, load_decisions, nearest, threshold_line, words_of)
 from zcompile.receipts import bfcl_answers_path, import_bfcl, write_file  # noqa: E402
 
 PACKAGES = [("torch / onnxruntime / tokenizers", ("torch", "onnxruntime", "tokenizers"))]
@@ -51,7 +53,7 @@ def bucket(qid: str) -> int:
     return zlib.crc32(qid.encode()) % 100
 
 
-def load(data: Path, out: Path) -> dict[str, list[PairDecision]]:
+def load(data: Path, out: Path) -> dict[str, list[Decision]]:
     out.mkdir(parents=True, exist_ok=True)
     decisions = {}
     for cat, name in FILES.items():
@@ -59,7 +61,7 @@ def load(data: Path, out: Path) -> dict[str, list[PairDecision]]:
         answers = bfcl_answers_path(src)
         path = out / f"{cat}.jsonl"
         write_file(path, import_bfcl(src, answers if answers.exists() else None))
-        decisions[cat] = load_pair_decisions([path])[0]
+        decisions[cat] = load_decisions([path], None, none_fits=True).decisions
     return decisions
 
 
@@ -68,17 +70,14 @@ def same_tool(a: str, b: str) -> bool:
     return re.sub(r"[^a-z0-9]", "", a.lower()) == re.sub(r"[^a-z0-9]", "", b.lower())
 
 
-def with_distractors(decisions: list[PairDecision], seed: int) -> list[PairDecision]:
+def with_distractors(decisions: list[Decision], seed: int) -> list[Decision]:
     """Each decision offered its own functions plus 1–3 of the 8 functions of other decisions whose
     descriptions share the most words with its own (a `multiple`-like choice among related tools),
     never another copy of one of its own (`same_tool`)."""
-    from zcompile.qroute.pairdistill import _words_of, nearest
-    from zcompile.qroute.pairwise import describe
-
     rng = np.random.default_rng(seed)
     tools_of = [(a, x.tools.get(a)) for x in decisions for a in x.legal]
     pool = [describe(a, t) for a, t in tools_of]
-    pool_words = [_words_of(p) for p in pool]
+    pool_words = [words_of(p) for p in pool]
     out = []
     for d in decisions:
         tools, legal = dict(d.tools), list(d.legal)
@@ -90,8 +89,7 @@ def with_distractors(decisions: list[PairDecision], seed: int) -> list[PairDecis
             tools[name] = schema
             legal.append(name)
         order = rng.permutation(len(legal))
-        out.append(PairDecision(d.id, d.task, d.order, d.state, d.request, tuple(legal[k] for k in order),
-                                tools, d.label))
+        out.append(dataclasses.replace(d, legal=tuple(legal[k] for k in order), tools=tools))
     return out
 
 
@@ -104,9 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0,
                     help="training seed (members use seed, seed+1, …); the questions and splits do not change")
     ap.add_argument("--target-precision", type=float, default=0.95,
-                    help="one-sided 95%% lower bound on calibration precision where a function fits that τ must reach")
+                    help="precision where a function fits that τ must certify on the calibration split "
+                    "(Learn-then-Test, 95%% confidence)")
     ap.add_argument("--target-abstention", type=float, default=TARGET_ABSTENTION,
-                    help="one-sided 95%% lower bound on calibration abstention where none fits that τ must reach")
+                    help="one-sided 95%% lower bound on calibration abstention where none fits that τ must keep")
     ap.add_argument("--ensemble", type=int, default=3,
                     help="models fine-tuned (seeds seed, seed+1, …), deciding by the mean of their logits")
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "bfcl_pairwise")
@@ -142,15 +141,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_steps:
         options["max_steps"] = args.max_steps
     started = time.time()
-    res = distill_pairwise([ROOT / "build" / "bfcl_receipts" / f"{c}.jsonl" for c in FILES], args.out,
-                           parts=parts, seed=args.seed, options=options, report=Report(step, bar),
-                           target_precision=args.target_precision, target_abstention=args.target_abstention)
+    settings = Settings(model="pairwise", target_precision=args.target_precision,
+                        target_abstention=args.target_abstention, seed=args.seed, options=options)
+    res = distill([ROOT / "build" / "bfcl_receipts" / f"{c}.jsonl" for c in FILES], None, args.out, settings,
+                  report=Report(step, bar), parts=parts)
     wall = time.time() - started
     m = res.manifest
     t = m.metrics
     sp_ids = {x.id for x in multiple}
-    from zcompile.qroute.pairwise import PairwiseSpecialist
-
     from zcompile import stats
 
     sp = PairwiseSpecialist(res.directory)
@@ -203,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{sum(1 for x in parts['train'] if x.label is None)} `irrelevance` questions. Calibration "
         f"({len(parts['calibration'])}): held-back `simple_python` questions offered 2–4 functions, and other "
         f"`irrelevance` questions. Confidence: the calibrated choice score, min(best fit margin, lead over the "
-        f"runner-up). {threshold_text(m.threshold)}. Reported on questions never trained on:", "",
+        f"runner-up). {threshold_line(m).removesuffix('.')}. Reported on questions never trained on:", "",
         "| test set | n | answered | precision (answered) | Wilson 95% | coverage | abstained | target | met |",
         "|---|---:|---:|---:|---|---:|---:|---|---|",
         f"| `multiple` (2–4 functions offered) | {int(mult.sum())} | {n_ans} | {'—' if prec is None else f'{prec:.3f}'} | [{lo:.3f}, {hi:.3f}] | "

@@ -1,7 +1,10 @@
 """Router latency: p50/p99 of `Router.decide` for compiler-only, compiler + tabular specialist, and a
 local HTTP tier, interleaved in one process after warm-up; writes its section of BENCHMARKS.md.
 
-    python bench/router_bench.py [--rounds N] [--write BENCHMARKS.md]
+    python bench/router_bench.py [--rounds N] [--specialist DIR] [--write BENCHMARKS.md]
+
+`--specialist` is a tabular specialist distilled for `policies/airline_chat.zc` (default
+`specialists/airline_chat`, made by `make demo`).
 
 The HTTP tier is the test suite's local OpenAI-compatible stub (tests/openai_stub.py): no model
 runs, so the figure is the protocol and transport cost a real local server adds on top of its
@@ -27,26 +30,27 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 import zcompile  # noqa: E402
 from benchdoc import machine_table, publish  # noqa: E402
 from openai_stub import OpenAIStub  # noqa: E402
-from zcompile.qroute.distill import load_decisions  # noqa: E402
+from zcompile.qroute import Specialist, load_decisions, recipe, split_by_task  # noqa: E402
 from zcompile.router import Router  # noqa: E402
 
 PACKAGES = [("onnxruntime / numpy / scikit-learn", ("onnxruntime", "numpy", "scikit-learn")), ("httpx", ("httpx",))]
 
 
 def specialist_vs_sklearn(policy, spec_dir: Path, decisions, rounds: int) -> list[tuple]:
-    """Specialist.decide, its ONNX call alone, and scikit-learn predict_proba, interleaved."""
+    """Specialist.decide, its ONNX call alone, and scikit-learn predict_proba, interleaved. The
+    scikit-learn model is the specialist's recipe refit as `zc distill` refits it: on the train and
+    calibration splits, over the specialist's own (scaled) features."""
     import warnings
 
-    from zcompile.qroute.distill import make_model, split_by_task
-    from zcompile.qroute.specialist import Specialist
-
     sp = Specialist(spec_dir, policy)
-    train = split_by_task(decisions)["train"]
+    parts = split_by_task(decisions)
+    pool = [d for d in parts["train"] + parts["calibration"] if d.label in d.legal and d.label in sp.actions]
     fz = sp.featurizer
-    X = np.stack([fz.one(d.state, d.legal) for d in train])
+    X = np.stack([fz.one(d.state, d.legal) for d in pool])
+    model = recipe(sp.manifest.model.kind, sp.manifest.seed, sp.manifest.features, policy, {}).model()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        clf = make_model(sp.manifest.model.kind, sp.manifest.seed).fit(X, [d.label for d in train])
+        clf = model.fit(X, [d.label for d in pool])
     sample = decisions[:300]
     rows = [fz.one(d.state, d.legal)[None, :] for d in sample]
     for d, x in zip(sample[:50], rows):
@@ -98,17 +102,19 @@ print(base, rss())
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=2000, help="timed decisions per configuration")
+    ap.add_argument("--specialist", type=Path, default=ROOT / "specialists" / "airline_chat",
+                    help="a tabular specialist distilled for policies/airline_chat.zc")
     ap.add_argument("--write", type=Path, help="replace the router section of this markdown file")
     args = ap.parse_args(argv)
     load0 = os.getloadavg()[0]
 
     core = zcompile.compile_file(ROOT / "policies" / "agent_core.zc")
     chat = zcompile.compile_file(ROOT / "policies" / "airline_chat.zc")
-    spec_dir = ROOT / "specialists" / "airline_chat"
+    spec_dir = args.specialist
     if not (spec_dir / "manifest.json").exists():
         print(f"{spec_dir} is missing: run `make demo` first", file=sys.stderr)
         return 1
-    decisions, _, _ = load_decisions([ROOT / "receipts"], chat)
+    decisions = load_decisions([ROOT / "receipts"], chat).decisions
     chat_states = [d.state for d in decisions[:300]]
     core_state = {"user": {"role": "developer"}, "budget": {"units": 40}, "target": {"kind": "file"},
                   "confidence": 0.9, "history": ["fs.read"]}
@@ -153,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append((name, len(ts), p50, p99, p50 / base))
     spec_p50 = rows[1][2]
     cmd = "python bench/router_bench.py" + (f" --rounds {args.rounds}" if args.rounds != 2000 else "") + \
+        (f" --specialist {shlex.quote(str(args.specialist))}"
+         if args.specialist != ROOT / "specialists" / "airline_chat" else "") + \
         (f" --write {shlex.quote(str(args.write))}" if args.write else "")
     lines = [
         "## Router decisions (`bench/router_bench.py`)", "",

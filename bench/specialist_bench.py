@@ -31,8 +31,7 @@ sys.path[:0] = [str(ROOT)]
 
 import zcompile  # noqa: E402
 from benchdoc import cpu_times, machine_table, publish, steal_share  # noqa: E402
-from zcompile.qroute.distill import load_decisions  # noqa: E402
-from zcompile.qroute.specialist import Specialist  # noqa: E402
+from zcompile.qroute import Settings, Specialist, distill, load_decisions  # noqa: E402
 
 PACKAGES = [("onnxruntime / numpy / tokenizers", ("onnxruntime", "numpy", "tokenizers"))]
 TOKENS = (16, 64, 128)
@@ -42,11 +41,9 @@ TARGET_MS = 10.0  # DESIGN.md §8: MiniLM-class int8 specialist, 64 tokens, p50 
 
 
 def quick_specialist(policy, out: Path) -> Path:
-    from zcompile.qroute.distill import distill
-
     print(f"no transformer specialist given: distilling one with a 5-step budget into {out}", file=sys.stderr)
-    distill([ROOT / "receipts"], policy, out, model="transformer",
-            options={"max_steps": 5, "max_length": 128, "quantization": "float32"})
+    distill([ROOT / "receipts"], policy, out,
+            Settings(model="transformer", options={"max_steps": 5, "max_length": 128, "quantization": "float32"}))
     return out
 
 
@@ -86,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     spec_dir = args.specialist
     if not (spec_dir / "manifest.json").exists():
         spec_dir = quick_specialist(policy, ROOT / "build" / "bench_transformer")
-    decisions, _, _ = load_decisions([ROOT / "receipts"], policy)
+    decisions = load_decisions([ROOT / "receipts"], policy).decisions
     probe = Specialist(spec_dir, policy, threads=1)
     if probe.kind != "transformer":
         print(f"{spec_dir} is a {probe.kind} specialist, not a transformer", file=sys.stderr)
