@@ -95,12 +95,13 @@ def main() -> None:
     ap.add_argument("--min-confidence", type=float, default=0.5)
     ap.add_argument("--kind", choices=("gbt", "logistic"), default="gbt")
     ap.add_argument("--trees", type=int, default=100)
-    ap.add_argument("--depth", type=int, default=3)
+    ap.add_argument("--depth", type=int, default=4)
     args = ap.parse_args()
     from sklearn.model_selection import GroupKFold
 
     t0 = time.perf_counter()
     calls, _ = load_calls(args.chat, args.tools)
+    writes = {name for name, kind in json.loads(args.tools.read_text()).get("tool_type", {}).items() if kind == "WRITE"}
     extract_s = time.perf_counter() - t0
     n = len(calls)
     sizes = [len(msgspec.json.encode(c["candidates"])) for c in calls]
@@ -108,7 +109,8 @@ def main() -> None:
     print(f"{args.chat.name}: {n} tool calls in {len({c['id'] for c in calls})} conversations, "
           f"{len({c['task'] for c in calls})} tasks; extraction {1e3 * extract_s / n:.2f} ms per decision")
     print(f"candidates per decision: median {statistics.median(counts):.0f}, max {max(counts)}; "
-          f"msgspec JSON bytes median {statistics.median(sizes):.0f}, mean {statistics.mean(sizes):.0f}, max {max(sizes)}")
+          f"msgspec JSON bytes median {statistics.median(sizes):.0f}, mean {statistics.mean(sizes):.0f}, "
+          f"max {max(sizes)}")
     print(f"ceiling (every argument value among the candidates): {fmt(sum(map(reachable, calls)), n)}")
 
     groups = [c["task"] for c in calls]
@@ -116,6 +118,7 @@ def main() -> None:
     correct = np.zeros(n, dtype=int)
     answered = np.zeros(n, dtype=bool)
     fit_s = 0.0
+    propose_ms: list[float] = []
     for train_idx, test_idx in GroupKFold(n_splits=args.folds).split(calls, groups=groups):
         assert not {groups[i] for i in train_idx} & {groups[i] for i in test_idx}
         examples = [e for i in train_idx for e in call_examples(calls[i]["action"], calls[i]["params"],
@@ -128,7 +131,9 @@ def main() -> None:
         scorer = ArgumentScorer(model.spec())
         for i in test_idx:
             c = calls[i]
+            t = time.perf_counter()
             p = scorer.propose(c["action"], c["params"], c["candidates"])
+            propose_ms.append(1e3 * (time.perf_counter() - t))
             if p.arguments is not None:
                 answered[i] = True
                 conf[i] = p.confidence
@@ -138,7 +143,8 @@ def main() -> None:
     size = f" ({args.trees} trees of depth {args.depth})" if args.kind == "gbt" else ""
     print(f"\ngrouped {args.folds}-fold by task, {args.kind}{size}, "
           f"min_confidence {args.min_confidence}; "
-          f"fit {fit_s / args.folds:.1f} s per fold; spec {spec_bytes / 1e3:.0f} kB of JSON")
+          f"fit {fit_s / args.folds:.1f} s per fold; spec {spec_bytes / 1e3:.0f} kB of JSON; "
+          f"propose median {statistics.median(propose_ms):.2f} ms, p99 {np.percentile(propose_ms, 99):.2f} ms")
     print(f"proposed (no required argument abstained): {fmt(k_ans, n)} of tool calls")
     print(f"exact among proposed (precision):          {fmt(k_ok, k_ans)}")
     print(f"exact over all tool calls:                 {fmt(k_ok, n)}")
@@ -151,11 +157,15 @@ def main() -> None:
         m, h, tau = coverage_at(conf, correct, target)
         print(f"  precision >= {target:.2f}: answered {fmt(m, n)} at τ {tau:.3f}, "
               f"precision {fmt(h, m) if m else 'n/a'}, Clopper–Pearson 95% lower bound {lower_bound(h, m):.3f}")
-    print("\nper action (answered, exact):")
+    tau95 = coverage_at(conf, correct, 0.95)[2]
+    print(f"\nper action: proposed, exact; at τ {tau95:.3f} (precision >= 0.95): answered, exact; "
+          f"ceiling (* a WRITE tool)")
     by = Counter(c["action"] for c in calls)
     for action, k in by.most_common():
-        idx = [i for i, c in enumerate(calls) if c["action"] == action]
-        print(f"  {action:30s} n={k:4d}  answered {int(answered[idx].sum()):4d}  exact {int(correct[idx].sum()):4d}"
+        idx = np.array([i for i, c in enumerate(calls) if c["action"] == action])
+        at = idx[conf[idx] >= tau95]
+        print(f"  {action + ('*' if action in writes else ''):31s} n={k:4d}  proposed {int(answered[idx].sum()):4d}"
+              f"  exact {int(correct[idx].sum()):4d}  at τ {len(at):4d}  exact {int(correct[at].sum()):4d}"
               f"  ceiling {sum(reachable(calls[i]) for i in idx):4d}")
 
 

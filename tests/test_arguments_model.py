@@ -194,6 +194,17 @@ def test_the_model_abstains_when_no_candidate_fits(fitted):
     assert scorer.propose("ping", {"type": "object", "properties": {}}, cands).arguments == {}
 
 
+def test_the_model_abstains_when_two_values_fit_equally(fitted):
+    scorer = ArgumentScorer(fitted["gbt"].spec())
+    _, _, cands, args, _ = dataset(5, 1)[0]
+    clear = scorer.propose("lookup", LOOKUP, cands)
+    assert clear.arguments == args and clear.confidence >= 0.5
+    # the user names a second order in the same breath: the same features, a rival as strong
+    rival = [msgspec.structs.replace(c, value="ZZ99ZZ") for c in cands if c.value == args["order_id"]]
+    unsure = scorer.propose("lookup", LOOKUP, cands + rival)
+    assert unsure.arguments is None and unsure.confidences["order_id"] == 0.0
+
+
 def test_numpy_scoring_equals_sklearn(fitted):
     data = dataset(3, 20)
     for kind, model in fitted.items():
@@ -213,6 +224,13 @@ def test_spec_round_trips_through_json(fitted):
     assert ArgumentScorer(back).propose(a, p, c) == fitted["gbt"].propose(a, p, c)
     with pytest.raises(ValueError, match="version"):
         ArgumentScorer(msgspec.structs.replace(spec, version=99))
+    trees = spec.model
+    loop = msgspec.structs.replace(trees, left=((0,) * len(trees.left[0]),) + trees.left[1:])
+    with pytest.raises(ValueError, match="tree 0"):  # a child pointing back at the root: rejected, no hang
+        ArgumentScorer(msgspec.structs.replace(spec, model=loop))
+    far = msgspec.structs.replace(trees, feature=((99,) * len(trees.feature[0]),) + trees.feature[1:])
+    with pytest.raises(ValueError, match="out of range"):
+        ArgumentScorer(msgspec.structs.replace(spec, model=far))
 
 
 def test_fit_rejects_unusable_input():

@@ -15,6 +15,7 @@ import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any, Literal
 
 import msgspec
@@ -56,7 +57,14 @@ class Candidate(msgspec.Struct, frozen=True, array_like=True):
 
 def normalize(value: Any) -> str:
     """A value's canonical JSON: keys sorted, integral floats as integers (1 == 1.0), bool kept apart."""
+    if isinstance(value, (str, int, float)):
+        return _normalize_scalar(value)
     return json.dumps(_canonical(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@lru_cache(maxsize=8192, typed=True)  # typed: True, 1 and 1.0 are cached apart
+def _normalize_scalar(value: Scalar) -> str:
+    return json.dumps(_canonical(value), ensure_ascii=False)
 
 
 def _canonical(value: Any) -> Any:
@@ -226,7 +234,7 @@ class ArgumentStats(msgspec.Struct, frozen=True):
     reach: float  # share of passed values found among the candidates
     shape_fine: dict[str, float]
     shape_coarse: dict[str, float]
-    values: dict[str, float]  # normalized value -> share, for values of MIN_CONSTANT_SHARE in MIN_CONSTANT_GROUPS groups
+    values: dict[str, float]  # normalized value -> share (MIN_CONSTANT_SHARE or more, in MIN_CONSTANT_GROUPS)
     constants: tuple[Scalar, ...]  # the most frequent of them, offered as `constant` candidates
 
 
@@ -319,7 +327,7 @@ def _fit_value(value: Scalar, schema: Mapping[str, Any]) -> tuple[Scalar, bool] 
     elif kind is not None and not (isinstance(kind, list) and {"string", "integer", "number", "boolean"} & set(kind)):
         out = None  # array, object, null: scalars do not fit
     if out is not None and isinstance(enum, list):
-        if out not in enum:
+        if normalize(out) not in {normalize(e) for e in enum}:
             folded = {str(e).casefold().replace(" ", "_"): e for e in enum}
             out = folded.get(str(out).casefold().replace(" ", "_").replace("-", "_"))
     if out is None:
@@ -329,14 +337,17 @@ def _fit_value(value: Scalar, schema: Mapping[str, Any]) -> tuple[Scalar, bool] 
 
 def shape(value: Any, fine: bool = True) -> str:
     """A value's shape class: `a_a_9:4` for `mia_li_3668`, `X:6` for `8JX2WO`, `9:4-9:2-9:2` for a date."""
+    return _shape(value, fine) if isinstance(value, (str, int, float)) else "other"
+
+
+@lru_cache(maxsize=8192, typed=True)
+def _shape(value: Scalar, fine: bool) -> str:
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int):
         return "int"
     if isinstance(value, float):
         return "float"
-    if not isinstance(value, str):
-        return "other"
     parts = _SEGMENT.findall(value)
     if len(parts) > 9:
         return "text"
@@ -355,8 +366,10 @@ def shape(value: Any, fine: bool = True) -> str:
     return "".join(out)
 
 
-def _words(key: str) -> set[str]:
-    return {w[:-1] if len(w) > 3 and w.endswith("s") else w for w in (x.lower() for x in _KEY_WORD.findall(key))}
+@lru_cache(maxsize=4096)
+def _words(key: str) -> frozenset[str]:
+    words = (w.lower() for w in _KEY_WORD.findall(key))
+    return frozenset(w[:-1] if len(w) > 3 and w.endswith("s") else w for w in words)
 
 
 class _Stats:
@@ -399,6 +412,8 @@ _EMPTY = ArgumentStats(n=0, included=0.0, reach=0.0, shape_fine={}, shape_coarse
 def _rows(action: str, argument: str, schema: Mapping[str, Any], candidates: Sequence[Candidate],
           stats: ArgumentStats) -> tuple[list[Scalar], np.ndarray]:
     """The fitting values of an argument's candidates (constants added) and their feature rows."""
+    if schema.get("type") in ("array", "object", "null"):
+        return [], np.zeros((0, len(FEATURES)))
     pool = list(candidates) + [Candidate(v, "constant", argument, 0, 1) for v in stats.constants]
     fitted = []
     for c in pool:
@@ -471,7 +486,7 @@ class ArgumentModel:
         seed: the trees' random state.
     """
 
-    def __init__(self, kind: str = "gbt", n_estimators: int = 100, max_depth: int = 3, learning_rate: float = 0.1,
+    def __init__(self, kind: str = "gbt", n_estimators: int = 100, max_depth: int = 4, learning_rate: float = 0.1,
                  C: float = 1.0, min_confidence: float = 0.5, seed: int = 0) -> None:
         self.kind = kind
         self.n_estimators = n_estimators
@@ -556,6 +571,33 @@ class ArgumentModel:
         return ArgumentScorer(self.spec()).propose(action, params, candidates)
 
 
+def _check_trees(m: Trees) -> int:
+    """The trees' greatest depth; ValueError unless every tree is a well-formed binary tree over FEATURES."""
+    if not m.feature:
+        raise ValueError("argument model spec: no trees")
+    depth = 0
+    for t, (feature, threshold, left, right, value) in enumerate(zip(m.feature, m.threshold, m.left, m.right, m.value)):
+        n = len(feature)
+        if not n or any(len(a) != n for a in (threshold, left, right, value)):
+            raise ValueError(f"argument model spec: tree {t} has fields of different lengths")
+        level, d, seen = [0], 0, 1
+        while True:
+            level = [c for i in level if left[i] != -1 for c in (left[i], right[i])]
+            if any(not 0 < c < n for c in level) or any(not 0 <= feature[i] < len(FEATURES) for i in level
+                                                        if left[i] != -1):
+                raise ValueError(f"argument model spec: tree {t} has a child or feature index out of range")
+            seen += len(level)
+            if not level:
+                break
+            if seen > n:
+                raise ValueError(f"argument model spec: tree {t} is not a tree")
+            d += 1
+        if left[0] != -1 and not 0 <= feature[0] < len(FEATURES):
+            raise ValueError(f"argument model spec: tree {t} has a feature index out of range")
+        depth = max(depth, d)
+    return depth
+
+
 class ArgumentScorer:
     """Decision-time argument proposals from an `ArgumentModelSpec` (numpy only)."""
 
@@ -568,9 +610,21 @@ class ArgumentScorer:
         m = spec.model
         if isinstance(m, Linear):
             self._linear = tuple(np.asarray(a, dtype=np.float64) for a in (m.mean, m.scale, m.coef))
-        else:
-            self._trees = [tuple(np.asarray(a) for a in t)
-                           for t in zip(m.feature, m.threshold, m.left, m.right, m.value)]
+        else:  # the trees padded to one (trees x nodes) array per field; padding is never reached
+            self._depth = _check_trees(m)
+            width = max(len(f) for f in m.feature)
+
+            def pad(rows: tuple[tuple[Any, ...], ...], dtype: Any, fill: Any) -> np.ndarray:
+                out = np.full((len(rows), width), fill, dtype=dtype)
+                for t, r in enumerate(rows):
+                    out[t, :len(r)] = r
+                return out
+
+            self._feature = np.maximum(pad(m.feature, np.int64, 0), 0)  # leaves hold -2: any column will do
+            self._threshold = pad(m.threshold, np.float64, 0.0)
+            self._left = pad(m.left, np.int64, -1)
+            self._right = pad(m.right, np.int64, -1)
+            self._value = pad(m.value, np.float64, 0.0)
 
     def predict_proba(self, x: np.ndarray) -> np.ndarray:
         """The probability that each feature row's candidate is the teacher's value."""
@@ -580,19 +634,15 @@ class ArgumentScorer:
             z = ((x - mean) / scale) @ coef + m.intercept
         else:
             x32 = np.asarray(x, dtype=np.float32)
-            rows = np.arange(len(x32))
-            z = np.zeros(len(x32))
-            for feature, threshold, left, right, value in self._trees:
-                node = np.zeros(len(x32), dtype=np.int64)
-                while True:
-                    inner = left[node] != -1
-                    if not inner.any():
-                        break
-                    f = np.where(inner, feature[node], 0)
-                    go_left = x32[rows, f] <= threshold[node]
-                    node = np.where(inner, np.where(go_left, left[node], right[node]), node)
-                z += m.learning_rate * value[node]
+            trees = np.arange(len(self._left))[None, :]
+            node = np.zeros((len(x32), len(self._left)), dtype=np.int64)  # rows x trees
+            for _ in range(self._depth):
+                left, right = self._left[trees, node], self._right[trees, node]
+                go_left = np.take_along_axis(x32, self._feature[trees, node], axis=1) <= self._threshold[trees, node]
+                node = np.where(left == -1, node, np.where(go_left, left, right))
+            z = m.learning_rate * self._value[trees, node].sum(axis=1)
         return 1.0 / (1.0 + np.exp(-z))
+
     def stats(self, action: str, argument: str) -> ArgumentStats:
         return _merge(self.spec.actions.get(action, {}).get(argument), self.spec.names.get(argument))
 
