@@ -633,6 +633,57 @@ def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts
         click.echo(f"  {r.tier:<12} {r.outcome}{extra} {r.latency_ms:.2f} ms {r.detail}".rstrip())
 
 
+# ---- policy authors' tools: zc test, zc fmt (check --format lives with `check`) ----------------
+@main.command("test")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--coverage", is_flag=True, help="Report rules and condition outcomes no case exercised.")
+@click.option("-v", "--verbose", is_flag=True, help="Print passing cases too.")
+def test_cmd(paths: tuple[str, ...], coverage: bool, verbose: bool) -> None:
+    """Run policy unit tests (`*.test.yaml`, `*.test.json`); exit 1 when a case fails."""
+    from .testing import run_suites, suite_files
+
+    try:
+        runs = run_suites(suite_files(paths), coverage)
+    except ZcError as exc:
+        _fail(exc)
+    passed = failed = 0
+    for run in runs:
+        if run.error is not None:
+            failed += 1
+            click.echo(f"{run.path}:\n  ERROR\n" + "\n".join("    " + line for line in
+                                                            run.error.render().splitlines()))
+            continue
+        shown = [(r, line) for r, line in zip(run.results, run.lines) if verbose or not r.passed]
+        passed += sum(r.passed for r in run.results)
+        failed += sum(not r.passed for r in run.results)
+        if shown:
+            click.echo(f"{run.path}:")
+        for r, line in shown:
+            where = f" ({run.path}:{line})" if line and not r.passed else ""
+            click.echo(f"  {'PASS' if r.passed else 'FAIL'}: {r.name}{where} ({r.seconds * 1e3:.2f} ms)")
+            for d in r.diff:
+                click.echo(f"    {d}")
+    if coverage:
+        seen = set()
+        for run in runs:
+            cov = run.coverage
+            if cov is None or id(cov) in seen:
+                continue
+            seen.add(id(cov))
+            have, total = cov.totals()
+            pct = 100.0 * have / total if total else 100.0
+            click.echo(f"coverage: {cov.compiled.path}: {have}/{total} rule and condition outcomes "
+                       f"({pct:.1f}%)")
+            for gap in cov.gaps():
+                click.echo(f"  {gap}")
+    click.echo("-" * 80)
+    if passed:
+        click.echo(f"PASS: {passed}/{passed + failed}")
+    if failed:
+        click.echo(f"FAIL: {failed}/{passed + failed}")
+    sys.exit(1 if failed else 0)
+
+
 def run() -> None:
     """Entry point that keeps user errors free of tracebacks."""
     try:
