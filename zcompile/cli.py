@@ -684,6 +684,63 @@ def test_cmd(paths: tuple[str, ...], coverage: bool, verbose: bool) -> None:
     sys.exit(1 if failed else 0)
 
 
+@main.command("fmt")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--check", "check_only", is_flag=True, help="Write nothing; exit 1 if a file is not formatted.")
+@click.option("--diff", "show_diff", is_flag=True, help="Write nothing; print what would change as a diff.")
+def fmt_cmd(paths: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
+    """Format policies in place (or `-`: stdin to stdout), keeping comments and meaning."""
+    import difflib
+
+    from .driver import policy_files, read_source
+    from .fmt import format_source
+    from .parse import decode
+
+    if paths == ("-",):
+        try:
+            click.echo(format_source(decode("<stdin>", sys.stdin.buffer.read())), nl=False)
+        except ZcError as exc:
+            _fail(exc)
+        return
+    try:
+        files = policy_files(list(paths))
+    except ZcError as exc:
+        _fail(exc)
+    errors = changed = 0
+    for path in files:
+        try:
+            source = read_source(path)
+            new = format_source(source)
+        except ZcError as exc:
+            click.echo(exc.render() + "\n", err=True)
+            errors += 1
+            continue
+        if new == source.text:
+            continue
+        changed += 1
+        if show_diff:
+            click.echo("".join(difflib.unified_diff(source.text.splitlines(True), new.splitlines(True),
+                                                    f"{path}", f"{path} (formatted)")), nl=False)
+        if check_only or show_diff:
+            click.echo(f"would reformat {path}", err=True)
+            continue
+        try:
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+                fh.write(new)
+            os.chmod(tmp, path.stat().st_mode & 0o7777)
+            os.replace(tmp, path)
+        except OSError as exc:
+            click.echo(f"error: {path}: cannot write: {exc.strerror}", err=True)
+            errors += 1
+            continue
+        click.echo(f"formatted {path}", err=True)
+    verb = "would be reformatted" if check_only or show_diff else "reformatted"
+    click.echo(f"{changed} of {len(files)} file{'s' if len(files) != 1 else ''} {verb}"
+               + (f", {errors} with errors" if errors else ""), err=True)
+    sys.exit(1 if errors or (check_only and changed) else 0)
+
+
 def run() -> None:
     """Entry point that keeps user errors free of tracebacks."""
     try:
