@@ -59,12 +59,21 @@ def main() -> None:
 @main.command("check")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--deny-warnings", is_flag=True, help="Exit 1 when there are warnings too.")
-def check_cmd(paths: tuple[str, ...], deny_warnings: bool) -> None:
+@click.option("--format", "out_format", type=click.Choice(["text", "json", "sarif"]), default="text",
+              show_default=True, help="json or sarif (2.1.0): the diagnostics on stdout, for tools.")
+def check_cmd(paths: tuple[str, ...], deny_warnings: bool, out_format: str) -> None:
     """Parse and check policies (names, types, cycles, lints); print every diagnostic."""
     try:
         results = _check_all(paths)
     except ZcError as exc:
         _fail(exc)
+    if out_format != "text":
+        from .sarif import json_report, sarif_report
+
+        click.echo((json_report if out_format == "json" else sarif_report)(results).decode())
+        errors = sum(d.is_error for _, _, ds in results for d in ds)
+        warnings = sum(d.severity == "warning" for _, _, ds in results for d in ds)
+        sys.exit(1 if errors or (deny_warnings and warnings) else 0)
     errors, warnings = _report(results)
     click.echo(_summary(errors, warnings, len(results)), err=True)
     sys.exit(1 if errors or (deny_warnings and warnings) else 0)
