@@ -750,6 +750,17 @@ def fmt_cmd(paths: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
     sys.exit(1 if errors or (check_only and changed) else 0)
 
 
+@main.command("lsp")
+def lsp_cmd() -> None:
+    """Run the language server on stdio (for editors; needs `pip install 'zcompile[lsp]'`)."""
+    try:
+        from .lsp.server import main as serve
+    except ImportError as exc:
+        _fail(ZcError(f"the language server needs pygls ({exc.name} is not installed): "
+                      "pip install 'zcompile[lsp]'"))
+    serve()
+
+
 def run() -> None:
     """Entry point that keeps user errors free of tracebacks."""
     try:
