@@ -186,7 +186,7 @@ def test_run_case_api():
 
 def test_the_example_in_the_docs_passes(desk):
     doc = (Path(__file__).parents[1] / "docs" / "authoring.md").read_text()
-    block = doc.split("```yaml\n# support_desk.test.yaml", 1)[1].split("```", 1)[0]
+    block = doc.split("```yaml\n# support_desk.test.yaml", 1)[1].split("\n", 1)[1].split("```", 1)[0]
     write(desk, block)
     res = zc("test", desk, "-v")
     assert res.exit_code == 0, res.output
