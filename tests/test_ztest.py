@@ -144,6 +144,14 @@ def test_case_errors_fail_the_case_not_the_run(desk):
     assert "FAIL: 3/3" in out
 
 
+def test_a_flat_dotted_state_key_is_explained(desk):
+    write(desk, "version: 1\ncases:\n- name: flat\n"
+                "  state: {user.role: admin, user: {verified: true}, budget: {units: 3}}\n  legal: []\n")
+    out = zc("test", desk).output
+    assert "state key `user.role` is written flat: dotted fields are nested objects " \
+           "(`user: {role: …}`)" in out
+
+
 def test_a_policy_with_errors_is_one_error(tmp_path):
     (tmp_path / "p.zc").write_text("policy p\naction a\nfallback b\n")
     write(tmp_path, "version: 1\ncases: []\n", "p.test.yaml")

@@ -277,11 +277,29 @@ def run_case(compiled: Compiled, case: Case) -> CaseResult:
     """Run one case against a compiled policy."""
     policy = compiled.policy
     t0 = time.perf_counter()
+    flat = _flat_keys(case.state, set(compiled.checked.fields))
+    if flat:
+        return CaseResult(case.name, False, tuple(flat), time.perf_counter() - t0)
     try:
         diff = _legal_diff(policy, case) if case.legal is not None else _call_diff(policy, case)
     except ZcError as exc:  # an invalid state, an unknown intent or action: the case is wrong
         diff = [f"error: {exc}"]
     return CaseResult(case.name, not diff, tuple(diff), time.perf_counter() - t0)
+
+
+def _flat_keys(state: Mapping[str, Any], fields: set[str], prefix: str = "") -> list[str]:
+    """A state key written flat (`"user.role": …`) would be ignored: say how to nest it."""
+    out = []
+    for key, value in state.items():
+        path = prefix + key
+        if "." in key and path in fields:
+            parts = key.split(".")
+            nested = ": {".join(parts) + ": …" + "}" * (len(parts) - 1)
+            out.append(f"error: state key `{path}` is written flat: dotted fields are nested "
+                       f"objects (`{nested}`)")
+        elif isinstance(value, Mapping):
+            out.extend(_flat_keys(value, fields, path + "."))
+    return out
 
 
 def _legal_diff(policy: Policy, case: Case) -> list[str]:
