@@ -25,13 +25,6 @@ def test_golden_case(suite, case):
     assert result.passed, "\n".join(result.diff)
 
 
-@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
-def test_shipped_and_golden_policies_compile(source):
-    _, diagnostics = compile_source(read_source(source))
-    if source.parent.name == "policies":  # shipped policies are examples users copy: no warnings
-        assert [d.render() for d in diagnostics] == []
-
-
 def test_every_policy_has_a_test_file():
     assert {s.policy.resolve() for s in SUITES} == {p.resolve() for p in SOURCES}
 
@@ -39,6 +32,13 @@ def test_every_policy_has_a_test_file():
 def test_no_golden_state_outside_a_test_file():
     """Golden states live in `zc test` files; a loose JSON state (the old layout) would be skipped."""
     assert sorted(GOLDEN.glob("*/*.json")) == []
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
+def test_shipped_and_golden_policies_compile(source):
+    _, diagnostics = compile_source(read_source(source))
+    if source.parent.name == "policies":  # shipped policies are examples users copy: no warnings
+        assert [d.render() for d in diagnostics] == []
 
 
 def test_there_are_golden_cases_for_every_family():
