@@ -23,7 +23,7 @@ class Client:
     """A minimal LSP client: Content-Length framing, requests by id, notifications queued."""
 
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "zcompile.lsp"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-m", "zcompile", "lsp"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.messages: queue.Queue = queue.Queue()
         self.next_id = 0
@@ -188,3 +188,22 @@ def test_formatting_returns_the_formatted_document(lsp):
     from zcompile.fmt import format_text
 
     assert edit["newText"] == format_text(messy) and "fallback escalate  #" in edit["newText"]
+
+
+def test_broken_new_document_and_utf16_columns(lsp):
+    uri = "file:///work/policies/new.zc"
+    text = 'policy p\naction a "😀 smile" fallback b\n'
+    lsp.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "zc", "version": 1,
+                                                         "text": text}})
+    while True:
+        msg = lsp.messages.get(timeout=TIMEOUT)
+        if msg.get("method") == "textDocument/publishDiagnostics" and msg["params"]["uri"] == uri:
+            break
+    (d,) = msg["params"]["diagnostics"]
+    assert d["code"] == "ZC0203" and "unknown action `b`" in d["message"]
+    # the emoji is one code point but two UTF-16 code units: LSP columns count the latter
+    assert d["range"]["start"] == {"line": 1, "character": text.split("\n")[1].index(" b") + 2}
+    result = lsp.request("textDocument/completion", {"textDocument": {"uri": uri},
+                                                     "position": {"line": 1, "character": 0}})
+    assert {"a", "policy", "requires"} <= {i["label"] for i in result["items"]}
+    lsp.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
