@@ -55,7 +55,6 @@ class _Segment:
     toks: list[_Tok]
     cells_at: dict[int, int] = field(default_factory=dict)  # token index -> the column it opens
     closes: bool = False  # a block's `}`: comments before it are indented like the block's body
-    opens: bool = False  # a block's opening line: no blank line after it
 
 
 @dataclass(slots=True)
@@ -77,7 +76,7 @@ def format_source(source: Source) -> str:
     tree = _parser().parse(text)
     comments = [t for t in _parser().lex(text, dont_ignore=True) if t.type == "COMMENT"]
     segments = _segments(tree, text)
-    return _render(_lines(segments, comments, text))
+    return _render(_lines(segments, comments))
 
 
 def format_text(text: str, path: str = "<string>") -> str:
@@ -119,7 +118,7 @@ def _segments(tree: Tree, text: str) -> list[_Segment]:
         kind = item.data
         if kind == "state_block":
             toks = _tokens(item, kind)
-            segs.append(_Segment("state_open", 0, toks[:2], opens=True))
+            segs.append(_Segment("state_open", 0, toks[:2]))
             for f in item.children[2:-1]:
                 ft = _tokens(f, f.data)
                 colon = next(i for i, t in enumerate(ft) if t.text == ":")
@@ -128,7 +127,7 @@ def _segments(tree: Tree, text: str) -> list[_Segment]:
         elif kind == "intent_decl":
             toks = _tokens(item, kind)
             brace = next(i for i, t in enumerate(toks) if t.text == "{" and t.parent == kind)
-            segs.append(_Segment("intent_open", 0, toks[: brace + 1], opens=True))
+            segs.append(_Segment("intent_open", 0, toks[: brace + 1]))
             segs.append(_Segment("allow", INDENT, toks[brace + 1 : -1]))
             segs.append(_Segment("close", 0, toks[-1:], closes=True))
         else:
@@ -171,7 +170,7 @@ def _space(prev: _Tok | None, tok: _Tok) -> str:
 
 
 # ---- lines and comments --------------------------------------------------------------------
-def _lines(segments: list[_Segment], comments: list[Token], text: str) -> list[_Line]:
+def _lines(segments: list[_Segment], comments: list[Token]) -> list[_Line]:
     lines: list[_Line] = []
     ci = 0  # next comment
     last_line = 0  # source line of the last element emitted
@@ -225,7 +224,6 @@ def _segment_lines(seg: _Segment, comments: list[Token]) -> list[_Line]:
                    key=lambda e: e[0])
     head = _Line(seg.indent, [], kind=seg.kind)
     current: list[str] = [""]  # cells of the line being built
-    out: list[_Line] = [head]
     line = head
     prev: _Tok | None = None
     prev_line = seg.toks[0].tok.line
@@ -234,7 +232,7 @@ def _segment_lines(seg: _Segment, comments: list[Token]) -> list[_Line]:
 
     def flush_to_new(indent: int) -> None:
         nonlocal line, current, prev
-        line.cells = [c for c in current] if line is head else ["".join(current)]
+        line.cells = list(current) if line is head else ["".join(current)]
         line = _Line(indent, [])
         head.extra.append(line)
         current = [""]
