@@ -104,6 +104,27 @@ def test_condition_spacing_is_kept_because_reasons_quote_it():
     assert "rule r: forbid a when n>1   and\n    n <3\n" in out
 
 
+def test_crlf_line_endings_are_kept_with_the_identity():
+    """A condition broken over lines keeps its `\r` in its text (and so in the identity)."""
+    src = ("policy p  # c\r\nstate { n: int }\r\naction a\r\nfallback a\r\n"
+           "rule r: forbid a when n > 1 and\r\n      n < 3   # why\r\n")
+    out = assert_kept(src)
+    assert out == ("policy p  # c\r\nstate {\r\n  n: int\r\n}\r\naction a\r\nfallback a\r\n"
+                   "rule r: forbid a when n > 1 and\r\n    n < 3  # why\r\n")
+    assert_kept((ROOT / "tests" / "golden" / "ok" / "support_desk.zc").read_text().replace("\n", "\r\n"))
+
+
+def test_a_layout_that_would_change_the_identity_is_refused(monkeypatch):
+    """The formatter checks its own result: were it to respace a condition, it would refuse."""
+    from zcompile import fmt
+
+    monkeypatch.setattr(fmt, "_keep_condition_spacing", lambda *args: None)
+    src = "policy p\nstate {\n  n: int\n}\naction a\nfallback a\nrule r: forbid a when n>1\n"
+    with pytest.raises(ZcError, match="cannot be formatted without changing its meaning"):
+        format_text(src)
+    assert format_text(src.replace("n>1", "n > 1")) == src.replace("n>1", "n > 1")
+
+
 def test_syntax_error_is_reported_not_formatted():
     with pytest.raises(ZcError) as exc:
         format_text("policy p\naction\n")

@@ -17,6 +17,7 @@ from importlib import resources
 import lark
 from lark import Token, Tree
 
+from .errors import ZcError
 from .parse import parse
 from .source import Source
 
@@ -70,13 +71,37 @@ class _Line:
 
 def format_source(source: Source) -> str:
     """The canonical text of a policy. Raises ZcError (syntax diagnostics) on a policy that does
-    not parse; semantic errors do not stop formatting."""
+    not parse; semantic errors do not stop formatting.
+
+    The result is checked before it is returned: the same tokens and comments, and (when the policy
+    compiles) the same identity; a layout that would change either is refused with a ZcError.
+    """
     parse(source)  # the compiler's own syntax errors, with its diagnostics
     text = source.text
     tree = _parser().parse(text)
     comments = [t for t in _parser().lex(text, dont_ignore=True) if t.type == "COMMENT"]
-    segments = _segments(tree, text)
-    return _render(_lines(segments, comments))
+    newline = "\r\n" if "\r\n" in text else "\n"  # a condition's text keeps its `\r` (identity)
+    out = _render(_lines(_segments(tree, text), comments), newline)
+    if _signature(out) != _signature(text) or _identity(source.path, out) != _identity(source.path, text):
+        raise ZcError(f"{source.path}: cannot be formatted without changing its meaning "
+                      "(please report it); the file is left as it is")
+    return out
+
+
+def _signature(text: str) -> list[tuple[str, str]]:
+    """The tokens and comments of a text, in order, without the whitespace between them."""
+    return [(t.type, str(t).rstrip()) for t in _parser().lex(text, dont_ignore=True)
+            if not t.type.startswith("__")]
+
+
+def _identity(path: str, text: str) -> str | None:
+    from .driver import compile_source
+    from .ir import identity
+
+    try:
+        return identity(compile_source(Source(path, text))[0])
+    except ZcError:
+        return None  # a policy with errors has no identity: the tokens are compared alone
 
 
 def format_text(text: str, path: str = "<string>") -> str:
@@ -181,10 +206,11 @@ def _lines(segments: list[_Segment], comments: list[Token]) -> list[_Line]:
             c = comments[ci]
             ci += 1
             if lines and c.line == last_line:
-                _attach(lines[-1], str(c))
+                _attach(lines[-1], str(c).rstrip())
             else:
                 indent = seg.indent + (INDENT if seg.closes else 0)
-                lines.append(_Line(indent, [str(c)], blank_before=_blank(c.line, last_line, lines)))
+                blank = _blank(c.line, last_line, lines)
+                lines.append(_Line(indent, [str(c).rstrip()], blank_before=blank))
             last_line = c.end_line
         internal = []
         while ci < len(comments) and comments[ci].start_pos < last.end_pos:
@@ -199,9 +225,9 @@ def _lines(segments: list[_Segment], comments: list[Token]) -> list[_Line]:
         c = comments[ci]
         ci += 1
         if lines and c.line == last_line:
-            _attach(lines[-1], str(c))
+            _attach(lines[-1], str(c).rstrip())
         else:
-            lines.append(_Line(0, [str(c)], blank_before=_blank(c.line, last_line, lines)))
+            lines.append(_Line(0, [str(c).rstrip()], blank_before=_blank(c.line, last_line, lines)))
         last_line = c.end_line
     return lines
 
@@ -242,14 +268,14 @@ def _segment_lines(seg: _Segment, comments: list[Token]) -> list[_Line]:
         if isinstance(e, Token):  # a comment inside the segment
             if e.line == prev_line and (current != [""] or line is head):
                 line.cells = list(current) if line is head else ["".join(current)]
-                _attach(line, str(e))
+                _attach(line, str(e).rstrip())
                 flush_to_new(seg.indent + CONTINUATION + INDENT * depth)
             else:
                 indent = seg.indent + CONTINUATION + INDENT * depth
                 if current != [""]:
                     flush_to_new(indent)
-                line.cells = [str(e)]  # the empty continuation line becomes the comment's line
-                current = [str(e)]
+                line.cells = [str(e).rstrip()]  # the empty continuation line becomes the comment's
+                current = [str(e).rstrip()]
                 flush_to_new(indent)
             prev_line = e.end_line
             continue
@@ -275,7 +301,7 @@ def _segment_lines(seg: _Segment, comments: list[Token]) -> list[_Line]:
     return [head] + head.extra
 
 
-def _render(lines: list[_Line]) -> str:
+def _render(lines: list[_Line], newline: str) -> str:
     # alignment groups: consecutive one-line segments of one kind, no blank line or comment line
     out: list[str] = []
     i = 0
@@ -304,4 +330,4 @@ def _render(lines: list[_Line]) -> str:
                     else " " * ln.indent + ln.comment
             out.append(t.rstrip())
         i = j
-    return "\n".join(out).rstrip("\n") + "\n"
+    return newline.join(out).rstrip("\r\n") + newline
