@@ -190,6 +190,19 @@ def test_formatting_returns_the_formatted_document(lsp):
     assert edit["newText"] == format_text(messy) and "fallback escalate  #" in edit["newText"]
 
 
+def test_arguments_hover_and_definition(lsp):
+    uri = "file:///work/policies/shop.zc"
+    text = (ROOT / "tests" / "golden" / "ok" / "shop.zc").read_text()
+    lsp.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "zc", "version": 1,
+                                                         "text": text}})
+    where = {"textDocument": {"uri": uri}, "position": position(text, "args.bags", delta=6)}
+    hover = lsp.request("textDocument/hover", where)
+    assert "argument of `add_bags`: bags: int" in hover["contents"]["value"]
+    (loc,) = lsp.request("textDocument/definition", where)
+    assert loc["range"]["start"] == position(text, "bags: int", delta=0)
+    lsp.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+
+
 def test_broken_new_document_and_utf16_columns(lsp):
     uri = "file:///work/policies/new.zc"
     text = 'policy p\naction a "😀 smile" fallback b\n'

@@ -23,7 +23,7 @@ HISTORY = "history: set[action] = {}  (built in: the actions already executed in
 class Symbol:
     """A declared name: what it is, where it is declared, and what hover says of it."""
 
-    kind: str  # field | action | rule | intent | tier | tag
+    kind: str  # field | action | argument | rule | intent | tier | tag
     name: str
     span: Span | None  # None: built in (`history`)
     detail: str
@@ -75,6 +75,9 @@ def _symbols(tree: A.Policy) -> dict[str, list[Symbol]]:
     tags: dict[str, list[str]] = {}
     for a in tree.actions:
         add("action", a.name.text, a.name.span, _one_line(a.span))
+        for param in a.params or ():  # `args.NAME` in a rule reads this argument of the call
+            add("argument", f"args.{param.name.text}", param.name.span,
+                f"argument of `{a.name.text}`: {_one_line(param.span)}")
         for t in a.tags:
             tags.setdefault(t.text, []).append(a.name.text)
     for tag, actions in tags.items():

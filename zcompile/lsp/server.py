@@ -15,6 +15,7 @@ from .analysis import KEYWORDS, Analysis, analyse, lookup
 _SEVERITY = {"error": types.DiagnosticSeverity.Error, "warning": types.DiagnosticSeverity.Warning,
              "note": types.DiagnosticSeverity.Information}
 _COMPLETION_KIND = {"field": types.CompletionItemKind.Field, "action": types.CompletionItemKind.Function,
+                    "argument": types.CompletionItemKind.Variable,
                     "rule": types.CompletionItemKind.Reference, "intent": types.CompletionItemKind.Module,
                     "tier": types.CompletionItemKind.EnumMember, "tag": types.CompletionItemKind.Constant}
 
@@ -100,7 +101,7 @@ def completion(ls: ZcServer, params: types.CompletionParams) -> types.Completion
     analysis = ls.analyses.get(params.text_document.uri) or Analysis()
     items = [types.CompletionItem(label=name, kind=_COMPLETION_KIND[s.kind], detail=s.detail)
              for name, symbols in sorted(analysis.symbols.items()) for s in symbols
-             if s.kind in ("field", "action", "tag", "tier", "intent")]
+             if s.kind in ("field", "action", "argument", "tag", "tier", "intent")]
     items += [types.CompletionItem(label=k, kind=types.CompletionItemKind.Keyword) for k in KEYWORDS]
     return types.CompletionList(is_incomplete=False, items=items)
 
