@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("pygls")
-
 ROOT = Path(__file__).parents[1]
 DESK = (ROOT / "tests" / "golden" / "ok" / "support_desk.zc").read_text()
 URI = "file:///work/policies/support_desk.zc"
@@ -82,6 +80,7 @@ class Client:
 
 @pytest.fixture(scope="module")
 def lsp():
+    pytest.importorskip("pygls")
     client = Client()
     caps = client.request("initialize", {"processId": None, "rootUri": None, "capabilities": {}})
     client.notify("initialized", {})
@@ -106,6 +105,14 @@ def position(text: str, needle: str, nth: int = 0, delta: int = 1) -> dict:
 
 def at(text: str, needle: str, nth: int = 0, delta: int = 1) -> dict:
     return {"textDocument": {"uri": URI}, "position": position(text, needle, nth, delta)}
+
+
+def test_without_pygls_zc_lsp_says_what_to_install():
+    code = ("import sys; sys.modules['pygls'] = sys.modules['pygls.lsp.server'] = None; "
+            "from zcompile.cli import main; main(['lsp'])")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT)
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert "the language server needs pygls, which is not installed: pip install 'zcompile[lsp]'" in res.stderr
 
 
 def test_capabilities(lsp):

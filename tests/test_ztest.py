@@ -159,6 +159,15 @@ def test_a_policy_with_errors_is_one_error(tmp_path):
     assert res.exit_code == 1 and "error[ZC" in res.output
 
 
+def test_a_policy_path_runs_the_tests_beside_it(desk):
+    write(desk, f"version: 1\ncases:\n- name: ok\n  state: {STATE}\n  legal: {LEGAL}\n")
+    res = zc("test", desk / "support_desk.zc")
+    assert res.exit_code == 0 and "PASS: 1/1" in res.output
+    (desk / "other.zc").write_text("policy other\naction a\nfallback a\n")
+    res = zc("test", desk / "other.zc")
+    assert res.exit_code == 1 and "no test file beside this policy (`other.test.yaml`)" in res.output
+
+
 def test_usage_errors(tmp_path):
     assert zc("test").exit_code == 2
     res = zc("test", tmp_path)

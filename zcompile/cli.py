@@ -755,8 +755,8 @@ def lsp_cmd() -> None:
     """Run the language server on stdio (for editors; needs `pip install 'zcompile[lsp]'`)."""
     try:
         from .lsp.server import main as serve
-    except ImportError as exc:
-        _fail(ZcError(f"the language server needs pygls ({exc.name} is not installed): "
+    except ImportError:
+        _fail(ZcError("the language server needs pygls, which is not installed: "
                       "pip install 'zcompile[lsp]'"))
     serve()
 

@@ -214,7 +214,7 @@ def load_suite(path: str | Path) -> LoadedSuite:
 
 
 def suite_files(paths: Iterable[str | Path]) -> list[Path]:
-    """Expand directories to the test files inside them (sorted)."""
+    """Expand directories to the test files inside them (sorted), and a policy to its own."""
     out: list[Path] = []
     for raw in paths:
         p = Path(raw)
@@ -222,6 +222,11 @@ def suite_files(paths: Iterable[str | Path]) -> list[Path]:
             found = sorted(f for f in p.rglob("*") if f.name.endswith(SUFFIXES) and f.is_file())
             if not found:
                 raise ZcError(f"{p}: no test files (`*.test.yaml`, `*.test.json`) in this directory")
+            out.extend(found)
+        elif p.is_file() and p.suffix == ".zc":  # a policy: the test files beside it
+            found = [p.with_name(p.stem + s) for s in SUFFIXES if p.with_name(p.stem + s).is_file()]
+            if not found:
+                raise ZcError(f"{p}: no test file beside this policy (`{p.stem}.test.yaml`)")
             out.extend(found)
         elif p.is_file():
             out.append(p)
