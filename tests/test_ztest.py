@@ -126,6 +126,20 @@ def test_invalid_files_name_file_line_and_path(desk, text, error):
     assert res.exit_code == 1 and "ERROR" in res.output and "Traceback" not in res.output
 
 
+def test_aliases_and_deep_nesting_are_refused_not_expanded(desk):
+    p = write(desk, "version: 1\ncases:\n- name: a\n  state: {x: &a [1, 1], y: [*a, *a]}\n  legal: []\n")
+    with pytest.raises(ZcError, match=r":4:14: YAML anchors and aliases .* are not supported"):
+        load_suite(p)
+    deep = "[" * 20000 + "]" * 20000
+    p = write(desk, f"version: 1\ncases:\n- name: a\n  state: {{x: {deep}}}\n  legal: []\n")
+    with pytest.raises(ZcError, match="nested too deeply"):
+        load_suite(p)
+    p = write(desk, f'{{"version": 1, "cases": [{{"name": "a", "state": {{"x": {deep}}}, "legal": []}}]}}',
+              "support_desk.test.json")
+    with pytest.raises(ZcError, match="nested too deeply"):
+        load_suite(p)
+
+
 def test_invalid_json_file_names_line_and_column(desk):
     p = write(desk, '{"version": 1,\n "cases": [}', "support_desk.test.json")
     with pytest.raises(ZcError, match=r"support_desk\.test\.json:2:12: invalid JSON"):

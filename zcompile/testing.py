@@ -102,16 +102,23 @@ def _compose(text: str, name: str):
         raise ZcError(f"{where}: invalid YAML: {exc.problem or exc.context}") from None
     except yaml.YAMLError as exc:
         raise ZcError(f"{name}: invalid YAML: {exc}") from None
+    except RecursionError:
+        raise ZcError(f"{name}: the document is nested too deeply") from None
     finally:
         loader.dispose()
 
 
 def _no_duplicate_keys(node, name: str) -> None:
+    """Refuse duplicate keys (YAML would keep the last silently) and aliases."""
     import yaml
 
-    stack = [node]
+    stack, seen_nodes = [node], set()
     while stack:
         n = stack.pop()
+        if id(n) in seen_nodes:  # an alias: expanded, a few could stand for billions of values
+            raise ZcError(f"{name}:{n.start_mark.line + 1}:{n.start_mark.column + 1}: "
+                          "YAML anchors and aliases (`&`, `*`) are not supported in test files")
+        seen_nodes.add(id(n))
         if isinstance(n, yaml.MappingNode):
             seen: set[str] = set()
             for k, v in n.value:
@@ -170,6 +177,8 @@ def load_suite(path: str | Path) -> LoadedSuite:
                 line, col = head.count(b"\n") + 1, len(head) - (head.rfind(b"\n") + 1) + 1
                 raise ZcError(f"{p}:{line}:{col}: invalid JSON: {str(exc).split(' (byte')[0]}") from None
             raise ZcError(f"{p}: invalid JSON: {exc}") from None
+        except RecursionError:
+            raise ZcError(f"{p}: the document is nested too deeply") from None
         try:  # JSON is (almost) YAML: the node tree gives line numbers to validation errors
             node = _compose(text, str(p))[1]
         except ZcError:
