@@ -210,6 +210,43 @@ def test_arguments_hover_and_definition(lsp):
     lsp.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
 
 
+def test_test_files_are_validated_and_run_as_you_type(lsp, tmp_path):
+    (tmp_path / "support_desk.zc").write_text(DESK)
+    uri = (tmp_path / "support_desk.test.yaml").as_uri()
+    text = ("version: 1\ncases:\n- name: ok\n  state: {user: {role: customer, verified: true}, "
+            "budget: {units: 3}}\n  legal: [get_order, ask_user, continue, stop, escalate]\n"
+            "- name: wrong\n  state: {user: {role: customer, verified: true}, budget: {units: 3}}\n"
+            "  legal: [get_order, refund]\n")
+
+    def published(version):
+        while True:
+            msg = lsp.messages.get(timeout=TIMEOUT)
+            if msg.get("method") == "textDocument/publishDiagnostics" and msg["params"]["uri"] == uri \
+                    and msg["params"].get("version") == version:
+                return msg["params"]["diagnostics"]
+
+    lsp.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "yaml", "version": 1,
+                                                         "text": text}})
+    (d,) = published(1)
+    assert d["code"] == "test" and d["range"]["start"] == {"line": 5, "character": 0}
+    assert "case `wrong` fails" in d["message"]
+    assert "- refund: expected legal, but removed: `confirm_first`" in d["message"]
+    assert "+ ask_user: legal, but expected removed" in d["message"]
+    where = {"textDocument": {"uri": uri}, "position": position(text, "refund")}
+    hover = lsp.request("textDocument/hover", where)
+    assert "action refund tags(write, money) cost 2" in hover["contents"]["value"]
+    (loc,) = lsp.request("textDocument/definition", where)
+    assert loc["uri"] == (tmp_path / "support_desk.zc").as_uri()
+    assert loc["range"]["start"] == position(DESK, "action refund", delta=len("action "))
+    lsp.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": 2},
+                                          "contentChanges": [{"text": text.replace("legal: [get_order, refund]",
+                                                                                   "legal: 7")}]})
+    (d,) = published(2)
+    assert d["code"] == "test-file" and d["range"]["start"] == {"line": 7, "character": 2}
+    assert d["message"] == "$.cases[1].legal: expected `array | null`, got `int`"
+    lsp.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+
+
 def test_broken_new_document_and_utf16_columns(lsp):
     uri = "file:///work/policies/new.zc"
     text = 'policy p\naction a "😀 smile" fallback b\n'

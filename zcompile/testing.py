@@ -158,15 +158,17 @@ def _problem(path: Path, node, at: str, problem: str) -> ZcError:
     return ZcError(f"{loc}: {at}: {problem}")
 
 
-def load_suite(path: str | Path) -> LoadedSuite:
-    """Read and validate a test file; ZcError naming the file, line and `$.path` otherwise."""
+def load_suite(path: str | Path, text: str | None = None) -> LoadedSuite:
+    """Read (or take the `text` of) and validate a test file; ZcError naming the file, line and
+    `$.path` otherwise."""
     p = Path(path)
-    try:
-        text = p.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise ZcError(f"{p}: cannot read test file: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise ZcError(f"{p}: test file is not UTF-8 text (byte {exc.start})") from None
+    if text is None:
+        try:
+            text = p.read_bytes().decode("utf-8")
+        except OSError as exc:
+            raise ZcError(f"{p}: cannot read test file: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise ZcError(f"{p}: test file is not UTF-8 text (byte {exc.start})") from None
     if p.name.endswith(".json"):
         try:
             data = msgspec.json.decode(text.encode("utf-8"))

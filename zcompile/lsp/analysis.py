@@ -54,6 +54,40 @@ def analyse(path: str, text: str, previous: Analysis | None = None) -> Analysis:
     return Analysis(tuple(diagnostics), _symbols(tree))
 
 
+def analyse_suite(path: str, text: str, previous: Analysis | None = None) -> Analysis:
+    """A `zc test` file being edited: its validation error, or one diagnostic per failing case
+    (at the case, with the differences), run against the policy as saved on disk. Its symbols are
+    the policy's, so hover, definitions and completion name the policy's actions and fields."""
+    from ..testing import compile_policy, load_suite, run_case
+
+    source = Source(path, text)
+    kept = previous.symbols if previous else {}
+    try:
+        suite = load_suite(path, text)
+        compiled = compile_policy(suite.policy)
+    except ZcError as exc:
+        m = re.match(re.escape(path) + r":(\d+):(\d+): (.*)", str(exc), re.S)
+        if m is None:
+            return Analysis((_whole_file(path, exc.render().removeprefix("error: ")),), kept)
+        start = _offset(source, int(m.group(1)), int(m.group(2)))
+        return Analysis((Diagnostic("test-file", "error", m.group(3), Span(source, start, start + 1)),),
+                        kept)
+    out = []
+    for case, line in zip(suite.cases, suite.lines):
+        result = run_case(compiled, case)
+        if not result.passed:
+            start = _offset(source, line or 1, 1)
+            end = text.find("\n", start)
+            out.append(Diagnostic("test", "error", f"case `{case.name}` fails:\n" + "\n".join(result.diff),
+                                  Span(source, start, len(text) if end < 0 else end)))
+    return Analysis(tuple(out), _symbols(compiled.checked.policy))
+
+
+def _offset(source: Source, line: int, col: int) -> int:
+    starts = [0] + [i + 1 for i, ch in enumerate(source.text) if ch == "\n"]
+    return min(starts[min(line, len(starts)) - 1] + col - 1, len(source.text))
+
+
 def _whole_file(path: str, message: str) -> Diagnostic:
     return Diagnostic("ZC0000", "error", message, None, path=path)
 

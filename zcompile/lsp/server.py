@@ -1,8 +1,9 @@
-"""The language server over pygls: diagnostics as you type, hover, go-to-definition, completion,
-formatting. Start it with `zc lsp` (stdio)."""
+"""The language server over pygls: diagnostics as you type (policies and their `zc test` files),
+hover, go-to-definition, completion, formatting. Start it with `zc lsp` (stdio)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
@@ -10,7 +11,9 @@ from pygls.lsp.server import LanguageServer
 
 from .. import __version__
 from ..errors import Diagnostic, ZcError
-from .analysis import KEYWORDS, Analysis, analyse, lookup
+from ..source import Span
+from ..testing import SUFFIXES
+from .analysis import KEYWORDS, Analysis, analyse, analyse_suite, lookup
 
 _SEVERITY = {"error": types.DiagnosticSeverity.Error, "warning": types.DiagnosticSeverity.Warning,
              "note": types.DiagnosticSeverity.Information}
@@ -45,7 +48,10 @@ def _range(doc, d: Diagnostic) -> types.Range:
 
 def _refresh(ls: ZcServer, uri: str) -> None:
     doc = ls.workspace.get_text_document(uri)
-    analysis = analyse(_path(uri), doc.source, ls.analyses.get(uri))
+    if _path(uri).endswith(SUFFIXES):  # a `zc test` file: validated and run as you type
+        analysis = analyse_suite(_path(uri), doc.source, ls.analyses.get(uri))
+    else:
+        analysis = analyse(_path(uri), doc.source, ls.analyses.get(uri))
     ls.analyses[uri] = analysis
     diagnostics = [types.Diagnostic(range=_range(doc, d), message=d.message + (f"\nhelp: {d.help}" if d.help else ""),
                                     severity=_SEVERITY.get(d.severity), code=d.code, source="zc")
@@ -73,7 +79,7 @@ def did_close(ls: ZcServer, params: types.DidCloseTextDocumentParams) -> None:
 
 def _symbols_at(ls: ZcServer, params):
     doc = ls.workspace.get_text_document(params.text_document.uri)
-    analysis = ls.analyses.get(params.text_document.uri) or analyse(_path(doc.uri), doc.source)
+    analysis = ls.analyses.get(params.text_document.uri) or Analysis()
     return doc, lookup(analysis, doc.source, doc.offset_at_position(params.position))
 
 
@@ -89,10 +95,23 @@ def hover(ls: ZcServer, params: types.HoverParams) -> types.Hover | None:
 @server.feature(types.TEXT_DOCUMENT_DEFINITION)
 def definition(ls: ZcServer, params: types.DefinitionParams) -> list[types.Location] | None:
     doc, found = _symbols_at(ls, params)
-    locations = [types.Location(uri=doc.uri, range=types.Range(doc.client_position_at_offset(s.span.start),
-                                                               doc.client_position_at_offset(s.span.end)))
+    locations = [types.Location(uri=_uri(doc, s.span),
+                                range=types.Range(_position(doc, s.span.source, s.span.start),
+                                                  _position(doc, s.span.source, s.span.end)))
                  for s in found if s.span is not None and s.kind != "tag"]
     return locations or None
+
+
+def _uri(doc, span: Span) -> str:
+    """The document's own URI, or the file a symbol of a test file's policy is declared in."""
+    return doc.uri if span.source.path == _path(doc.uri) else Path(span.source.path).resolve().as_uri()
+
+
+def _position(doc, source, offset: int) -> types.Position:
+    """The client's position (in the encoding it negotiated) of a character offset of a source."""
+    line, col = source.line_col(offset)
+    p = doc.position_codec.position_to_client_units([source.line_text(line)], types.Position(0, col - 1))
+    return types.Position(line - 1, p.character)
 
 
 @server.feature(types.TEXT_DOCUMENT_COMPLETION,
