@@ -201,6 +201,13 @@ def test_coverage_names_rules_and_condition_outcomes_never_exercised(desk):
     assert "rule `fault_stops` never removed an action" in out
 
 
+def test_min_coverage_fails_a_run_below_it(desk):
+    write(desk, f"version: 1\ncases:\n- name: ok\n  state: {STATE}\n  legal: {LEGAL}\n")
+    res = zc("test", desk, "--min-coverage", "90")
+    assert res.exit_code == 1 and "below --min-coverage 90%" in res.output and "PASS: 1/1" in res.output
+    assert zc("test", GOLDEN / "support_desk.test.yaml", "--min-coverage", "100").exit_code == 0
+
+
 def test_coverage_is_complete_for_the_golden_suite():
     res = zc("test", GOLDEN / "support_desk.test.yaml", "--coverage")
     assert res.exit_code == 0

@@ -621,11 +621,14 @@ def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts
 @main.command("test")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--coverage", is_flag=True, help="Report rules and condition outcomes no case exercised.")
+@click.option("--min-coverage", type=click.FloatRange(0, 100), default=None, metavar="PCT",
+              help="With --coverage: exit 1 when a policy's coverage is below PCT percent.")
 @click.option("-v", "--verbose", is_flag=True, help="Print passing cases too.")
-def test_cmd(paths: tuple[str, ...], coverage: bool, verbose: bool) -> None:
+def test_cmd(paths: tuple[str, ...], coverage: bool, min_coverage: float | None, verbose: bool) -> None:
     """Run policy unit tests (`*.test.yaml`, `*.test.json`); exit 1 when a case fails."""
     from .testing import run_suites, suite_files
 
+    coverage = coverage or min_coverage is not None
     try:
         runs = run_suites(suite_files(paths), coverage)
     except ZcError as exc:
@@ -647,6 +650,7 @@ def test_cmd(paths: tuple[str, ...], coverage: bool, verbose: bool) -> None:
             click.echo(f"  {'PASS' if r.passed else 'FAIL'}: {r.name}{where} ({r.seconds * 1e3:.2f} ms)")
             for d in r.diff:
                 click.echo(f"    {d}")
+    low = 0  # policies whose coverage is below --min-coverage
     if coverage:
         seen = set()
         for run in runs:
@@ -660,12 +664,15 @@ def test_cmd(paths: tuple[str, ...], coverage: bool, verbose: bool) -> None:
                        f"({pct:.1f}%)")
             for gap in cov.gaps():
                 click.echo(f"  {gap}")
+            if min_coverage is not None and pct < min_coverage:
+                click.echo(f"  below --min-coverage {min_coverage:g}%")
+                low += 1
     click.echo("-" * 80)
     if passed:
         click.echo(f"PASS: {passed}/{passed + failed}")
     if failed:
         click.echo(f"FAIL: {failed}/{passed + failed}")
-    sys.exit(1 if failed else 0)
+    sys.exit(1 if failed or low else 0)
 
 
 @main.command("fmt")
