@@ -140,6 +140,12 @@ def test_aliases_and_deep_nesting_are_refused_not_expanded(desk):
         load_suite(p)
 
 
+def test_duplicate_keys_in_json_are_refused_too(desk):
+    p = write(desk, '{"version": 1,\n "cases": [],\n "cases": []}', "support_desk.test.json")
+    with pytest.raises(ZcError, match=r"support_desk\.test\.json:3:2: duplicate key `cases`"):
+        load_suite(p)
+
+
 def test_invalid_json_file_names_line_and_column(desk):
     p = write(desk, '{"version": 1,\n "cases": [}', "support_desk.test.json")
     with pytest.raises(ZcError, match=r"support_desk\.test\.json:2:12: invalid JSON"):

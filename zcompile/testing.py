@@ -108,6 +108,10 @@ def _compose(text: str, name: str):
         loader.dispose()
 
 
+class _Refused(ZcError):
+    """A well-formed document this format refuses (duplicate keys, aliases)."""
+
+
 def _no_duplicate_keys(node, name: str) -> None:
     """Refuse duplicate keys (YAML would keep the last silently) and aliases."""
     import yaml
@@ -116,15 +120,15 @@ def _no_duplicate_keys(node, name: str) -> None:
     while stack:
         n = stack.pop()
         if id(n) in seen_nodes:  # an alias: expanded, a few could stand for billions of values
-            raise ZcError(f"{name}:{n.start_mark.line + 1}:{n.start_mark.column + 1}: "
-                          "YAML anchors and aliases (`&`, `*`) are not supported in test files")
+            raise _Refused(f"{name}:{n.start_mark.line + 1}:{n.start_mark.column + 1}: "
+                           "YAML anchors and aliases (`&`, `*`) are not supported in test files")
         seen_nodes.add(id(n))
         if isinstance(n, yaml.MappingNode):
             seen: set[str] = set()
             for k, v in n.value:
                 if isinstance(k, yaml.ScalarNode) and k.value in seen:
-                    raise ZcError(f"{name}:{k.start_mark.line + 1}:{k.start_mark.column + 1}: "
-                                  f"duplicate key `{k.value}`")
+                    raise _Refused(f"{name}:{k.start_mark.line + 1}:{k.start_mark.column + 1}: "
+                                   f"duplicate key `{k.value}`")
                 if isinstance(k, yaml.ScalarNode):
                     seen.add(k.value)
                 stack.append(v)
@@ -183,6 +187,8 @@ def load_suite(path: str | Path, text: str | None = None) -> LoadedSuite:
             raise ZcError(f"{p}: the document is nested too deeply") from None
         try:  # JSON is (almost) YAML: the node tree gives line numbers to validation errors
             node = _compose(text, str(p))[1]
+        except _Refused:  # a duplicate key: JSON decoding kept the last one silently
+            raise
         except ZcError:
             node = None
     else:
