@@ -19,6 +19,8 @@ Behaviours:
     drop       close the connection without any response
     malformed  200 with JSON that has no "choices"
     refuse     content {"action": null}
+    trickle    answer as "correct", but send the whole response (status line and headers first) one
+               byte every `delay_ms`
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-BEHAVIOURS = ("correct", "slow", "garbage", "illegal", "empty", "http_error", "drop", "malformed", "refuse")
-FAST_BEHAVIOURS = tuple(b for b in BEHAVIOURS if b != "slow")
+BEHAVIOURS = ("correct", "slow", "garbage", "illegal", "empty", "http_error", "drop", "malformed", "refuse",
+              "trickle")
+FAST_BEHAVIOURS = tuple(b for b in BEHAVIOURS if b not in ("slow", "trickle"))
 
 
 def free_port() -> int:
@@ -97,16 +100,24 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(stub.status, json.dumps(err).encode())
         if behaviour == "malformed":
             return self._send(200, json.dumps({"id": "chatcmpl-stub", "object": "chat.completion"}).encode())
-        self._send(200, json.dumps(stub.reply(body, behaviour)).encode())
+        self._send(200, json.dumps(stub.reply(body, behaviour)).encode(),
+                   trickle_s=delay_ms / 1000.0 if behaviour == "trickle" else 0.0)
 
-    def _send(self, status: int, payload: bytes, ctype: str = "application/json") -> None:
+    def _send(self, status: int, payload: bytes, ctype: str = "application/json", trickle_s: float = 0.0) -> None:
         try:
             self.send_response(status)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(payload)))
             self._headers_buffer.append(b"\r\n")  # end_headers, with the body in the same write:
-            self.wfile.write(b"".join(self._headers_buffer) + payload)  # no Nagle/delayed-ACK stall
+            data = b"".join(self._headers_buffer) + payload  # no Nagle/delayed-ACK stall
             self._headers_buffer = []
+            if not trickle_s:
+                self.wfile.write(data)
+                return
+            for i in range(len(data)):  # one byte at a time: headers never complete in time
+                self.wfile.write(data[i:i + 1])
+                self.wfile.flush()
+                time.sleep(trickle_s)
         except OSError:  # the client gave up (e.g. timed out) before the reply
             self.close_connection = True
 
