@@ -9,8 +9,9 @@
 
 Behaviours:
     correct    answer with `answer` (an offered name, or an index into the offered names) or the
-               first offered action, as a tool call when the request offered tools, else as JSON
-               content {"action": …}
+               first offered action, as a tool call (with `arguments`, a dict) when the request
+               offered tools, else as JSON content {"action": …}; `content`, when set, is sent as
+               the message's text instead
     slow       sleep `delay_ms`, then answer as "correct"
     garbage    200 with a body that is not JSON
     illegal    answer `illegal_action` (default: a name that was not offered)
@@ -139,6 +140,8 @@ class OpenAIStub:
         self.behaviour = behaviour
         self.answer: str | int | None = None
         self.illegal_action: str | None = None
+        self.arguments: dict | str | None = None
+        self.content: str | None = None
         self.delay_ms = 500.0
         self.status = 500
         self.path = path
@@ -193,6 +196,7 @@ class OpenAIStub:
         """Back to answering correctly, with nothing recorded (connections are still counted)."""
         with self._lock:
             self.behaviour, self.answer, self.illegal_action = behaviour, None, None
+            self.arguments, self.content = None, None
             self.delay_ms, self.status = 500.0, 500
             self.requests.clear()
             self.headers.clear()
@@ -204,6 +208,8 @@ class OpenAIStub:
         tools = "tools" in body
         if behaviour == "empty":
             return _completion(body, {"content": "", "tool_calls": []} if tools else {"content": ""})
+        if self.content is not None:
+            return _completion(body, {"content": self.content})
         if behaviour == "refuse":
             return _completion(body, {"content": json.dumps({"action": None})})
         if behaviour == "illegal":
@@ -214,7 +220,8 @@ class OpenAIStub:
         else:
             name = self.answer if self.answer is not None else names[0]
         if tools:
-            call = {"id": "call_0", "type": "function", "function": {"name": name, "arguments": "{}"}}
+            args = self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments or {})
+            call = {"id": "call_0", "type": "function", "function": {"name": name, "arguments": args}}
             return _completion(body, {"content": None, "tool_calls": [call]}, "tool_calls")
         return _completion(body, {"content": json.dumps({"action": name})})
 
