@@ -13,8 +13,9 @@ from click.testing import CliRunner
 
 import zcompile
 from zcompile import ZcError, evals, stats
+from zcompile.evals import metrics
 from zcompile.cli import main
-from zcompile.qroute.distill import distill
+from zcompile.qroute.distill import distill, load_decisions
 from zcompile.qroute.specialist import Specialist
 from zcompile.receipts import Receipt, write_file
 
@@ -25,11 +26,11 @@ state {
   mood:  enum(calm, angry, unsure)
   kind:  enum(a, b, c)
 }
-action greet     tags(control)
-action lookup    tags(read)
-action refund    tags(write, money)
-action close     tags(control)
-action escalate  tags(control)
+action greet()     tags(control)
+action lookup()    tags(read)
+action refund()    tags(write, money)
+action close()     tags(control)
+action escalate()  tags(control)
 fallback escalate
 rule refund_angry: refund requires mood == angry
 rule greet_first:  greet requires phase == start
@@ -110,6 +111,22 @@ def test_hand_computed_figures(setup):
     assert (cost["per_teacher_call"], cost["all_to_teacher"], cost["saved"], cost["teacher_calls_removed"],
             cost["cost_saved_share"]) == (10.0, 40.0, 40.0, 4, 1.0)
     assert c["p50_us"] > 0 and o["p99_us"] >= o["p50_us"]
+    # every action declares an empty signature: each answered name is a complete call
+    assert rep["calls"] == {"n": 4, "answered": 4, "correct": 2, "coverage": 1.0, "precision": 0.5,
+                            "precision_ci": list(stats.wilson(2, 4))}
+    assert (o["complete"], o["complete_correct"], o["handed_to_text_tier"]) == (4, 2, 0)
+
+
+def test_bare_names_remove_no_teacher_call(setup):
+    """Without declared signatures the same answers are bare names: the teacher still has to give
+    the arguments, so no call is removed and no complete call is counted."""
+    d, policy, spec = setup
+    names = zcompile.compile_text(POLICY.replace("()", ""), "names.zc")
+    decisions, _, _ = load_decisions([hand_case(d)], names)
+    rows = evals.replay(decisions, names, spec)
+    assert {r.kind for r in rows if r.rung != "remote"} == {"name"}
+    assert metrics.cost(rows, names)["teacher_calls_removed"] == 0
+    assert evals.calls(rows)["answered"] == 0 and evals.calls(rows)["n"] == 4
 
 
 def test_compiler_answers_singletons(setup):
@@ -156,7 +173,7 @@ def test_sealing(setup):
 
 def test_mismatched_policy_refused(setup):
     d, _, _ = setup
-    other = zcompile.compile_text(POLICY.replace("action close ", "action wait tags(control)\naction close "))
+    other = zcompile.compile_text(POLICY.replace("action close()", "action wait() tags(control)\naction close()"))
     with pytest.raises(ZcError, match="specialist was trained for policy `toy`.*distil it again"):
         evals.run(other, d / "spec", [d / "train.jsonl"])
 

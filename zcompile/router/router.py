@@ -39,6 +39,7 @@ class Decision:
         arguments: the call's arguments, when the answer is a complete call.
         kind: "call" (complete, checked), "name" (a bare name), "reply" (a text reply), "none".
         text: the reply's text (kind "reply").
+        legal_ms: the time the compiler took for the legal set (validation included).
     """
 
     action: str | None
@@ -50,6 +51,7 @@ class Decision:
     arguments: dict[str, Any] | None = None
     kind: str = "name"
     text: str | None = None
+    legal_ms: float = 0.0
 
     @property
     def reasons(self) -> Mapping[str, tuple[Reason, ...]]:
@@ -161,7 +163,9 @@ class Router:
         receipt_state = json_copy(state, "$")  # refused here, before any rung runs: no decision without its receipt
         receipt_meta = json_copy(dict(meta or {}), "$.meta")
         receipt_tools = json_copy(list(tools.values()), "$.tools") if tools is not None else None
+        t1 = time.perf_counter()
         legal = self.policy.legal(state, intent)
+        legal_ms = (time.perf_counter() - t1) * 1000
         step = Step(self.policy, state, legal, intent, tools, self.catalog)
         answers, chosen, route_name, cost = self._walk(step, t0)
         if chosen is not None:
@@ -193,7 +197,7 @@ class Router:
             latency_ms=round((time.perf_counter() - t0) * 1000, 4), cost=cost, meta=receipt_meta, **extra)
         if self._sink is not None:
             self._sink(receipt)  # if it raises, no decision is returned
-        return Decision(action, tier, confidence, legal, tuple(answers), receipt, arguments, kind, text)
+        return Decision(action, tier, confidence, legal, tuple(answers), receipt, arguments, kind, text, legal_ms)
 
     def _walk(self, step: Step, t0: float) -> tuple[list[Answer], Answer | None, str | None, float]:
         """(what each rung did, the answer that won or None, the route's name, the tiers' cost)."""

@@ -1,0 +1,84 @@
+"""`zc eval` drives the router: on the bundled receipts, every per-receipt decision and every headline
+count of the report equals what `Router.decide` does on the same states."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import zcompile
+from zcompile import evals
+from zcompile.qroute.specialist import read_manifest
+from zcompile.receipts import read
+from zcompile.router import Router
+
+ROOT = Path(__file__).parents[1]
+RECEIPTS = ROOT / "receipts"
+
+
+@dataclass(frozen=True)
+class Raw:
+    action: str | None
+    confidence: float
+    best: str | None
+    arguments: dict | None = None
+
+
+class Rule:
+    """A specialist that answers by a fixed rule on the chat state: calls with arguments, bare names,
+    and abstentions below threshold."""
+
+    name = "rule"
+    manifest = read_manifest(ROOT / "specialists" / "airline_chat")
+
+    def decide(self, state, legal):
+        prev = (state.get("prev") or {}).get("role")
+        last = (state.get("last") or {}).get("tool")
+        if prev == "user" and "get_user_details" in legal and state.get("tool_calls", 0) == 0:
+            return Raw("get_user_details", 0.97, "get_user_details", {"user_id": "from_the_rule"})
+        if prev == "tool" and last == "get_user_details" and "get_reservation_details" in legal:
+            return Raw("get_reservation_details", 0.96, "get_reservation_details")  # a bare name
+        if prev == "tool" and "calculate" in legal and state.get("turn", 0) % 7 == 3:
+            return Raw("calculate", 0.9, "calculate", {"expression": "1 + 1"})
+        return Raw(None, 0.2, legal[0])
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return zcompile.compile_file(ROOT / "policies" / "airline_chat.zc")
+
+
+def _tier(d) -> str:
+    return d.tier if d.tier in ("compiler", "specialist") else "remote"
+
+
+def test_eval_decisions_equal_router_decisions(policy):
+    rule = Rule()
+    rep = evals.report([RECEIPTS], policy, rule, split="all", allow_trained=True, decisions=True)
+    by_id = {r.id: r for r in read([RECEIPTS], policy=policy)}
+    router = Router(policy, specialists=rule)
+    kinds: Counter = Counter()
+    for row in rep["decisions"]:
+        r = by_id[row["id"]]
+        d = router.decide(r.state, r.intent)
+        rung = _tier(d)
+        assert (row["rung"], row["action"], row["arguments"], row["kind"]) == (
+            rung, d.action if rung != "remote" else None, d.arguments if rung != "remote" else None,
+            d.kind if rung != "remote" else "none"), row["id"]
+        kinds[rung, row["kind"]] += 1
+    assert rep["n"] == len(rep["decisions"]) == sum(kinds.values())
+    # the rule answered calls and names: the headline counts are those of the router's decisions
+    calls = kinds["specialist", "call"] + kinds["compiler", "call"]
+    assert kinds["specialist", "call"] > 0 and kinds["specialist", "name"] > 0
+    assert rep["tiers"]["specialist"]["answered"] == kinds["specialist", "call"] + kinds["specialist", "name"]
+    assert rep["tiers"]["compiler"]["answered"] == sum(v for (rung, _), v in kinds.items() if rung == "compiler")
+    assert rep["calls"]["answered"] == calls == rep["cost"]["teacher_calls_removed"]
+    assert rep["cost"]["names_answered_not_removed"] == sum(v for (rung, k), v in kinds.items()
+                                                            if rung != "remote" and k == "name")
+    # the teacher's arguments are not in these receipts: no call can be judged right at call level
+    assert rep["calls"]["correct"] == 0 and rep["overall"]["correct"] > 0
+    text = evals.render_text(rep)
+    assert "complete tool calls (name and arguments): " + str(calls) + " answered" in text
