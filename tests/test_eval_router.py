@@ -82,3 +82,39 @@ def test_eval_decisions_equal_router_decisions(policy):
     assert rep["calls"]["correct"] == 0 and rep["overall"]["correct"] > 0
     text = evals.render_text(rep)
     assert "complete tool calls (name and arguments): " + str(calls) + " answered" in text
+
+
+def test_eval_reports_live_shadow_agreement(policy, tmp_path):
+    """Receipts written with a shadow specialist: zc eval reports its live agreement with the action
+    taken, with an interval, from the receipts alone."""
+    taken = list(read([RECEIPTS], policy=policy))[:300]
+
+    class Teacher:  # the remote tier answers what the receipt recorded
+        model = "teacher"
+
+        def __init__(self):
+            self.next = None
+
+        def propose(self, state, legal, *, timeout_s, intent=None, descriptions=None):
+            from zcompile.tiers import TierAnswer
+
+            return TierAnswer("answered", self.next)
+
+    teacher = Teacher()
+    path = tmp_path / "shadow.jsonl"
+    agree = answered = 0
+    with Router(policy, tiers={"remote": teacher}, shadow=[Rule()], receipts=path) as router:
+        for r in taken:
+            if r.action is None:
+                continue
+            teacher.next = r.action
+            d = router.decide(r.state, r.intent, task=r.task)
+            for s in d.receipt.meta.get("shadow", ()):
+                answered += s["outcome"] == "answered"
+                agree += s["outcome"] == "answered" and s["action"] == d.action
+            assert d.tier in ("compiler", "remote", "fallback")  # the shadow never decides
+    rep = evals.report([path], policy, Rule(), split="all", allow_trained=True)
+    s = rep["shadow"]["rule"]
+    assert answered > 0 and (s["answered"], s["agree"]) == (answered, agree)
+    assert s["agreement_ci"][0] <= s["agreement"] <= s["agreement_ci"][1]
+    assert "shadow rule: live agreement" in evals.render_text(rep)

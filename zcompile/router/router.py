@@ -4,11 +4,12 @@ rung that answers wins; every decision leaves a receipt."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from ..receipts import Receipt, ReceiptWriter
 from ..runtime import LegalSet, Policy, Reason
 from ..state import StateError
 from ..tools import tool_schemas
-from .rung import SPECIALIST, Answer, Catalog, CompilerRung, SpecialistRung, Step, abstain, as_rung, bare, timed
+from .rung import SPECIALIST, Answer, Catalog, CompilerRung, SpecialistRung, Step, abstain, as_rung, bare, stamped, timed
 from .shadow import RECEIPT_ARGUMENTS, Monitor, shadow_answers
 
 
@@ -201,11 +202,14 @@ class Router:
 
     def _walk(self, step: Step, t0: float) -> tuple[list[Answer], Answer | None, str | None, float]:
         """(what each rung did, the answer that won or None, the route's name, the tiers' cost)."""
-        first = timed(self._compiler, "compiler", step, None)
-        if first.answered:
-            return [first], first, None, 0.0
-        answers = [first] if first.cause == "handed_on" else []
-        handed = first.cause == "handed_on"
+        answers: list[Answer] = []
+        handed = False
+        if len(step.legal.actions) == 1:  # the compiler's rung: it abstains otherwise (not recorded)
+            first = timed(self._compiler, "compiler", step, None)
+            if first.answered:
+                return [first], first, None, 0.0
+            answers.append(first)
+            handed = first.cause == "handed_on"
         route_name, names = self.ladder(step.legal)
         deadline = None if self.deadline_ms is None else t0 + self.deadline_ms / 1000
         cost = 0.0
@@ -213,16 +217,17 @@ class Router:
             rung = self._specialists if name == SPECIALIST else self._tier_rungs.get(name)
             left = None if deadline is None else deadline - time.perf_counter()
             if left is not None and left <= 0:
-                ans = abstain("skipped", "overall deadline reached")
+                ans = _skipped(name, "overall deadline reached")
             elif rung is None:
-                ans = abstain("skipped", "no endpoint bound to this tier")
+                ans = _skipped(name, "no endpoint bound to this tier")
+            elif rung is self._specialists and not rung.specialists:
+                ans = _skipped(name, "no specialist loaded")
             elif handed and not rung.writes_text:
-                ans = abstain("skipped", "handed on to a rung that writes text")
+                ans = _skipped(name, "handed on to a rung that writes text")
             else:
                 ans = timed(rung, name, step, self._budget(name, left))
                 if name in self._tier_rungs:
                     cost += float(self._declared[name].cost or 0)
-            ans = replace(ans, rung=name)
             answers.append(ans)
             if ans.answered:
                 return answers, ans, route_name, cost
@@ -276,6 +281,12 @@ class Router:
 
 
 _ENCODER = msgspec.json.Encoder()
+
+
+@functools.cache
+def _skipped(name: str, detail: str) -> Answer:
+    """A skipped rung's record (immutable, so one per rung and cause)."""
+    return stamped(abstain("skipped", detail), name, 0.0)
 
 
 def json_copy(value: Any, path: str) -> Any:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import msgspec
@@ -80,12 +80,21 @@ class Answer:
         return self.rung
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"tier": self.rung, "outcome": self.outcome, "kind": self.kind,
-                               "latency_ms": round(self.latency_ms, 3)}
-        for key in ("action", "arguments", "text", "confidence", "cause", "model"):
-            value = getattr(self, key)
-            if value is not None:
-                out[key] = value
+        kind = self.kind
+        out: dict[str, Any] = {"tier": self.rung, "outcome": self.outcome if kind == "abstain" else "answered",
+                               "kind": kind, "latency_ms": round(self.latency_ms, 3)}
+        if self.action is not None:
+            out["action"] = self.action
+        if self.arguments is not None:
+            out["arguments"] = self.arguments
+        if self.text is not None:
+            out["text"] = self.text
+        if self.confidence is not None:
+            out["confidence"] = self.confidence
+        if self.cause is not None:
+            out["cause"] = self.cause
+        if self.model is not None:
+            out["model"] = self.model
         if self.detail:
             out["detail"] = self.detail
         return out
@@ -94,6 +103,11 @@ class Answer:
 def abstain(cause: str, detail: str = "", *, action: str | None = None, confidence: float | None = None,
             model: str | None = None) -> Answer:
     return Answer("abstain", action=action, confidence=confidence, cause=cause, detail=detail, model=model)
+
+
+def stamped(a: Answer, rung: str, latency_ms: float) -> Answer:
+    """`a` with the rung's name and latency (dataclasses.replace, without its cost)."""
+    return Answer(a.kind, rung, a.action, a.arguments, a.text, a.confidence, a.cause, a.detail, latency_ms, a.model)
 
 
 class Catalog:
@@ -291,4 +305,4 @@ def timed(rung: Any, name: str, step: Step, timeout_s: float | None) -> Answer:
         ans = abstain("error", f"{type(exc).__name__}: {exc}")
     if not isinstance(ans, Answer):
         ans = abstain("error", f"rung returned {type(ans).__name__}, not an Answer")
-    return replace(ans, rung=name, latency_ms=(time.perf_counter() - started) * 1000)
+    return stamped(ans, name, (time.perf_counter() - started) * 1000)
