@@ -237,3 +237,29 @@ def test_cli_errors(setup, tmp_path):
     assert res.exit_code == 1 and "missing.jsonl" in res.output and "Traceback" not in res.output
     res = runner.invoke(main, [*base[:3], "--specialists", str(tmp_path), *base[5:]])
     assert res.exit_code == 1 and "not a specialist directory" in res.output
+
+
+def test_configured_tiers_answer_in_the_replay(setup):
+    """With tiers configured the replay is the router's with them on: a tier's answers are its own
+    rung's, and a complete call it makes removes a teacher call."""
+    d, _, spec = setup
+
+    class Small:
+        model = "small-model"
+
+        def propose(self, state, legal, *, timeout_s, intent=None, descriptions=None):
+            from zcompile.tiers import TierAnswer
+
+            return TierAnswer("answered", "greet" if "greet" in legal else legal[0])
+
+    with_small = zcompile.compile_text(POLICY.replace("tier remote cost 10", "tier small max_ms 100\ntier remote cost 10")
+                                       .replace("when mood == unsure use remote", "when mood == unsure use small, remote"))
+    write_file(d / "unsure2.jsonl", [receipt("unsure2", 0, {"phase": "start", "mood": "unsure", "kind": "a"}, "greet"),
+                                     receipt("unsure2", 1, {"phase": "start", "mood": "unsure", "kind": "c"},
+                                             "escalate")])
+    rep = evals.report([d / "unsure2.jsonl"], with_small, spec, tiers={"small": Small()})
+    assert rep["tiers"]["small"]["answered"] == 1 and rep["tiers"]["small"]["correct"] == 1
+    assert rep["remote"]["reached"] == 0 and rep["cost"]["teacher_calls_removed"] == 2
+    res = CliRunner().invoke(main, ["eval", "--policy", str(d / "toy.zc"), "--specialists", str(d / "spec"),
+                                    "--receipts", str(d / "unsure2.jsonl"), "--tiers", str(d / "missing.toml")])
+    assert res.exit_code == 1 and "missing.toml: cannot read" in res.output and "Traceback" not in res.output
