@@ -118,3 +118,41 @@ def test_eval_reports_live_shadow_agreement(policy, tmp_path):
     assert answered > 0 and (s["answered"], s["agree"]) == (answered, agree)
     assert s["agreement_ci"][0] <= s["agreement"] <= s["agreement_ci"][1]
     assert "shadow rule: live agreement" in evals.render_text(rep)
+
+
+def test_policyless_pairwise_replay_asks_the_router_rung(tmp_path):
+    """Without a policy (a pairwise specialist distilled without one) the specialist rung is asked with
+    each receipt's legal list and offered tools, as the router asks it; no compiler rung."""
+    from types import SimpleNamespace as NS
+
+    from zcompile.receipts import Receipt, write_file
+
+    class Pair:
+        name, pairwise = "pair", True
+        manifest = NS(name="pair", model=NS(kind="pairwise"), policy_sha256="", policy_name="",
+                      threshold=NS(tau=0.5, target_precision=0.9), gate=NS(promoted=False),
+                      splits=NS(train=NS(tasks=()), calibration=NS(tasks=()), test=NS(tasks=())))
+
+        def __init__(self):
+            self.seen = []
+
+        def decide(self, state, legal, tools):
+            self.seen.append((tuple(legal), sorted(tools)))
+            pick = next((a for a in legal if a in state["request"]), None)
+            return Raw(pick, 0.9 if pick else 0.1, pick or legal[0])
+
+    rows = [Receipt(id=f"r{i}", task=f"t{i}", state={"request": req}, tier="gold", legal=legal, action=action,
+                    gold=action, verified=True, meta={"tools": [{"name": a, "description": a} for a in legal]})
+            for i, (req, legal, action) in enumerate([("play jazz", ("play", "stop"), "play"),
+                                                      ("stop it", ("play", "stop"), "play"),
+                                                      ("hello", ("play", "stop"), None)])]
+    write_file(tmp_path / "p.jsonl", rows)
+    sp = Pair()
+    rep = evals.report([tmp_path / "p.jsonl"], None, sp, decisions=True)
+    assert set(rep["tiers"]) == {"specialist"} and rep["legal_sets"] == "receipts"
+    assert [(d["rung"], d["action"], d["kind"]) for d in rep["decisions"]] == [
+        ("specialist", "play", "name"), ("specialist", "stop", "name"), ("remote", None, "none")]
+    s = rep["tiers"]["specialist"]
+    assert (s["answered"], s["correct"], s["abstained_where_none_fits"]["k"]) == (2, 1, 1)
+    assert sp.seen[-3:] == [(("play", "stop"), ["play", "stop"])] * 3
+    assert rep["cost"]["teacher_calls_removed"] == 0  # names only, without a policy to check calls
