@@ -636,11 +636,16 @@ def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts
         _fail(exc)
     if as_json:
         click.echo(msgspec.json.encode({"action": d.action, "tier": d.tier, "confidence": d.confidence,
+                                        "kind": d.kind, "arguments": d.arguments, "text": d.text,
                                         "legal": list(d.legal.actions), "receipt": d.receipt}).decode())
         return
     conf = "" if d.confidence is None else f" (confidence {d.confidence:.3f})"
     click.echo(f"action: {d.action or '(none: every rung abstained and the fallback is not legal)'}"
                f" by {d.tier}{conf}")
+    if d.arguments is not None:
+        click.echo("arguments: " + msgspec.json.encode(d.arguments).decode())
+    if d.text is not None:
+        click.echo(f"reply: {d.text}")
     click.echo("legal: " + ", ".join(d.legal.actions))
     for r in d.rungs:
         extra = f" {r.action}" if r.action else ""
