@@ -304,3 +304,23 @@ def test_answers_serialise(policy):
     assert json.loads(json.dumps(a.to_dict())) == {"tier": "small", "outcome": "answered", "kind": "call",
                                                    "latency_ms": 0.0, "action": "lookup",
                                                    "arguments": {"order_id": "1"}, "confidence": 0.5}
+
+
+def test_deeply_nested_replies_are_errors_not_tracebacks(policy):
+    with OpenAIStub() as stub:
+        tier = zcompile.OpenAITier(stub.base_url, "m")
+        r = Router(policy, tiers={"small": tier})
+        stub.answer, stub.arguments = "lookup", "[" * 100_000 + "]" * 100_000
+        d = r.decide(S)
+        assert d.rungs[1].outcome == "error" and "not JSON" in d.rungs[1].detail
+        tier.close()
+        schema = zcompile.OpenAITier(stub.base_url, "m", mode="json_schema")
+        stub.content, stub.arguments = "[" * 100_000, None
+        d = Router(policy, tiers={"small": schema}).decide(S)
+        assert d.rungs[1].outcome == "error" and "malformed reply" in d.rungs[1].detail
+        schema.close()
+
+
+def test_meta_must_be_an_object(policy):
+    with pytest.raises(zcompile.ZcError, match=r"^\$\.meta: expected an object, got list"):
+        Router(policy).decide(S, meta=[1])

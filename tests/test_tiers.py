@@ -381,6 +381,7 @@ def test_load_tiers_talks_to_the_stub(tmp_path, stub):
     ('tiers = 3\n', '"tiers" must be a table'),
     ("[tiers]\nsmall = 1\n", "[tiers.small] must be a table"),
     ("[tiers.small\n", "not valid TOML"),
+    ("[tiers.small]\nextra_body = {x = " + "[" * 5000 + "]" * 5000 + "}\n", "not valid TOML"),
 ])
 def test_load_tiers_invalid(tmp_path, monkeypatch, text, message):
     monkeypatch.delenv("ZC_UNSET_VAR", raising=False)

@@ -630,6 +630,8 @@ def load_tiers(path: str | os.PathLike) -> dict[str, OpenAITier]:
         raise ZcError(f"{file}: cannot read: {exc.strerror or exc}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ZcError(f"{file}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ZcError(f"{file}: not valid TOML: nested too deeply") from None
     for key in data:
         if key != "tiers":
             raise ZcError(f'{file}: unknown key "{key}" (expected only [tiers.NAME] tables)')

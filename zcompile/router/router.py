@@ -162,6 +162,8 @@ class Router:
         if not isinstance(state, Mapping):
             raise StateError(f"$: expected a JSON object, got {type(state).__name__}")
         receipt_state = json_copy(state, "$")  # refused here, before any rung runs: no decision without its receipt
+        if meta is not None and not isinstance(meta, Mapping):
+            raise ZcError(f"$.meta: expected an object, got {type(meta).__name__}")
         receipt_meta = json_copy(dict(meta or {}), "$.meta")
         receipt_tools = json_copy(list(tools.values()), "$.tools") if tools is not None else None
         t1 = time.perf_counter()
