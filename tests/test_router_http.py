@@ -110,3 +110,30 @@ def test_tier_budget_bounds_the_whole_call(policy):
         took = (time.perf_counter() - started) * 1000
         tier.close()
     assert ans.outcome == "timeout" and took < 300, (ans, took)
+
+
+def test_deadline_bounds_a_server_that_never_accepts(policy):
+    """A listening socket whose accept queue is full: the connect (or, if the kernel completes it, the
+    wait for a reply nobody sends) ends by the deadline."""
+    import socket
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)
+    port = srv.getsockname()[1]
+    fill = []
+    for _ in range(3):
+        c = socket.socket()
+        c.setblocking(False)
+        c.connect_ex(("127.0.0.1", port))
+        fill.append(c)
+    try:
+        tier = zcompile.OpenAITier(f"http://127.0.0.1:{port}/v1", "s", timeout_ms=30_000)
+        started = time.perf_counter()
+        d = Router(policy, tiers={"small": tier}, deadline_ms=400).decide({"allowed": ["fs.read", "stop", "escalate"]})
+        took = (time.perf_counter() - started) * 1000
+        tier.close()
+    finally:
+        for c in (*fill, srv):
+            c.close()
+    assert d.rungs[0].outcome == "timeout" and took < 450, (d.rungs, took)
