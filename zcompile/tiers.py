@@ -1,4 +1,5 @@
-"""Tiers: LLM rungs that speak the OpenAI-compatible chat-completions protocol and answer or abstain."""
+"""Tiers: LLM rungs that speak the OpenAI-compatible chat-completions protocol and answer (a checked call
+or a text reply, through the rung protocol of `zcompile.router.rung`) or abstain."""
 
 from __future__ import annotations
 
@@ -65,7 +66,8 @@ class TierAnswer:
 
 @runtime_checkable
 class Tier(Protocol):
-    """A rung of the ladder: given a state and the legal actions, answer one of them or abstain."""
+    """The older tier protocol (names only): given a state and the legal actions, answer one of them
+    or abstain. The router wraps such objects in `zcompile.router.rung.ProposeRung`."""
 
     name: str
 
