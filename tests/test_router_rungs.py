@@ -324,3 +324,20 @@ def test_deeply_nested_replies_are_errors_not_tracebacks(policy):
 def test_meta_must_be_an_object(policy):
     with pytest.raises(zcompile.ZcError, match=r"^\$\.meta: expected an object, got list"):
         Router(policy).decide(S, meta=[1])
+
+
+def test_monitor_simulation_keeps_good_and_demotes_bad_specialists():
+    """Seeded simulation of live outcomes: a specialist at precision 0.99 (target 0.95) is kept over a
+    300-outcome window in nearly every run; one at 0.90 is demoted in every run."""
+    import random
+
+    def demoted(precision: float, seed: int) -> bool:
+        rng, m = random.Random(seed), Monitor(window=300)
+        return any(m.add("s", rng.random() < precision, 0.95) for _ in range(600))
+
+    assert sum(demoted(0.99, s) for s in range(40)) <= 2
+    assert all(demoted(0.90, s) for s in range(40))
+    m = Monitor(window=5, min_outcomes=3)
+    assert m.add("x", True, None) is None and m.figures("x")[:2] == (1, 1)  # no target: never demoted
+    with pytest.raises(ValueError):
+        Monitor(window=0)
