@@ -15,7 +15,7 @@ import zcompile
 from zcompile import ZcError, evals, stats
 from zcompile.evals import metrics
 from zcompile.cli import main
-from zcompile.qroute.distill import distill, load_decisions
+from zcompile.qroute import Settings, distill, load_decisions
 from zcompile.qroute.specialist import Specialist
 from zcompile.receipts import Receipt, write_file
 
@@ -72,7 +72,7 @@ def setup(tmp_path_factory):
             s = rng.choice(STATES)
             rows.append(receipt(f"task-{t:02d}", i, s, teacher(s)))
     write_file(d / "train.jsonl", rows)
-    distill([d / "train.jsonl"], policy, d / "spec", model="logistic", target_precision=0.8)
+    distill([d / "train.jsonl"], policy, d / "spec", Settings(model="logistic", target_precision=0.8))
     return d, policy, Specialist(d / "spec", policy)
 
 
@@ -122,7 +122,7 @@ def test_bare_names_remove_no_teacher_call(setup):
     the arguments, so no call is removed and no complete call is counted."""
     d, policy, spec = setup
     names = zcompile.compile_text(POLICY.replace("()", ""), "names.zc")
-    decisions, _, _ = load_decisions([hand_case(d)], names)
+    decisions = load_decisions([hand_case(d)], names).decisions
     rows = evals.replay(decisions, names, spec)
     assert {r.kind for r in rows if r.rung != "remote"} == {"name"}
     assert metrics.cost(rows, names)["teacher_calls_removed"] == 0

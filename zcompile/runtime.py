@@ -86,15 +86,9 @@ class LegalSet:
         return f"LegalSet(actions={self.actions!r}, fallback={self.fallback})"
 
     @property
-    def state(self) -> Any:
-        """The validated state this set was computed from: `legal`, `check` and `route` take it as
-        a state and skip validation (msgspec passes a value of the schema's type through)."""
+    def root(self) -> Any:
+        """The validated state this set was computed from (pass it on instead of validating again)."""
         return self._root
-
-    @property
-    def intent(self) -> str | None:
-        """The intent this set was computed under."""
-        return self._intent
 
     @property
     def removed(self) -> Mapping[str, tuple[Reason, ...]]:

@@ -114,7 +114,8 @@ def seal(decisions: Sequence[Any], manifest: Any, split: str, allow_trained: boo
 # ---- what the receipts recorded beside the decisions -------------------------------------------------
 @dataclass(slots=True)
 class Recorded:
-    """Per receipt id: the teacher's arguments; and every receipt's shadow records."""
+    """Per receipt id: the arguments the router recorded in `meta` (receipts of this format version have
+    no field for them); and every receipt's shadow records."""
 
     arguments: dict[str, Any]
     shadow: list[tuple[Any, list[Mapping[str, Any]]]]  # (receipt, its meta.shadow)
@@ -198,7 +199,7 @@ def _row(d: Any, dec: Any, catalog: Catalog, risky: frozenset[str], arguments: M
     sp = next((a for a in dec.rungs if a.rung == SPECIALIST), None)
     consulted = sp is not None and sp.cause != "skipped"
     answered = dec.tier in ("compiler", SPECIALIST) or dec.tier in _tier_names(dec)
-    label_args = arguments.get(d.id) if d.label == d.teacher else None
+    label_args = (d.arguments if d.arguments is not None else arguments.get(d.id)) if d.label == d.teacher else None
     if label_args is None and d.label is not None and catalog.params.get(d.label) == ():
         label_args = {}
     return Replay(
@@ -223,8 +224,6 @@ def _tier_names(dec: Any) -> set[str]:
 
 
 def risky_actions(policy: Policy | None) -> frozenset[str]:
-    from ..qroute.distill import RISKY_TAGS
+    from ..qroute import risky_actions as risky
 
-    if policy is None:
-        return frozenset()
-    return frozenset(a.name for a in policy.ir.actions if RISKY_TAGS & set(a.tags))
+    return risky(policy)

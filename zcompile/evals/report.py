@@ -27,19 +27,15 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
             legal actions), no usable decision, trained-on tasks under `split="all"` without
             `allow_trained`, nothing held out, an unknown split, a policy missing or given wrongly.
     """
-    from ..qroute.distill import load_decisions
+    from ..qroute import load_decisions
 
     if split not in SPLITS:
         raise ZcError(f"unknown split `{split}` (choose test or all)")
     m = specialist.manifest
     check_policy(m, policy)
     paths = [str(p) for p in paths]
-    if getattr(specialist, "pairwise", False):
-        from ..qroute.pairdistill import load_pair_decisions
-
-        loaded, counts, _files = load_pair_decisions(paths, policy, skip_invalid=skip_invalid)
-    else:
-        loaded, counts, _files = load_decisions(paths, policy, skip_invalid=skip_invalid)
+    data = load_decisions(paths, policy, skip_invalid=skip_invalid, none_fits=getattr(specialist, "pairwise", False))
+    loaded, counts = data.decisions, data.counts
     kept, sealing = seal(loaded, m, split, allow_trained)
     rec = recorded(paths)
     rows = replay(kept, policy, specialist, tiers=tiers, arguments=rec.arguments)
@@ -86,10 +82,10 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
 def run(policy: Policy | None, specialist_dir: str | Path, paths: Sequence[str | Path], **kw: Any) -> dict[str, Any]:
     """Load the specialist for `policy` (refusing a mismatch; the class as its manifest says) and
     `report` on `paths`. `policy` may be None for a pairwise specialist distilled without one."""
-    from ..qroute.specialist import load, read_manifest
+    from ..qroute import load_specialist, read_manifest
 
     check_policy(read_manifest(specialist_dir), policy)
-    return report(paths, policy, load(specialist_dir, policy), **kw)
+    return report(paths, policy, load_specialist(specialist_dir, policy), **kw)
 
 
 def to_json(rep: dict[str, Any]) -> bytes:

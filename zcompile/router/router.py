@@ -326,9 +326,9 @@ def load_specialists(spec: Any, policy: Policy | None) -> list[Any]:
     out = []
     for item in items:
         if isinstance(item, (str, Path)):
-            from ..qroute.specialist import load
+            from ..qroute import load_specialist
 
-            out.append(load(item, policy))
+            out.append(load_specialist(item, policy))
         else:
             out.append(item)
     return out

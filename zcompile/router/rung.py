@@ -129,8 +129,7 @@ class Offered:
 
     actions: tuple[str, ...]
     fallback: bool = False
-    state: Any = None
-    intent: str | None = None
+    root: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +139,7 @@ class Step:
     Attributes:
         policy: the Policy (None only for a pairwise specialist evaluated without one).
         state: the state as the harness gave it.
-        legal: its LegalSet (`legal.state` is the validated state: `Policy.check` takes it as is).
+        legal: its LegalSet (`legal.root` is the validated state: `Policy.check` takes it as is).
         intent: the active intent.
         tools: the tool schemas offered at this step, by name (None: none offered).
         catalog: the policy's action catalog.
@@ -196,7 +195,7 @@ def settle(step: Step, action: str | None, arguments: Any = None, text: str | No
     except (TypeError, ValueError, OverflowError, RecursionError, msgspec.MsgspecError) as exc:
         return abstain("error", f"arguments of `{action}` are not JSON: {exc}", confidence=confidence, model=model)
     if step.policy is not None:
-        verdict = step.policy.check(step.legal.state, action, arguments, step.intent)
+        verdict = step.policy.check(step.legal.root, action, arguments, step.intent)
         if not verdict.allowed:
             why = "; ".join(r.message for r in verdict.reasons[:3])
             return abstain("illegal", f"call refused by the policy: {why}", action=None,
