@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace as NS
 
 import pytest
 
 import zcompile
 from zcompile import evals
-from zcompile.qroute.specialist import read_manifest
 from zcompile.receipts import read
 from zcompile.router import Router
 
@@ -32,7 +32,9 @@ class Rule:
     and abstentions below threshold."""
 
     name = "rule"
-    manifest = read_manifest(ROOT / "specialists" / "airline_chat")
+    manifest = NS(name="rule", model=NS(kind="logistic"), policy_sha256="", policy_name="airline_chat",
+                  threshold=NS(tau=0.5, target_precision=0.95), gate=NS(promoted=False),
+                  splits=NS(train=NS(tasks=()), calibration=NS(tasks=()), test=NS(tasks=())))
 
     def decide(self, state, legal):
         prev = (state.get("prev") or {}).get("role")
@@ -57,7 +59,7 @@ def _tier(d) -> str:
 
 def test_eval_decisions_equal_router_decisions(policy):
     rule = Rule()
-    rep = evals.report([RECEIPTS], policy, rule, split="all", allow_trained=True, decisions=True)
+    rep = evals.report([RECEIPTS], policy, rule, split="all", decisions=True)  # no task trained on
     by_id = {r.id: r for r in read([RECEIPTS], policy=policy)}
     router = Router(policy, specialists=rule)
     kinds: Counter = Counter()
@@ -123,8 +125,6 @@ def test_eval_reports_live_shadow_agreement(policy, tmp_path):
 def test_policyless_pairwise_replay_asks_the_router_rung(tmp_path):
     """Without a policy (a pairwise specialist distilled without one) the specialist rung is asked with
     each receipt's legal list and offered tools, as the router asks it; no compiler rung."""
-    from types import SimpleNamespace as NS
-
     from zcompile.receipts import Receipt, write_file
 
     class Pair:
