@@ -539,9 +539,12 @@ def progress(iterable, label: str, length: int, every_s: float = 30.0):
 @click.option("--allow-trained", is_flag=True,
               help="With --split all, report trained-on tasks anyway (labelled NOT held-out).")
 @click.option("--skip-invalid", is_flag=True, help="Skip invalid receipt lines (counted) instead of refusing.")
+@click.option("--tiers", "tiers_path", default=None, type=click.Path(dir_okay=False), metavar="F",
+              help="tiers.toml: replay with these LLM tiers on (default: off; what they leave goes to the teacher).")
 def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, split, allow_trained,
-             skip_invalid) -> None:
-    """Replay receipts through the compiler and the specialist: per-rung and overall figures.
+             skip_invalid, tiers_path) -> None:
+    """Replay receipts through the router (compiler, the specialist, tiers off unless --tiers): per-rung
+    and overall figures, complete calls, live shadow agreement.
 
     A pairwise specialist is given the tools each receipt offered (meta.tools); where no offered action
     fits (a receipt with no action and verified: true) the report gives the share it abstained on."""
@@ -558,8 +561,19 @@ def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, spl
             sys.exit(2)
     try:
         policy = _load_policy(policy_path) if policy_path is not None else None
-        rep = evals.run(policy, specialist_dir, [*sources, *more], split=split,
-                        allow_trained=allow_trained, skip_invalid=skip_invalid)
+        tiers = {}
+        if tiers_path is not None:
+            from .tiers import load_tiers
+
+            if policy is None:
+                raise ZcError("--tiers needs --policy: tiers are rungs of a policy's routes")
+            tiers = load_tiers(tiers_path)
+        try:
+            rep = evals.run(policy, specialist_dir, [*sources, *more], split=split,
+                            allow_trained=allow_trained, skip_invalid=skip_invalid, tiers=tiers)
+        finally:
+            for tier in tiers.values():
+                tier.close()
         for path, data in ((json_out, lambda: evals.to_json(rep)),
                            (html_out, lambda: evals.render_html(rep).encode())):
             if path is not None:
@@ -606,11 +620,16 @@ def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts
         _fail(exc)
     if as_json:
         click.echo(msgspec.json.encode({"action": d.action, "tier": d.tier, "confidence": d.confidence,
+                                        "kind": d.kind, "arguments": d.arguments, "text": d.text,
                                         "legal": list(d.legal.actions), "receipt": d.receipt}).decode())
         return
     conf = "" if d.confidence is None else f" (confidence {d.confidence:.3f})"
     click.echo(f"action: {d.action or '(none: every rung abstained and the fallback is not legal)'}"
                f" by {d.tier}{conf}")
+    if d.arguments is not None:
+        click.echo("arguments: " + msgspec.json.encode(d.arguments).decode())
+    if d.text is not None:
+        click.echo(f"reply: {d.text}")
     click.echo("legal: " + ", ".join(d.legal.actions))
     for r in d.rungs:
         extra = f" {r.action}" if r.action else ""
