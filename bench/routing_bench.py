@@ -467,7 +467,8 @@ def main() -> None:
     sp_top = full[np.arange(len(sp_best)), sp_best]
     names = [actions[k] if c > 0 else None for k, c in zip(sp_best, sp_top)]
     correct_test = np.array([b is not None and b == d.label for b, d in zip(names, test)], dtype=bool)
-    ev = evaluate(names, sp_top, correct_test, test, sp.tau, risky_actions(policy), full, Y["test"])
+    answered = (sp_top >= sp.tau) & (sp_top > 0)
+    ev = evaluate(names, sp_top, correct_test, test, answered, risky_actions(policy), full, Y["test"])
     mt = man.metrics
     assert ev["answered"] == mt["answered"] and abs(ev["accuracy_top1"] - mt["accuracy_top1"]) < 1e-9, \
         "the specialist's recomputed test figures differ from its manifest"
