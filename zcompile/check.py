@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from . import ast as A
 from . import interp
 from .errors import Diagnostic, ZcError, did_you_mean
+from .ir import MAX_FLOAT
 from .source import Source, Span
 
 RISKY_TAGS = ("destructive", "publish", "money", "credential")
@@ -459,7 +460,12 @@ class _Checker:
             case A.Arith(left=l, right=r):
                 nl = self._num(l, in_rule)
                 nr = self._num(r, in_rule)
-                return rp(e, left=nl, right=nr), T_NUM
+                new = rp(e, left=nl, right=nr)
+                if _constant(nl) and _constant(nr) and interp.evaluate(new, {}) is None \
+                        and None not in (interp.evaluate(nl, {}), interp.evaluate(nr, {})):
+                    self.err("ZC0313", "arithmetic on constants overflows", e.span,
+                             f"numbers are finite, at most {MAX_FLOAT:.6g} in magnitude")
+                return new, T_NUM
             case A.Neg(operand=o):
                 return rp(e, operand=self._num(o, in_rule)), T_NUM
         raise AssertionError(f"unchecked expression {e!r}")
@@ -558,6 +564,11 @@ class _Checker:
             self.err("ZC0301", f"cannot compare `{lt}` values with `{op}`", e.span,
                      "test membership with `ACTION in FIELD`")
         return new, T_BOOL
+
+
+def _constant(e: A.Expr) -> bool:
+    """Whether an expression is arithmetic on number literals only."""
+    return all(isinstance(x, (A.Num, A.Arith, A.Neg)) for x in walk(e))
 
 
 def _field_type(info: FieldInfo):

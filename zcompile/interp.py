@@ -10,6 +10,7 @@ import operator
 from collections.abc import Mapping, Sequence
 
 from . import ast as A
+from .ir import MAX_FLOAT
 
 Value = object  # True / False / None (unknown), numbers, strings, frozensets of action names
 
@@ -63,11 +64,16 @@ def evaluate(expr: A.Expr, state: Mapping[str, Value], action: str | None = None
             return None if v is None or s is None else (v in s) != neg
         case A.Arith(op=op, left=l, right=r):
             a, b = ev(l), ev(r)
-            return None if a is None or b is None else _ARITH[op](a, b)
+            return None if a is None or b is None else finite(_ARITH[op](a, b))
         case A.Neg(operand=o):
             v = ev(o)
             return None if v is None else -v
     raise TypeError(f"not a checked expression: {expr!r}")
+
+
+def finite(v):
+    """An arithmetic result, or None (unknown) when it overflowed to ±infinity, NaN or past floats."""
+    return v if -MAX_FLOAT <= v <= MAX_FLOAT else None
 
 
 def keeps(rule: A.RuleDecl, state: Mapping[str, Value], action: str, cost: float,

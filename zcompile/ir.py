@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import sys
+from collections.abc import Iterator
 from typing import Literal, Union
 
 import msgspec
@@ -12,6 +14,11 @@ from .errors import ZcError
 FORMAT = "zcp"
 VERSION = 2  # 2: action signatures (`ActionDef.params`), `Arg` and `Len` expressions, `RuleDef.args`
 READS = (1, 2)  # versions this runtime reads (a version-1 artifact is a version 2 without arguments)
+
+# limits shared by the checker (on source) and the runtime (on states and artifacts)
+MAX_DEPTH = 200  # most operators nested in one expression
+MAX_INT = 2**63 - 1  # integers fit in 64 bits
+MAX_FLOAT = sys.float_info.max  # numbers are finite: NaN and ±infinity never enter an evaluation
 
 
 class SpanDef(msgspec.Struct, frozen=True):
@@ -92,6 +99,16 @@ class Neg(msgspec.Struct, frozen=True, tag="neg"):
 
 Expr = Union[Field, Arg, Len, Const, Self, Cost, Not, And, Or, Cmp, InConst, InSet, Arith, Neg]
 Scalar = Union[bool, int, float, str]
+
+
+def children(e: Expr) -> Iterator[Expr]:
+    """The direct sub-expressions of an IR expression."""
+    for name in e.__struct_fields__:
+        v = getattr(e, name)
+        if isinstance(v, msgspec.Struct):
+            yield v
+        elif isinstance(v, tuple):
+            yield from (x for x in v if isinstance(x, msgspec.Struct))
 
 
 # ---- declarations -------------------------------------------------------------------------

@@ -12,7 +12,6 @@ the legal set, and those rules, generated into one small function per action.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,14 +19,11 @@ from typing import Any
 
 import msgspec
 
-from . import ir
+from . import codegen, ir
 from .errors import ZcError, did_you_mean
-from .state import Schema, read_path
+from .state import Schema, number_problem, read_path
 
 MAX_SHOWN = 160  # a longer condition is cut in reason messages (its span points at the whole rule)
-_OPS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
-        ">": operator.gt, ">=": operator.ge, "+": operator.add, "-": operator.sub,
-        "*": operator.mul}
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +148,7 @@ class Policy:
             ZcError: `intent` is not declared by the policy.
         """
         root = self._schemas[strict].convert(state)
-        universe = self._all if intent is None else self._universe(intent)
+        universe = self._universe(intent)
         fired, removed = self._eval(root)
         removed |= self._static
         legal = universe & ~removed
@@ -174,6 +170,8 @@ class Policy:
             StateError: the state does not match the schema.
             ZcError: `action` or `intent` is not declared by the policy, or `args` is not an object.
         """
+        if not isinstance(action, str):
+            raise ZcError(f"the action to check must be a string naming an action, got {_json_type(action)}")
         if action not in self._index:
             hint = did_you_mean(action, self.actions) or "not declared by the policy"
             raise ZcError(f"unknown action `{action}` ({hint})")
@@ -183,7 +181,7 @@ class Policy:
             raise ZcError(f"arguments of `{action}` must be an object, got {_json_type(args)}")
         reasons, values = self._schema(action, args)
         root = self._schemas[strict].convert(state)
-        universe = self._all if intent is None else self._universe(intent)
+        universe = self._universe(intent)
         bit = 1 << self._index[action]
         evaluate, groups = self._action_eval(action)
         fired, removed = evaluate(root)
@@ -209,10 +207,9 @@ class Policy:
         if got is None:
             bit = 1 << self._index[action]
             groups = tuple(g for g, group in enumerate(self._groups) if group.mask & bit)
-            body = [self._tests[g] for g in groups if g in self._tests]
-            src = "def _eval(st):\n" + self._prologue + "    fired = 0\n    removed = 0\n" + \
-                "\n".join(body) + "\n    return fired, removed\n"
-            got = self._action_evals[action] = (self._exec(src, self._consts, action)["_eval"], groups)
+            body = ["    fired = 0\n    removed = 0"] + [self._tests[g] for g in groups if g in self._tests]
+            src = codegen.function("_eval", "st", self._gen, body, "return fired, removed")
+            got = self._action_evals[action] = (self._load(src, action)["_eval"], groups)
         return got
 
     def _schema(self, action: str, args: Mapping[str, Any]) -> tuple[list[Reason], dict[str, Any]]:
@@ -247,18 +244,16 @@ class Policy:
         got = self._checks.get(action)
         if got is None:
             rules = tuple(ri for ri in sorted(self._arg_rules) if action in self.ir.rules[ri].targets)
-            gen = _Gen(self._fields, self._schemas[False].attrs)
+            gen = codegen.Gen(self._fields, self._schemas[False].attrs)
             adef = self.ir.actions[self._index[action]]
-            body = []
+            body = ["    fired = 0"]
             for j, ri in enumerate(rules):
                 rule = self.ir.rules[ri]
-                code, maybe = gen.expr(rule.cond, adef)
-                keep_if = rule.kind != "forbid_when"
-                test = f"{code} is not {keep_if}" if maybe else (f"not {code}" if keep_if else code)
-                body.append(f"    if {test}:\n        fired |= {1 << j}")
-            src = ("def _check(st, args):\n" + gen.prologue() + "    fired = 0\n" + "\n".join(body)
-                   + "\n    return fired\n")
-            got = self._checks[action] = (self._exec(src, gen.consts, action)["_check"], rules)
+                body.append(gen.test(rule.cond, adef).statements(
+                    f"fired |= {gen.const(1 << j)}", rule.kind != "forbid_when"))
+            src = codegen.function("_check", "st, args", gen, body, "return fired")
+            got = self._checks[action] = (codegen.load(src, gen.consts, self._label(action))["_check"],
+                                          rules)
         return got
 
     def _arg_reason(self, rule: ir.RuleDef, action: str, root: Any, args: dict[str, Any]) -> Reason:
@@ -278,7 +273,12 @@ class Policy:
         index = self._route(root)
         return None if index < 0 else self.ir.routes[index]
 
-    def _universe(self, intent: str) -> int:
+    def _universe(self, intent: str | None) -> int:
+        """The actions an intent allows (all without one)."""
+        if intent is None:
+            return self._all
+        if not isinstance(intent, str):
+            raise ZcError(f"intent must be a string naming an intent, got {_json_type(intent)}")
         try:
             return self._intents[intent]
         except KeyError:
@@ -346,185 +346,49 @@ class Policy:
 
     # ---- code generation -------------------------------------------------------------------------
     def _generate(self):
-        gen = _Gen(self._fields, self._schemas[False].attrs)
-        body: list[str] = []
+        """Specialise each rule per target, group equal residual conditions, generate `_eval`
+        (fired groups, removed actions) and `_route` (the index of the first route that holds)."""
+        gen = self._gen = codegen.Gen(self._fields, self._schemas[False].attrs)
+        body = ["    fired = 0\n    removed = 0"]
         for ri, rule in enumerate(self.ir.rules, start=1):
             if ri - 1 in self._arg_rules:
                 continue  # reads arguments: judged by `check` only
-            by_code: dict[str, int] = {}
+            by_test: dict[tuple[bool, codegen.Test], int] = {}  # (keep if, condition) -> targets
             for name in rule.targets:
-                gen.reads = 0
                 if rule.kind == "after":
-                    code = " and ".join(f"({c!r} in {gen.var('history')})" for c in rule.after)
-                    code, maybe, reads = f"({code})", False, 1
-                    keep_if = "true"
+                    key = (True, gen.history_test(rule.after))
                 else:
-                    action = self.ir.actions[self._index[name]]
-                    code, maybe = gen.expr(rule.cond, action)
-                    reads = gen.reads
-                    keep_if = "false" if rule.kind == "forbid_when" else "true"
-                key = f"{keep_if}|{maybe}|{bool(reads)}|{code}"
-                by_code[key] = by_code.get(key, 0) | 1 << self._index[name]
-            for key, mask in by_code.items():
-                keep_if, maybe, reads, code = key.split("|", 3)
-                constant = gen.constant(code) if reads == "False" else _NOT_CONST
-                if constant is not _NOT_CONST:
-                    if constant is not (keep_if == "true"):
+                    key = (rule.kind != "forbid_when",
+                           gen.test(rule.cond, self.ir.actions[self._index[name]]))
+                by_test[key] = by_test.get(key, 0) | 1 << self._index[name]
+            for (keep_if, test), mask in by_test.items():
+                if not test.reads:
+                    if gen.fold(test) is not keep_if:  # unknown removes too (fail closed)
                         self._static |= mask
                         self._groups.append(_Group(-ri, mask))
                     continue
                 g = len(self._groups)
                 self._groups.append(_Group(ri, mask))
-                if maybe == "True":
-                    test = f"{code} is not {keep_if == 'true'}"
-                else:
-                    test = f"not {code}" if keep_if == "true" else code
-                body.append(f"    if {test}:\n        fired |= {1 << g}\n        removed |= {mask}")
-                self._tests[g] = body[-1]
+                self._tests[g] = test.statements(
+                    f"fired |= {gen.const(1 << g)}\nremoved |= {gen.const(mask)}", keep_if)
+                body.append(self._tests[g])
         route_body = []
         for i, route in enumerate(self.ir.routes):
             if route.when is None:
                 route_body.append(f"    return {i}")
                 break
-            code, _ = gen.expr(route.when, None)
-            route_body.append(f"    if {code} is True:\n        return {i}")
-        route_body.append("    return -1")
-        src = ("def _eval(st):\n" + gen.prologue() + "    fired = 0\n    removed = 0\n"
-               + "\n".join(body) + "\n    return fired, removed\n\n"
-               + "def _route(st):\n" + gen.prologue() + "\n".join(route_body) + "\n")
-        namespace = self._exec(src, gen.consts)
+            route_body.append(gen.test(route.when, None).statements(f"return {i}", None))
+        src = (codegen.function("_eval", "st", gen, body, "return fired, removed") + "\n"
+               + codegen.function("_route", "st", gen, route_body, "return -1"))
         self._source = src
-        self._prologue, self._consts = gen.prologue(), gen.consts
+        namespace = self._load(src)
         return namespace["_eval"], namespace["_route"]
 
-    def _exec(self, src: str, consts: dict[str, Any], action: str | None = None) -> dict[str, Any]:
-        """Run generated source (from checked IR) with its constants; returns its namespace."""
-        namespace = dict(consts)
-        label = f"<zc policy {self.name}" + (f": {action}>" if action else ">")
-        exec(compile(src, label, "exec"), namespace)  # noqa: S102 - generated here from checked IR
-        return namespace
+    def _label(self, action: str | None = None) -> str:
+        return f"<zc policy {self.name}" + (f": {action}>" if action else ">")
 
-
-_NOT_CONST = object()
-
-
-class _Gen:
-    """Python source for IR expressions in Kleene logic (None = unknown)."""
-
-    def __init__(self, fields: dict[str, ir.FieldDef], attrs: dict[str, tuple[str, ...]]) -> None:
-        self.fields = fields
-        self.attrs = attrs
-        self.reads = 0
-        self.used: dict[str, str] = {}
-        self.consts: dict[str, Any] = {}
-        self.tmp = 0
-
-    def var(self, path: str) -> str:
-        return self.used.setdefault(path, f"v{len(self.used)}")
-
-    def const(self, value: Any) -> str:
-        if isinstance(value, (bool, int, float, str)):
-            return repr(value)
-        name = f"K{len(self.consts)}"
-        self.consts[name] = value
-        return name
-
-    def _t(self) -> str:
-        self.tmp += 1
-        return f"t{self.tmp}"
-
-    def constant(self, code: str):
-        """The value of a field-free expression, folded at load."""
-        return eval(code, dict(self.consts))  # noqa: S307 - generated here from checked IR
-
-    def prologue(self) -> str:
-        lines = []
-        for path, var in self.used.items():
-            f = self.fields[path]
-            chain = self.attrs[path]
-            expr = "st"
-            guards = []
-            for attr in chain[:-1]:
-                expr = f"{expr}.{attr}"
-                guards.append(expr)
-            leaf = f"{expr}.{chain[-1]}"
-            read = leaf if not guards else f"({leaf} if {' is not None and '.join(guards)} is not None else None)"
-            if f.kind == "set":
-                default = self.const(frozenset(f.default or ())) if f.has_default else "None"
-                lines.append(f"    {var} = {read}\n    {var} = frozenset({var}) if {var} is not None else {default}")
-            elif f.has_default:
-                lines.append(f"    {var} = {read}\n    if {var} is None: {var} = {f.default!r}")
-            else:
-                lines.append(f"    {var} = {read}")
-        return "\n".join(lines) + ("\n" if lines else "")
-
-    def expr(self, e: ir.Expr, action: ir.ActionDef | None) -> tuple[str, bool]:
-        """(source, may be None) of an expression, with `self`/`cost` bound to `action`."""
-        match e:
-            case ir.Field(path=p):
-                self.reads += 1
-                return self.var(p), self.fields[p].may_be_absent
-            case ir.Const(value=v):
-                return repr(v), False
-            case ir.Arg(name=n):
-                self.reads += 1
-                return f"args.get({n!r})", True
-            case ir.Len(operand=o):
-                c, n = self.expr(o, action)
-                t = self._t()
-                return f"(None if ({t} := {c}) is None else len({t}))", True
-            case ir.Self():
-                return repr(action.name), False
-            case ir.Cost():
-                return repr(action.cost), False
-            case ir.Not(operand=o):
-                c, n = self.expr(o, action)
-                if not n:
-                    return f"(not {c})", False
-                t = self._t()
-                return f"(None if ({t} := {c}) is None else not {t})", True
-            case ir.And(operands=ops) | ir.Or(operands=ops):
-                parts = [self.expr(o, action) for o in ops]
-                word = "and" if isinstance(e, ir.And) else "or"
-                if not any(n for _, n in parts):
-                    return "(" + f" {word} ".join(c for c, _ in parts) + ")", False
-                dominant = "False" if word == "and" else "True"
-                ts = [self._t() for _ in parts]
-                hit = " or ".join(f"({t} := {c}) is {dominant}" for t, (c, _) in zip(ts, parts))
-                unknown = " or ".join(f"{t} is None" for t in ts)
-                other = "True" if word == "and" else "False"
-                return f"({dominant} if {hit} else (None if {unknown} else {other}))", True
-            case ir.Cmp(op=op, left=l, right=r) | ir.Arith(op=op, left=l, right=r):
-                return self._binary(op, self.expr(l, action), self.expr(r, action))
-            case ir.InConst(operand=o, values=values, negated=neg):
-                c, n = self.expr(o, action)
-                k = self.const(frozenset(values))
-                word = "not in" if neg else "in"
-                if not n:
-                    return f"({c} {word} {k})", False
-                t = self._t()
-                return f"(None if ({t} := {c}) is None else {t} {word} {k})", True
-            case ir.InSet(operand=o, path=p, negated=neg):
-                word = "not in" if neg else "in"
-                return self._binary(word, self.expr(o, action), self.expr(ir.Field(p), action))
-            case ir.Neg(operand=o):
-                c, n = self.expr(o, action)
-                if not n:
-                    return f"(-{c})", False
-                t = self._t()
-                return f"(None if ({t} := {c}) is None else -{t})", True
-        raise ZcError(f"corrupt artifact: unknown expression {e!r}")
-
-    def _binary(self, op: str, left: tuple[str, bool], right: tuple[str, bool]) -> tuple[str, bool]:
-        (a, an), (b, bn) = left, right
-        if not (an or bn):
-            return f"({a} {op} {b})", False
-        ta, tb = self._t(), self._t()
-        unknown = " or ".join(x for x in (f"({ta} := {a}) is None" if an else "",
-                                          f"({tb} := {b}) is None" if bn else "") if x)
-        la = ta if an else a
-        lb = tb if bn else b
-        return f"(None if {unknown} else {la} {op} {lb})", True
+    def _load(self, src: str, action: str | None = None) -> dict[str, Any]:
+        return codegen.load(src, self._gen.consts, self._label(action))
 
 
 def _chunk_table(actions: tuple[str, ...]) -> list[list[tuple[str, ...]]]:
@@ -537,15 +401,12 @@ def _chunk_table(actions: tuple[str, ...]) -> list[list[tuple[str, ...]]]:
 
 
 def _reads_cost(e: ir.Expr) -> bool:
-    if isinstance(e, ir.Cost):
-        return True
-    for f in e.__struct_fields__:
-        v = getattr(e, f)
-        if isinstance(v, tuple):
-            if any(isinstance(x, msgspec.Struct) and _reads_cost(x) for x in v):
-                return True
-        elif isinstance(v, msgspec.Struct) and _reads_cost(v):
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ir.Cost):
             return True
+        stack.extend(ir.children(node))
     return False
 
 
@@ -581,7 +442,7 @@ def _type_problem(p: ir.ParamDef, v: Any) -> str | None:
           "list": isinstance(v, (list, tuple)),
           "enum": isinstance(v, str) and v in p.members}[p.kind]
     if ok:
-        return None
+        return number_problem(v) if p.kind in ("int", "float") else None
     if p.kind == "enum":
         shown = "|".join(p.members[:12]) + ("|…" if len(p.members) > 12 else "")
         got = msgspec.json.encode(v).decode() if isinstance(v, str) else _json_type(v)
