@@ -16,6 +16,7 @@ from .ir import MAX_DEPTH, MAX_FLOAT, MAX_INT
 from .source import Source, Span
 
 MAX_SYNTAX_ERRORS = 20
+MAX_POLICY_BYTES = 8 * 1024 * 1024  # larger policies are refused (about 50,000 rules, a minute to compile)
 RECOVER_BYTES = 1 << 20  # larger files report their first syntax error only (each retry re-parses)
 _DECL = re.compile(r"^[ \t]*(state(?=\s*\{)|action|fallback|intent|rule|tier|route)\b", re.M)
 # the grammar's expression operators: each is one level of nesting (MAX_DEPTH, ZC0006)
@@ -103,6 +104,9 @@ def parse(source: Source) -> A.Policy:
 
 def _parse(source: Source) -> A.Policy:
     text = source.text
+    if len(text) > MAX_POLICY_BYTES:  # characters: a bound on the bytes too, for ASCII text
+        raise ZcError(f"{source.path}: policy is larger than the limit of "
+                      f"{MAX_POLICY_BYTES >> 20} MB ({len(text) >> 20} MB); split it")
     if not text.strip() or all(
         not line.strip() or line.lstrip().startswith("#") for line in text.splitlines()
     ):

@@ -21,7 +21,9 @@ import msgspec
 
 from . import codegen, ir
 from .errors import ZcError, did_you_mean
+from .inputs import read_file
 from .state import Schema, number_problem, read_path
+from .verify import verify
 
 MAX_SHOWN = 160  # a longer condition is cut in reason messages (its span points at the whole rule)
 
@@ -111,7 +113,7 @@ class Policy:
         self.name = policy.name
         self.actions = tuple(a.name for a in policy.actions)
         self._index = {a: i for i, a in enumerate(self.actions)}
-        _validate(policy, self._index)
+        verify(policy)
         self._all = (1 << len(self.actions)) - 1
         self._intents = {i.name: self._mask(i.allow) for i in policy.intents}
         self._fallback = policy.fallback
@@ -464,38 +466,11 @@ def _show(v: Any) -> Any:
     return v
 
 
-def _validate(p: ir.PolicyIR, index: dict[str, int]) -> None:
-    """Refuse an IR whose names do not resolve (a corrupt or hand-edited artifact)."""
-    fields = {f.path for f in p.fields}
-    names = [p.fallback, *(a for i in p.intents for a in i.allow),
-             *(a for r in p.rules for a in (*r.targets, *r.after))]
-    bad = next((n for n in names if n not in index), None)
-    if bad is not None:
-        raise ZcError(f"corrupt artifact: unknown action `{bad}`")
-    for r in p.rules:
-        for path in r.reads:
-            if path not in fields:
-                raise ZcError(f"corrupt artifact: rule `{r.name}` reads unknown field `{path}`")
-        if (r.kind == "after") != (r.cond is None):
-            raise ZcError(f"corrupt artifact: rule `{r.name}` has a malformed condition")
-        for t in r.targets if r.args else ():
-            params = next(a.params for a in p.actions if a.name == t) or ()
-            missing = set(r.args) - {prm.name for prm in params}
-            if missing:
-                raise ZcError(f"corrupt artifact: rule `{r.name}` reads argument "
-                              f"`{sorted(missing)[0]}` that `{t}` does not declare")
-
-
 def load(path: str | Path) -> Policy:
     """Load a compiled `.zcp` artifact (hash and version verified).
 
     Raises:
         ZcError: the file is missing, not an artifact, tampered with, or of a newer format.
     """
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise ZcError(f"{p}: cannot read artifact: {exc.strerror}") from None
-    policy, _ = ir.loads(data, str(p))
+    policy, _ = ir.loads(read_file(path, "artifact"), str(path))
     return Policy(policy)
