@@ -80,6 +80,8 @@ def decode_json(data: bytes | str, type: Any = Any, what: str = "JSON",
                           f"character {exc.start})") from None
     check_depth(data, what, max_depth)
     try:
+        if type is Any:  # out-of-range floats decode to ±inf, for the schema to refuse at their $.path
+            return _PLAIN.decode(data)
         return msgspec.json.decode(data, type=type)
     except RecursionError:  # the bound above is exact for JSON; this is a second guard
         raise ZcError(f"{what}: nested more than {max_depth} levels deep") from None
@@ -104,6 +106,7 @@ def check_depth(data: bytes, what: str = "JSON", max_depth: int = MAX_JSON_DEPTH
             depth -= 1
 
 
+_PLAIN = msgspec.json.Decoder(float_hook=float)
 _STRING = re.compile(rb'"[^"]*"')
 _NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
 

@@ -119,7 +119,8 @@ class Policy:
         self._fallback = policy.fallback
         self._fields = {f.path: f for f in policy.fields}
         self._schemas = {s: Schema(policy.fields, self.actions, s) for s in (False, True)}
-        self._chunks = _chunk_table(self.actions)
+        # for byte i of a mask: byte value -> the actions its bits stand for (made on first use)
+        self._chunks: list[dict[int, tuple[str, ...]]] = [{} for _ in range((len(self.actions) + 7) // 8)]
         self._groups: list[_Group] = []
         self._tests: dict[int, str] = {}  # group -> its generated test (constant groups have none)
         self._action_evals: dict[str, Any] = {}
@@ -296,7 +297,11 @@ class Policy:
         chunks = self._chunks
         for i, byte in enumerate(mask.to_bytes(len(chunks), "little")):
             if byte:
-                out.extend(chunks[i][byte])
+                names = chunks[i].get(byte)
+                if names is None:
+                    names = chunks[i][byte] = tuple(
+                        self.actions[i * 8 + b] for b in range(8) if byte >> b & 1)
+                out.extend(names)
         return tuple(out)
 
     # ---- reasons -------------------------------------------------------------------------------
@@ -391,15 +396,6 @@ class Policy:
 
     def _load(self, src: str, action: str | None = None) -> dict[str, Any]:
         return codegen.load(src, self._gen.consts, self._label(action))
-
-
-def _chunk_table(actions: tuple[str, ...]) -> list[list[tuple[str, ...]]]:
-    """For byte i of a mask and each byte value, the action names its bits stand for."""
-    table = []
-    for i in range(0, max(1, (len(actions) + 7) // 8)):
-        names = actions[i * 8 : i * 8 + 8]
-        table.append([tuple(n for b, n in enumerate(names) if v >> b & 1) for v in range(256)])
-    return table
 
 
 def _reads_cost(e: ir.Expr) -> bool:

@@ -139,41 +139,44 @@ class _Verifier:
         if (r.kind == "after") != (r.cond is None) or (r.kind == "after") != bool(r.after):
             raise _bad(f"{where} has a malformed condition")
         if r.kind == "after":
+            if "history" not in self.fields:
+                raise _bad(f"{where} reads `history`, which the state does not declare")
             if r.reads != ("history",) or r.args:
                 raise _bad(f"{where} reads {list(r.reads)}, expected ['history']")
             return
+        self._shallow(r.cond, where)
         fields, args = set(), set()
         stack = [r.cond]
         while stack:
             e = stack.pop()
-            if isinstance(e, ir.Field):
-                fields.add(e.path)
-            elif isinstance(e, ir.InSet):
+            if isinstance(e, (ir.Field, ir.InSet)):
                 fields.add(e.path)
             elif isinstance(e, ir.Arg):
                 args.add(e.name)
             stack.extend(ir.children(e))
-        if tuple(sorted(fields)) != r.reads:
-            raise _bad(f"{where} reads {sorted(fields)} but lists {list(r.reads)}")
-        if tuple(sorted(args)) != r.args:
-            raise _bad(f"{where} reads arguments {sorted(args)} but lists {list(r.args)}")
-        for name in r.args:
+        for name in sorted(args):
             kinds = set()
             for t in r.targets:
                 params = {prm.name: prm for prm in self.actions[t].params or ()}
                 if name not in params:
                     raise _bad(f"{where} reads argument `{name}` that `{t}` does not declare")
-                prm = params[name]
-                kinds.add((prm.kind, frozenset(prm.members)))
+                kinds.add((params[name].kind, params[name].members))
             if len(kinds) > 1:
                 raise _bad(f"{where}: argument `{name}` has different types in its targets")
         self._bool(r.cond, where)
+        if tuple(sorted(fields)) != r.reads:
+            raise _bad(f"{where} reads {sorted(fields)} but lists {list(r.reads)}")
+        if tuple(sorted(args)) != r.args:
+            raise _bad(f"{where} reads arguments {sorted(args)} but lists {list(r.args)}")
 
     # ---- expressions: a type per node ----------------------------------------------------------
-    def _bool(self, e: ir.Expr, where: str) -> None:
+    def _shallow(self, e: ir.Expr, where: str) -> None:
         depth = _depth(e)
         if depth > ir.MAX_DEPTH:
             raise _bad(f"{where}: expression nested {depth} levels deep (the limit is {ir.MAX_DEPTH})")
+
+    def _bool(self, e: ir.Expr, where: str) -> None:
+        self._shallow(e, where)
         if self._type(e, where) != "bool":
             raise _bad(f"{where}: the condition is not boolean")
 
