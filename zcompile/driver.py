@@ -12,6 +12,7 @@ from .lower import lower
 from .parse import MAX_POLICY_BYTES, decode, parse
 from .runtime import Policy
 from .source import Source
+from .verify import verify
 
 
 def read_source(path: str | Path) -> Source:
@@ -25,9 +26,12 @@ def check_source(source: Source) -> Checked:
 
 
 def compile_source(source: Source) -> tuple[ir.PolicyIR, tuple[Diagnostic, ...]]:
-    """Compile to IR, returning the warnings alongside."""
+    """Compile to IR, returning the warnings alongside; the IR passes the runtime's verification
+    (what `zc compile` writes always loads)."""
     checked = check_source(source)
-    return lower(checked, source), checked.diagnostics
+    policy = lower(checked, source)
+    verify(policy)
+    return policy, checked.diagnostics
 
 
 def compile_text(text: str, name: str = "<string>") -> Policy:
