@@ -109,26 +109,7 @@ def legal(actions: Sequence[tuple[str, float]], targets: Mapping[str, frozenset[
 
 def reads_args(rule: A.RuleDecl) -> bool:
     """Whether a rule's condition reads `args.*`."""
-    stack = [rule.cond] if rule.cond is not None else []
-    while stack:
-        e = stack.pop()
-        if isinstance(e, A.ArgRef):
-            return True
-        for v in vars_of(e):
-            stack.extend(v if isinstance(v, tuple) else (v,))
-    return False
-
-
-def vars_of(e: A.Expr) -> list:
-    """The sub-expressions of one node."""
-    out = []
-    for name in e.__dataclass_fields__:
-        v = getattr(e, name)
-        if isinstance(v, tuple):
-            out.append(tuple(x for x in v if not isinstance(x, (str, A.Ident))))
-        elif name != "span" and hasattr(v, "__dataclass_fields__") and not isinstance(v, A.Ident):
-            out.append(v)
-    return out
+    return rule.cond is not None and any(isinstance(e, A.ArgRef) for e in A.walk(rule.cond))
 
 
 _KINDS = {"bool": lambda v: isinstance(v, bool),
