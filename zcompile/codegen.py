@@ -212,6 +212,83 @@ class Gen:
         return self._out(f"(None if {unknown} else {left} {op} {right})", True, height)
 
 
+@dataclass(frozen=True, slots=True)
+class Group:
+    """Targets of one rule whose specialised conditions are equal: evaluated once, as one test."""
+
+    rule: int  # 1-based index into the rules; negative: folded at load and always removes
+    mask: int  # the actions this group removes when it fires
+
+
+@dataclass(frozen=True, slots=True)
+class LegalProgram:
+    """The generated legal-set evaluator of a policy (`_eval`, `_route`) and what explains it."""
+
+    gen: Gen
+    groups: tuple[Group, ...]
+    tests: dict[int, str]  # group index -> its statements (constant groups have none)
+    static: int  # actions removed whatever the state (constant groups)
+    source: str
+
+    def restricted(self, bit: int) -> tuple[str, tuple[int, ...]]:
+        """(source of an `_eval` over only the groups that can remove the actions of `bit`, those
+        group indices): what `check` runs for one proposed action."""
+        groups = tuple(g for g, group in enumerate(self.groups) if group.mask & bit)
+        body = ["    fired = 0\n    removed = 0"] + [self.tests[g] for g in groups if g in self.tests]
+        return function("_eval", "st", self.gen, body, "return fired, removed"), groups
+
+
+def legal_program(p: ir.PolicyIR, gen: Gen, index: dict[str, int],
+                  skip: frozenset[int]) -> LegalProgram:
+    """Specialise each rule (but those in `skip`) per target, group equal residual conditions,
+    fold the constant ones, and generate `_eval(st) -> (fired groups, removed actions)` and
+    `_route(st) -> index of the first route that holds, or -1`."""
+    groups: list[Group] = []
+    tests: dict[int, str] = {}
+    static = 0
+    body = ["    fired = 0\n    removed = 0"]
+    for ri, rule in enumerate(p.rules, start=1):
+        if ri - 1 in skip:
+            continue
+        by_test: dict[tuple[bool, Test], int] = {}  # (keep if, condition) -> targets
+        for name in rule.targets:
+            if rule.kind == "after":
+                key = (True, gen.history_test(rule.after))
+            else:
+                key = (rule.kind != "forbid_when", gen.test(rule.cond, p.actions[index[name]]))
+            by_test[key] = by_test.get(key, 0) | 1 << index[name]
+        for (keep_if, test), mask in by_test.items():
+            if not test.reads:
+                if gen.fold(test) is not keep_if:  # unknown removes too (fail closed)
+                    static |= mask
+                    groups.append(Group(-ri, mask))
+                continue
+            g = len(groups)
+            groups.append(Group(ri, mask))
+            tests[g] = test.statements(f"fired |= {gen.const(1 << g)}\nremoved |= {gen.const(mask)}",
+                                       keep_if)
+            body.append(tests[g])
+    route_body = []
+    for i, route in enumerate(p.routes):
+        if route.when is None:
+            route_body.append(f"    return {i}")
+            break
+        route_body.append(gen.test(route.when, None).statements(f"return {i}", None))
+    source = (function("_eval", "st", gen, body, "return fired, removed") + "\n"
+              + function("_route", "st", gen, route_body, "return -1"))
+    return LegalProgram(gen, tuple(groups), tests, static, source)
+
+
+def check_program(p: ir.PolicyIR, gen: Gen, action: ir.ActionDef, rules: tuple[int, ...]) -> str:
+    """Source of `_check(st, args) -> bit j set when argument rule rules[j] goes against `action``."""
+    body = ["    fired = 0"]
+    for j, ri in enumerate(rules):
+        rule = p.rules[ri]
+        body.append(gen.test(rule.cond, action).statements(f"fired |= {gen.const(1 << j)}",
+                                                           rule.kind != "forbid_when"))
+    return function("_check", "st, args", gen, body, "return fired")
+
+
 def function(name: str, params: str, gen: Gen, body: list[str], tail: str) -> str:
     """The source of one generated function: prologue, body lines, final statement."""
     return f"def {name}({params}):\n" + gen.prologue() + "\n".join(body) + \

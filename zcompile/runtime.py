@@ -1,9 +1,10 @@
 """Runtime: the IR of an artifact to a fast evaluator, state -> LegalSet. No compiler imports.
 
-At load, every rule is specialised per target action (`self` and `cost` become constants),
-actions whose residual conditions are equal share a group, and the whole policy becomes one
-generated Python function that evaluates each group once, in Kleene logic, and ORs precomputed
-action bitmasks. Reasons are assembled lazily from the groups that fired.
+At load the IR is verified (verify.py), every rule is specialised per target action (`self` and
+`cost` become constants), actions whose residual conditions are equal share a group, and the
+whole policy becomes one generated Python function (codegen.py) that evaluates each group once,
+in Kleene logic, and ORs precomputed action bitmasks. Reasons are assembled lazily from the
+groups that fired.
 
 Rules that read the proposed call's arguments (`args.*`) are left out of that function: `legal`
 cannot know arguments. `check(state, action, args)` judges one proposed call: the argument schema,
@@ -98,12 +99,6 @@ class LegalSet:
                 "removed": {a: [r.to_dict() for r in rs] for a, rs in self.removed.items()}}
 
 
-@dataclass(frozen=True, slots=True)
-class _Group:
-    rule: int  # index into ir.rules
-    mask: int  # the actions this group removes when it fires
-
-
 class Policy:
     """A loaded policy: `legal(state, intent)` answers which actions are legal and why not."""
 
@@ -121,12 +116,14 @@ class Policy:
         self._schemas = {s: Schema(policy.fields, self.actions, s) for s in (False, True)}
         # for byte i of a mask: byte value -> the actions its bits stand for (made on first use)
         self._chunks: list[dict[int, tuple[str, ...]]] = [{} for _ in range((len(self.actions) + 7) // 8)]
-        self._groups: list[_Group] = []
-        self._tests: dict[int, str] = {}  # group -> its generated test (constant groups have none)
         self._action_evals: dict[str, Any] = {}
-        self._static = 0
         self._arg_rules = frozenset(i for i, r in enumerate(policy.rules) if r.args)
-        self._eval, self._route = self._generate()
+        self._program = codegen.legal_program(
+            policy, codegen.Gen(self._fields, self._schemas[False].attrs), self._index,
+            self._arg_rules)
+        self._groups, self._static = self._program.groups, self._program.static
+        namespace = codegen.load(self._program.source, self._program.gen.consts, self._label())
+        self._eval, self._route = namespace["_eval"], namespace["_route"]
         self._params = {a.name: ({p.name: p for p in a.params} if a.params is not None else None)
                         for a in policy.actions}
         self._checks: dict[str, tuple[Any, tuple[int, ...]]] = {}
@@ -208,11 +205,9 @@ class Policy:
         (fired, removed) like the whole one; the indices of those groups). Made on first use."""
         got = self._action_evals.get(action)
         if got is None:
-            bit = 1 << self._index[action]
-            groups = tuple(g for g, group in enumerate(self._groups) if group.mask & bit)
-            body = ["    fired = 0\n    removed = 0"] + [self._tests[g] for g in groups if g in self._tests]
-            src = codegen.function("_eval", "st", self._gen, body, "return fired, removed")
-            got = self._action_evals[action] = (self._load(src, action)["_eval"], groups)
+            src, groups = self._program.restricted(1 << self._index[action])
+            namespace = codegen.load(src, self._program.gen.consts, self._label(action))
+            got = self._action_evals[action] = (namespace["_eval"], groups)
         return got
 
     def _schema(self, action: str, args: Mapping[str, Any]) -> tuple[list[Reason], dict[str, Any]]:
@@ -248,15 +243,9 @@ class Policy:
         if got is None:
             rules = tuple(ri for ri in sorted(self._arg_rules) if action in self.ir.rules[ri].targets)
             gen = codegen.Gen(self._fields, self._schemas[False].attrs)
-            adef = self.ir.actions[self._index[action]]
-            body = ["    fired = 0"]
-            for j, ri in enumerate(rules):
-                rule = self.ir.rules[ri]
-                body.append(gen.test(rule.cond, adef).statements(
-                    f"fired |= {gen.const(1 << j)}", rule.kind != "forbid_when"))
-            src = codegen.function("_check", "st, args", gen, body, "return fired")
-            got = self._checks[action] = (codegen.load(src, gen.consts, self._label(action))["_check"],
-                                          rules)
+            src = codegen.check_program(self.ir, gen, self.ir.actions[self._index[action]], rules)
+            fn = codegen.load(src, gen.consts, self._label(action))["_check"]
+            got = self._checks[action] = (fn, rules)
         return got
 
     def _arg_reason(self, rule: ir.RuleDef, action: str, root: Any, args: dict[str, Any]) -> Reason:
@@ -351,51 +340,8 @@ class Policy:
             msg = f"`{action}` {verb} `{text}`" + (f" ({shown})" if shown else "")
         return Reason(rule.name, rule.kind, msg, rule.span, values)
 
-    # ---- code generation -------------------------------------------------------------------------
-    def _generate(self):
-        """Specialise each rule per target, group equal residual conditions, generate `_eval`
-        (fired groups, removed actions) and `_route` (the index of the first route that holds)."""
-        gen = self._gen = codegen.Gen(self._fields, self._schemas[False].attrs)
-        body = ["    fired = 0\n    removed = 0"]
-        for ri, rule in enumerate(self.ir.rules, start=1):
-            if ri - 1 in self._arg_rules:
-                continue  # reads arguments: judged by `check` only
-            by_test: dict[tuple[bool, codegen.Test], int] = {}  # (keep if, condition) -> targets
-            for name in rule.targets:
-                if rule.kind == "after":
-                    key = (True, gen.history_test(rule.after))
-                else:
-                    key = (rule.kind != "forbid_when",
-                           gen.test(rule.cond, self.ir.actions[self._index[name]]))
-                by_test[key] = by_test.get(key, 0) | 1 << self._index[name]
-            for (keep_if, test), mask in by_test.items():
-                if not test.reads:
-                    if gen.fold(test) is not keep_if:  # unknown removes too (fail closed)
-                        self._static |= mask
-                        self._groups.append(_Group(-ri, mask))
-                    continue
-                g = len(self._groups)
-                self._groups.append(_Group(ri, mask))
-                self._tests[g] = test.statements(
-                    f"fired |= {gen.const(1 << g)}\nremoved |= {gen.const(mask)}", keep_if)
-                body.append(self._tests[g])
-        route_body = []
-        for i, route in enumerate(self.ir.routes):
-            if route.when is None:
-                route_body.append(f"    return {i}")
-                break
-            route_body.append(gen.test(route.when, None).statements(f"return {i}", None))
-        src = (codegen.function("_eval", "st", gen, body, "return fired, removed") + "\n"
-               + codegen.function("_route", "st", gen, route_body, "return -1"))
-        self._source = src
-        namespace = self._load(src)
-        return namespace["_eval"], namespace["_route"]
-
     def _label(self, action: str | None = None) -> str:
         return f"<zc policy {self.name}" + (f": {action}>" if action else ">")
-
-    def _load(self, src: str, action: str | None = None) -> dict[str, Any]:
-        return codegen.load(src, self._gen.consts, self._label(action))
 
 
 def _reads_cost(e: ir.Expr) -> bool:
