@@ -197,7 +197,7 @@ def test_deep_artifact_is_refused(tmp_path):
            + hashlib.sha256(body).hexdigest().encode() + b'","policy":' + body + b"}")
     (tmp_path / "deep.zcp").write_bytes(env)
     result = run("legal", tmp_path / "deep.zcp", "--state", "-")
-    assert result.exit_code == 1 and "corrupt artifact: nested more than" in result.output
+    assert result.exit_code == 1 and "corrupt artifact: nested too deeply" in result.output
 
 
 # ---- files ---------------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ class Gen:
     attrs: dict[str, tuple[str, ...]]
     used: dict[str, str] = field(default_factory=dict)  # field path -> local variable
     consts: dict[str, Any] = field(default_factory=dict)  # name -> value passed to the module
+    _interned: dict[tuple[type, Any], str] = field(default_factory=dict)
     _tmp: int = 0
     _setup: list[str] = field(default_factory=list)
     _reads: int = 0
@@ -70,8 +71,11 @@ class Gen:
         if isinstance(value, (bool, str, float)) or (
                 isinstance(value, int) and value.bit_length() <= MAX_LITERAL_BITS):
             return repr(value)
-        name = f"K{len(self.consts)}"
-        self.consts[name] = value
+        key = (type(value), value)  # equal constants share a name, so equal conditions group
+        name = self._interned.get(key)
+        if name is None:
+            name = self._interned[key] = f"K{len(self.consts)}"
+            self.consts[name] = value
         return name
 
     def test(self, e: ir.Expr, action: ir.ActionDef | None) -> Test:
@@ -217,56 +221,62 @@ class Group:
     """Targets of one rule whose specialised conditions are equal: evaluated once, as one test."""
 
     rule: int  # 1-based index into the rules; negative: folded at load and always removes
-    mask: int  # the actions this group removes when it fires
+    targets: tuple[int, ...]  # indices of the actions this group removes when it fires
 
 
 @dataclass(frozen=True, slots=True)
 class LegalProgram:
-    """The generated legal-set evaluator of a policy (`_eval`, `_route`) and what explains it."""
+    """The generated legal-set evaluator of a policy (`_eval`, `_route`) and what explains it.
+
+    `_eval(st, removed)` appends the index of every group that fires to the list it returns and
+    sets `removed[i] = 1` for each action it removes: work grows with the groups tested and the
+    actions they touch, never with the width of the policy.
+    """
 
     gen: Gen
     groups: tuple[Group, ...]
     tests: dict[int, str]  # group index -> its statements (constant groups have none)
-    static: int  # actions removed whatever the state (constant groups)
+    static: frozenset[int]  # actions removed whatever the state (constant groups)
     source: str
 
-    def restricted(self, bit: int) -> tuple[str, tuple[int, ...]]:
-        """(source of an `_eval` over only the groups that can remove the actions of `bit`, those
-        group indices): what `check` runs for one proposed action."""
-        groups = tuple(g for g, group in enumerate(self.groups) if group.mask & bit)
-        body = ["    fired = 0\n    removed = 0"] + [self.tests[g] for g in groups if g in self.tests]
-        return function("_eval", "st", self.gen, body, "return fired, removed"), groups
+    def restricted(self, action: int) -> tuple[str, tuple[int, ...]]:
+        """(source of an `_eval` over only the groups that can remove action `action`, those group
+        indices): what `check` runs for one proposed action."""
+        groups = tuple(g for g, group in enumerate(self.groups) if action in group.targets)
+        body = ["    fired = []"] + [self.tests[g] for g in groups if g in self.tests]
+        return function("_eval", "st, removed", self.gen, body, "return fired"), groups
 
 
 def legal_program(p: ir.PolicyIR, gen: Gen, index: dict[str, int],
                   skip: frozenset[int]) -> LegalProgram:
     """Specialise each rule (but those in `skip`) per target, group equal residual conditions,
-    fold the constant ones, and generate `_eval(st) -> (fired groups, removed actions)` and
+    fold the constant ones, and generate `_eval(st, removed) -> fired groups` and
     `_route(st) -> index of the first route that holds, or -1`."""
     groups: list[Group] = []
     tests: dict[int, str] = {}
-    static = 0
-    body = ["    fired = 0\n    removed = 0"]
+    static: set[int] = set()
+    body = ["    fired = []"]
     for ri, rule in enumerate(p.rules, start=1):
         if ri - 1 in skip:
             continue
-        by_test: dict[tuple[bool, Test], int] = {}  # (keep if, condition) -> targets
+        by_test: dict[tuple[bool, Test], list[int]] = {}  # (keep if, condition) -> targets
         for name in rule.targets:
             if rule.kind == "after":
                 key = (True, gen.history_test(rule.after))
             else:
                 key = (rule.kind != "forbid_when", gen.test(rule.cond, p.actions[index[name]]))
-            by_test[key] = by_test.get(key, 0) | 1 << index[name]
-        for (keep_if, test), mask in by_test.items():
+            by_test.setdefault(key, []).append(index[name])
+        for (keep_if, test), targets in by_test.items():
             if not test.reads:
                 if gen.fold(test) is not keep_if:  # unknown removes too (fail closed)
-                    static |= mask
-                    groups.append(Group(-ri, mask))
+                    static.update(targets)
+                    groups.append(Group(-ri, tuple(targets)))
                 continue
             g = len(groups)
-            groups.append(Group(ri, mask))
-            tests[g] = test.statements(f"fired |= {gen.const(1 << g)}\nremoved |= {gen.const(mask)}",
-                                       keep_if)
+            groups.append(Group(ri, tuple(targets)))
+            store = f"removed[{targets[0]}] = 1" if len(targets) == 1 else \
+                f"for i in {gen.const(tuple(targets))}: removed[i] = 1"
+            tests[g] = test.statements(f"fired.append({g})\n{store}", keep_if)
             body.append(tests[g])
     route_body = []
     for i, route in enumerate(p.routes):
@@ -274,9 +284,9 @@ def legal_program(p: ir.PolicyIR, gen: Gen, index: dict[str, int],
             route_body.append(f"    return {i}")
             break
         route_body.append(gen.test(route.when, None).statements(f"return {i}", None))
-    source = (function("_eval", "st", gen, body, "return fired, removed") + "\n"
+    source = (function("_eval", "st, removed", gen, body, "return fired") + "\n"
               + function("_route", "st", gen, route_body, "return -1"))
-    return LegalProgram(gen, tuple(groups), tests, static, source)
+    return LegalProgram(gen, tuple(groups), tests, frozenset(static), source)
 
 
 def check_program(p: ir.PolicyIR, gen: Gen, action: ir.ActionDef, rules: tuple[int, ...]) -> str:

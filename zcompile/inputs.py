@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ import msgspec
 
 from .errors import ZcError
 
-MAX_JSON_DEPTH = 200  # deepest JSON nesting accepted (states, calls, artifacts): a named error past it
+MAX_JSON_DEPTH = 200  # deepest JSON nesting accepted in states and calls: a named error past it
 MAX_FILE_BYTES = 64 * 1024 * 1024  # largest input file read by default
 
 
@@ -79,12 +81,23 @@ def decode_json(data: bytes | str, type: Any = Any, what: str = "JSON",
             raise ZcError(f"{what}: not valid text (an unpaired surrogate or undecodable byte at "
                           f"character {exc.start})") from None
     check_depth(data, what, max_depth)
-    try:
+    with too_deep(what):  # the bound above is exact; this is a second guard
         if type is Any:  # out-of-range floats decode to ±inf, for the schema to refuse at their $.path
             return _PLAIN.decode(data)
         return msgspec.json.decode(data, type=type)
-    except RecursionError:  # the bound above is exact for JSON; this is a second guard
-        raise ZcError(f"{what}: nested more than {max_depth} levels deep") from None
+
+
+@contextlib.contextmanager
+def too_deep(what: str) -> Iterator[None]:
+    """Turn the decoder's RecursionError (input nested past the interpreter's limit) into a ZcError.
+
+    msgspec guards its recursion with the interpreter's limit and unwinds cleanly, so this is
+    safe to catch; it bounds inputs whose exact nesting is checked later (artifacts).
+    """
+    try:
+        yield
+    except RecursionError:
+        raise ZcError(f"{what}: nested too deeply for the decoder") from None
 
 
 def check_depth(data: bytes, what: str = "JSON", max_depth: int = MAX_JSON_DEPTH) -> None:

@@ -10,7 +10,7 @@ from typing import Literal, Union
 import msgspec
 
 from .errors import ZcError
-from .inputs import check_depth
+from .inputs import too_deep
 
 FORMAT = "zcp"
 VERSION = 2  # 2: action signatures (`ActionDef.params`), `Arg` and `Len` expressions, `RuleDef.args`
@@ -20,7 +20,6 @@ READS = (1, 2)  # versions this runtime reads (a version-1 artifact is a version
 MAX_DEPTH = 200  # most operators nested in one expression
 MAX_INT = 2**63 - 1  # integers fit in 64 bits
 MAX_FLOAT = sys.float_info.max  # numbers are finite: NaN and ±infinity never enter an evaluation
-MAX_JSON_DEPTH = 2 * MAX_DEPTH + 16  # an artifact's JSON nesting: two levels per operator at most
 
 
 class SpanDef(msgspec.Struct, frozen=True):
@@ -230,8 +229,16 @@ def dumps(policy: PolicyIR, compiler: str) -> bytes:
 
 
 def loads(data: bytes, path: str = "<artifact>") -> tuple[PolicyIR, str]:
-    """Decode and verify artifact bytes; return the policy and its sha256."""
-    check_depth(data, f"{path}: corrupt artifact", MAX_JSON_DEPTH)
+    """Decode and verify artifact bytes; return the policy and its sha256.
+
+    JSON nested past the decoder's recursion limit is refused as corrupt; the IR's own nesting
+    is checked exactly by `verify` (MAX_DEPTH operators).
+    """
+    with too_deep(f"{path}: corrupt artifact"):
+        return _loads(data, path)
+
+
+def _loads(data: bytes, path: str) -> tuple[PolicyIR, str]:
     try:
         head = msgspec.json.decode(data, type=_Head)
     except (msgspec.DecodeError, msgspec.ValidationError):

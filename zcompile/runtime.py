@@ -14,6 +14,7 @@ the legal set, and those rules, generated into one small function per action.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from itertools import compress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,13 +62,11 @@ class Verdict:
 class LegalSet:
     """The legal actions for one state, with every reason each other action was removed."""
 
-    __slots__ = ("_policy", "_root", "_fired", "_removed", "_universe", "_intent", "actions",
-                 "fallback", "_reasons")
+    __slots__ = ("_policy", "_root", "_fired", "_intent", "actions", "fallback", "_reasons")
 
-    def __init__(self, policy: Policy, root: Any, fired: int, removed: int, universe: int,
-                 intent: str | None, actions: tuple[str, ...], fallback: bool) -> None:
-        self._policy, self._root, self._fired = policy, root, fired
-        self._removed, self._universe, self._intent = removed, universe, intent
+    def __init__(self, policy: Policy, root: Any, fired: list[int], intent: str | None,
+                 actions: tuple[str, ...], fallback: bool) -> None:
+        self._policy, self._root, self._fired, self._intent = policy, root, fired, intent
         self.actions = actions
         self.fallback = fallback
         self._reasons: dict[str, tuple[Reason, ...]] | None = None
@@ -90,7 +89,7 @@ class LegalSet:
         if self._reasons is None:
             legal = set(self.actions)
             self._reasons = self._policy._explain(
-                self._root, self._fired, self._universe, self._intent,
+                self._root, self._fired, self._intent,
                 [a for a in self._policy.actions if a not in legal])
         return self._reasons
 
@@ -109,19 +108,22 @@ class Policy:
         self.actions = tuple(a.name for a in policy.actions)
         self._index = {a: i for i, a in enumerate(self.actions)}
         verify(policy)
-        self._all = (1 << len(self.actions)) - 1
-        self._intents = {i.name: self._mask(i.allow) for i in policy.intents}
+        self._intents = {i.name: frozenset(self._index[a] for a in i.allow) for i in policy.intents}
         self._fallback = policy.fallback
         self._fields = {f.path: f for f in policy.fields}
         self._schemas = {s: Schema(policy.fields, self.actions, s) for s in (False, True)}
-        # for byte i of a mask: byte value -> the actions its bits stand for (made on first use)
-        self._chunks: list[dict[int, tuple[str, ...]]] = [{} for _ in range((len(self.actions) + 7) // 8)]
         self._action_evals: dict[str, Any] = {}
         self._arg_rules = frozenset(i for i, r in enumerate(policy.rules) if r.args)
         self._program = codegen.legal_program(
             policy, codegen.Gen(self._fields, self._schemas[False].attrs), self._index,
             self._arg_rules)
-        self._groups, self._static = self._program.groups, self._program.static
+        self._groups = self._program.groups
+        # per intent (None: all actions): 1 for each action removed before any rule is evaluated,
+        # because it is outside the intent or a constant rule removes it; copied per evaluation
+        self._base = {name: _flags(len(self.actions), self._program.static
+                                   | (set(range(len(self.actions))) - allowed))
+                      for name, allowed in [(None, frozenset(range(len(self.actions)))),
+                                            *self._intents.items()]}
         namespace = codegen.load(self._program.source, self._program.gen.consts, self._label())
         self._eval, self._route = namespace["_eval"], namespace["_route"]
         self._params = {a.name: ({p.name: p for p in a.params} if a.params is not None else None)
@@ -133,12 +135,6 @@ class Policy:
     def intents(self) -> tuple[str, ...]:
         return tuple(self._intents)
 
-    def _mask(self, names) -> int:
-        m = 0
-        for n in names:
-            m |= 1 << self._index[n]
-        return m
-
     # ---- evaluation --------------------------------------------------------------------------
     def legal(self, state: Any, intent: str | None = None, *, strict: bool = False) -> LegalSet:
         """Validate `state` and return its LegalSet; `strict` rejects unknown keys.
@@ -148,13 +144,12 @@ class Policy:
             ZcError: `intent` is not declared by the policy.
         """
         root = self._schemas[strict].convert(state)
-        universe = self._universe(intent)
-        fired, removed = self._eval(root)
-        removed |= self._static
-        legal = universe & ~removed
+        removed = bytearray(self._universe(intent))
+        fired = self._eval(root, removed)
+        legal = tuple(compress(self.actions, removed.translate(_FLIP)))
         if legal:
-            return LegalSet(self, root, fired, removed, universe, intent, self._names(legal), False)
-        return LegalSet(self, root, fired, removed, universe, intent, (self._fallback,), True)
+            return LegalSet(self, root, fired, intent, legal, False)
+        return LegalSet(self, root, fired, intent, (self._fallback,), True)
 
     def check(self, state: Any, action: str, args: Mapping[str, Any] | None = None,
               intent: str | None = None, *, strict: bool = False) -> Verdict:
@@ -181,17 +176,18 @@ class Policy:
             raise ZcError(f"arguments of `{action}` must be an object, got {_json_type(args)}")
         reasons, values = self._schema(action, args)
         root = self._schemas[strict].convert(state)
-        universe = self._universe(intent)
-        bit = 1 << self._index[action]
+        base = self._universe(intent)
         evaluate, groups = self._action_eval(action)
-        fired, removed = evaluate(root)
-        if (removed | self._static) & bit or not universe & bit:
+        removed = bytearray(base)
+        fired = evaluate(root, removed)
+        if removed[self._index[action]]:
             if action == self._fallback:  # legal anyway when every other action is removed too
-                fired, removed = self._eval(root)
-                if not universe & ~(removed | self._static):
+                removed = bytearray(base)
+                fired = self._eval(root, removed)
+                if 0 not in removed:
                     fired = None
             if fired is not None:
-                reasons.extend(self._explain(root, fired, universe, intent, [action], groups)[action])
+                reasons.extend(self._explain(root, fired, intent, [action], groups)[action])
         fn, rules = self._check_fn(action)
         if rules:
             fired_args = fn(root, values)
@@ -205,7 +201,7 @@ class Policy:
         (fired, removed) like the whole one; the indices of those groups). Made on first use."""
         got = self._action_evals.get(action)
         if got is None:
-            src, groups = self._program.restricted(1 << self._index[action])
+            src, groups = self._program.restricted(self._index[action])
             namespace = codegen.load(src, self._program.gen.consts, self._label(action))
             got = self._action_evals[action] = (namespace["_eval"], groups)
         return got
@@ -265,36 +261,22 @@ class Policy:
         index = self._route(root)
         return None if index < 0 else self.ir.routes[index]
 
-    def _universe(self, intent: str | None) -> int:
-        """The actions an intent allows (all without one)."""
+    def _universe(self, intent: str | None) -> bytes:
+        """The removed-before-evaluation flags of an intent (see `_base`)."""
         if intent is None:
-            return self._all
+            return self._base[None]
         if not isinstance(intent, str):
             raise ZcError(f"intent must be a string naming an intent, got {_json_type(intent)}")
         try:
-            return self._intents[intent]
+            return self._base[intent]
         except KeyError:
             hint = did_you_mean(intent, self._intents) or (
                 f"declared intents: {', '.join(self._intents)}" if self._intents else
                 "this policy declares no intents")
             raise ZcError(f"unknown intent `{intent}` ({hint})") from None
 
-    def _names(self, mask: int) -> tuple[str, ...]:
-        if mask == self._all:
-            return self.actions
-        out: list[str] = []
-        chunks = self._chunks
-        for i, byte in enumerate(mask.to_bytes(len(chunks), "little")):
-            if byte:
-                names = chunks[i].get(byte)
-                if names is None:
-                    names = chunks[i][byte] = tuple(
-                        self.actions[i * 8 + b] for b in range(8) if byte >> b & 1)
-                out.extend(names)
-        return tuple(out)
-
     # ---- reasons -------------------------------------------------------------------------------
-    def _explain(self, root: Any, fired: int, universe: int, intent: str | None,
+    def _explain(self, root: Any, fired: list[int], intent: str | None,
                  removed: list[str], groups=None) -> dict[str, tuple[Reason, ...]]:
         """Every reason each action of `removed` was removed; `fired`: the groups that fired;
         `groups`: the indices of the groups to look at (default: all)."""
@@ -302,22 +284,27 @@ class Policy:
         if not reasons:
             return {}
         if intent is not None:
+            allowed = self._intents[intent]
             for a in reasons:
-                if not universe >> self._index[a] & 1:
+                if self._index[a] not in allowed:
                     reasons[a].append(Reason("intent", "intent",
                                              f"not allowed by intent `{intent}`", None))
-        fired_rules: dict[int, int] = {}
-        want = self._mask(reasons)
+        want = {self._index[a] for a in reasons}
+        fired_rules: dict[int, set[int]] = {}
+        fired_set = set(fired)
         for g in range(len(self._groups)) if groups is None else groups:
             group = self._groups[g]
-            if group.mask & want and (fired >> g & 1 or group.rule < 0):
-                fired_rules[abs(group.rule)] = fired_rules.get(abs(group.rule), 0) | group.mask
-        for ri, mask in sorted(fired_rules.items()):
+            if g not in fired_set and group.rule > 0:
+                continue
+            hit = want.intersection(group.targets)
+            if hit:
+                fired_rules.setdefault(abs(group.rule), set()).update(hit)
+        for ri, hit in sorted(fired_rules.items()):
             rule = self.ir.rules[ri - 1]
             values = tuple((p, read_path(self._schemas[False], root, p)) for p in rule.reads)
-            for a in self.actions:
-                if a in reasons and mask >> self._index[a] & 1:
-                    reasons[a].append(self._reason(rule, a, values))
+            for i in sorted(hit):
+                a = self.actions[i]
+                reasons[a].append(self._reason(rule, a, values))
         return {a: tuple(rs) for a, rs in reasons.items()}
 
     def _reason(self, rule: ir.RuleDef, action: str, values) -> Reason:
@@ -342,6 +329,17 @@ class Policy:
 
     def _label(self, action: str | None = None) -> str:
         return f"<zc policy {self.name}" + (f": {action}>" if action else ">")
+
+
+_FLIP = bytes([1, 0]) + bytes(254)  # removed flag -> legal flag
+
+
+def _flags(n: int, on) -> bytes:
+    """n bytes, 1 at the indices in `on`."""
+    out = bytearray(n)
+    for i in on:
+        out[i] = 1
+    return bytes(out)
 
 
 def _reads_cost(e: ir.Expr) -> bool:

@@ -79,7 +79,8 @@ class _Verifier:
                     raise _bad(f"route `{route.name}` uses unknown tier `{t}`")
             if route.when is not None:
                 self.rule = None
-                self._bool(route.when, f"route `{route.name}`")
+                self._scan(route.when, f"route `{route.name}`")
+                self._typed_bool(route.when, f"route `{route.name}`")
 
     # ---- declarations --------------------------------------------------------------------------
     def _known(self, action: str, where: str) -> None:
@@ -144,16 +145,7 @@ class _Verifier:
             if r.reads != ("history",) or r.args:
                 raise _bad(f"{where} reads {list(r.reads)}, expected ['history']")
             return
-        self._shallow(r.cond, where)
-        fields, args = set(), set()
-        stack = [r.cond]
-        while stack:
-            e = stack.pop()
-            if isinstance(e, (ir.Field, ir.InSet)):
-                fields.add(e.path)
-            elif isinstance(e, ir.Arg):
-                args.add(e.name)
-            stack.extend(ir.children(e))
+        fields, args = self._scan(r.cond, where)
         for name in sorted(args):
             kinds = set()
             for t in r.targets:
@@ -163,20 +155,34 @@ class _Verifier:
                 kinds.add((params[name].kind, params[name].members))
             if len(kinds) > 1:
                 raise _bad(f"{where}: argument `{name}` has different types in its targets")
-        self._bool(r.cond, where)
+        self._typed_bool(r.cond, where)
         if tuple(sorted(fields)) != r.reads:
             raise _bad(f"{where} reads {sorted(fields)} but lists {list(r.reads)}")
         if tuple(sorted(args)) != r.args:
             raise _bad(f"{where} reads arguments {sorted(args)} but lists {list(r.args)}")
 
     # ---- expressions: a type per node ----------------------------------------------------------
-    def _shallow(self, e: ir.Expr, where: str) -> None:
-        depth = _depth(e)
-        if depth > ir.MAX_DEPTH:
-            raise _bad(f"{where}: expression nested {depth} levels deep (the limit is {ir.MAX_DEPTH})")
+    def _scan(self, e: ir.Expr, where: str) -> tuple[set[str], set[str]]:
+        """(fields read, arguments read) by an expression; refuses nesting past MAX_DEPTH first."""
+        fields: set[str] = set()
+        args: set[str] = set()
+        stack = [(e, 0)]
+        while stack:
+            node, depth = stack.pop()
+            kids = list(ir.children(node))
+            if kids or isinstance(node, ir.InConst):
+                depth += 1  # an operator (leaves are no level)
+                if depth > ir.MAX_DEPTH:
+                    raise _bad(f"{where}: expression nested more than {ir.MAX_DEPTH} levels deep")
+            if isinstance(node, (ir.Field, ir.InSet)):
+                fields.add(node.path)
+            elif isinstance(node, ir.Arg):
+                args.add(node.name)
+            stack.extend((k, depth) for k in kids)
+        return fields, args
 
-    def _bool(self, e: ir.Expr, where: str) -> None:
-        self._shallow(e, where)
+    def _typed_bool(self, e: ir.Expr, where: str) -> None:
+        """Refuse a condition whose types do not agree, or that is not boolean (after `_scan`)."""
         if self._type(e, where) != "bool":
             raise _bad(f"{where}: the condition is not boolean")
 
@@ -279,16 +285,3 @@ def _show(t) -> str:
         return f"enum({', '.join(sorted(t[1]))})" if t[0] == "enum" else f"`{t[1]}`"
     return t
 
-
-def _depth(e: ir.Expr) -> int:
-    """Operators nested in an expression (leaves are no level)."""
-    deepest = 0
-    stack = [(e, 0)]
-    while stack:
-        node, depth = stack.pop()
-        kids = list(ir.children(node))
-        if kids or isinstance(node, ir.InConst):
-            depth += 1
-        deepest = max(deepest, depth)
-        stack.extend((k, depth) for k in kids)
-    return deepest
