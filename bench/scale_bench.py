@@ -5,7 +5,8 @@ The same seeded generator as bench/legal_bench.py (about 1.2 rules per action), 
 and Casbin comparison, so that 10,000 actions are measured in seconds. For each size it reports
 the CPU time of `compile_source` (parse, check, lints, lower, verify), of loading the artifact
 bytes (`ir.loads` + `Policy`: decode, verify, code generation), and the p50 / p90 wall time of
-`Policy.legal(state)` (state validation included) over generated states, after one warm-up pass.
+`Policy.legal(state)` (state validation included) over generated states, after one warm-up pass,
+with the garbage collector off while timing (as in legal_bench.py).
 The zc answers are checked against legal_bench's reference interpreter before anything is timed.
 
 Usage:
@@ -15,6 +16,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import time
@@ -47,10 +49,15 @@ def measure(n: int, n_states: int) -> dict:
         if set(runtime.legal(state).actions) != set(lb.ref_legal(pol, flat) or (lb.FALLBACK,)):
             raise SystemExit(f"zc disagrees with the reference at {n} actions")
     times = []
-    for state in states:
-        start = time.perf_counter()
-        runtime.legal(state)
-        times.append(time.perf_counter() - start)
+    gc.collect()
+    gc.disable()  # as legal_bench.py times: collector pauses are the process's, not the call's
+    try:
+        for state in states:
+            start = time.perf_counter()
+            runtime.legal(state)
+            times.append(time.perf_counter() - start)
+    finally:
+        gc.enable()
     times.sort()
     return {"actions": n, "rules": len(policy.rules), "artifact_mb": len(data) / 1e6,
             "compile_s": compile_s, "load_s": load_s,

@@ -13,9 +13,10 @@ the legal set, and those rules, generated into one small function per action.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
-from itertools import compress
 from dataclasses import dataclass
+from itertools import compress
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +104,6 @@ class Policy:
 
     def __init__(self, policy: ir.PolicyIR) -> None:
         self.ir = policy
-        self.sha256 = ir.identity(policy)
         self.name = policy.name
         self.actions = tuple(a.name for a in policy.actions)
         self._index = {a: i for i, a in enumerate(self.actions)}
@@ -130,6 +130,11 @@ class Policy:
                         for a in policy.actions}
         self._checks: dict[str, tuple[Any, tuple[int, ...]]] = {}
         self._reads_cost: dict[str, bool] = {}  # rule name -> its condition reads `cost`
+
+    @functools.cached_property
+    def sha256(self) -> str:
+        """The policy's identity (`ir.identity`), computed on first use."""
+        return ir.identity(self.ir)
 
     @property
     def intents(self) -> tuple[str, ...]:
