@@ -183,7 +183,7 @@ def test_random_edits_are_refused_or_run_cleanly(body, edits):
             parent = parent[k]
         key = path[-1]
         if how == "set":
-            parent[key] = value
+            parent[key] = copy.deepcopy(value)  # a fresh copy: a shared one could make a cycle
         elif how == "drop":
             del parent[key]
         elif isinstance(parent, list):
