@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -316,3 +317,24 @@ class Policy:
     tiers: tuple[TierDecl, ...]
     routes: tuple[RouteDecl, ...]
     span: Span = _span()
+
+
+def children(e) -> Iterator:
+    """The direct sub-expressions of an AST node (names, strings and spans are not expressions)."""
+    for name in e.__dataclass_fields__:
+        if name == "span":
+            continue
+        v = getattr(e, name)
+        if isinstance(v, tuple):
+            yield from (x for x in v if hasattr(x, "__dataclass_fields__") and not isinstance(x, Ident))
+        elif hasattr(v, "__dataclass_fields__") and not isinstance(v, Ident):
+            yield v
+
+
+def walk(expr) -> Iterator:
+    """Every node of an expression, parents first."""
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        yield e
+        stack.extend(children(e))

@@ -1,21 +1,19 @@
-"""Checking: names, types, `after` cycles and lints; every diagnostic of a file at once."""
+"""Checking: names, types and `after` cycles (lints in lint.py); every diagnostic of a file at once."""
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from . import ast as A
 from . import interp
+from .ast import walk
 from .errors import Diagnostic, ZcError, did_you_mean
+from .ir import MAX_FLOAT
+from .lint import lint
 from .source import Source, Span
 
-RISKY_TAGS = ("destructive", "publish", "money", "credential")
 HISTORY = "history"
-LINT_BUDGET = 1 << 16  # most states enumerated to decide one lint; beyond it the lint stays silent
-LINT_WORK = 5_000_000  # most rule evaluations for all lints of a file; beyond it they stay silent
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +160,7 @@ class _Checker:
             targets=targets, fallback=fallback, diagnostics=(), params=self.params,
             arg_rules=frozenset(self.arg_rules))
         if not any(d.is_error for d in self.diags):
-            _Linter(self, checked).run()
+            self.diags.extend(lint(checked, self.reads, self.src.path))
         return checked
 
     def _unique(self, code: str, what: str, decls) -> None:
@@ -459,7 +457,12 @@ class _Checker:
             case A.Arith(left=l, right=r):
                 nl = self._num(l, in_rule)
                 nr = self._num(r, in_rule)
-                return rp(e, left=nl, right=nr), T_NUM
+                new = rp(e, left=nl, right=nr)
+                if _constant(nl) and _constant(nr) and interp.evaluate(new, {}) is None \
+                        and None not in (interp.evaluate(nl, {}), interp.evaluate(nr, {})):
+                    self.err("ZC0313", "arithmetic on constants overflows", e.span,
+                             f"numbers are finite, at most {MAX_FLOAT:.6g} in magnitude")
+                return new, T_NUM
             case A.Neg(operand=o):
                 return rp(e, operand=self._num(o, in_rule)), T_NUM
         raise AssertionError(f"unchecked expression {e!r}")
@@ -560,253 +563,11 @@ class _Checker:
         return new, T_BOOL
 
 
+def _constant(e: A.Expr) -> bool:
+    """Whether an expression is arithmetic on number literals only."""
+    return all(isinstance(x, (A.Num, A.Arith, A.Neg)) for x in walk(e))
+
+
 def _field_type(info: FieldInfo):
     return {"enum": TEnum(info.members), "bool": T_BOOL, "int": T_NUM, "float": T_NUM,
             "text": T_TEXT, "set": T_SET, "list": T_LIST}[info.kind]
-
-
-# ---- lints -------------------------------------------------------------------------------
-def walk(expr: A.Expr) -> Iterator[A.Expr]:
-    """Every node of an expression, parents first."""
-    stack = [expr]
-    while stack:
-        e = stack.pop()
-        yield e
-        for f in getattr(e, "__dataclass_fields__", ()):
-            v = getattr(e, f)
-            if isinstance(v, tuple):
-                stack.extend(x for x in v if not isinstance(x, (str, A.Ident)))
-            elif f not in ("span",) and hasattr(v, "__dataclass_fields__"):
-                stack.append(v)
-
-
-def substitute(expr: A.Expr, action: str, cost: float) -> A.Expr:
-    """Replace `self` and `cost` by the action's name and cost."""
-    match expr:
-        case A.SelfRef():
-            return A.ActionRef(name=action, span=expr.span)
-        case A.CostRef():
-            return A.Num(value=cost, span=expr.span)
-        case A.Not(operand=o) | A.Neg(operand=o):
-            return dataclasses.replace(expr, operand=substitute(o, action, cost))
-        case A.And(operands=ops) | A.Or(operands=ops):
-            return dataclasses.replace(expr, operands=tuple(substitute(o, action, cost) for o in ops))
-        case A.Compare(left=l, right=r) | A.Arith(left=l, right=r):
-            return dataclasses.replace(expr, left=substitute(l, action, cost),
-                                       right=substitute(r, action, cost))
-        case A.InLit(operand=o, items=items):
-            return dataclasses.replace(expr, operand=substitute(o, action, cost),
-                                       items=tuple(substitute(i, action, cost) for i in items))
-        case A.InField(operand=o):
-            return dataclasses.replace(expr, operand=substitute(o, action, cost))
-    return expr
-
-
-class _Linter:
-    """Decides lints by enumerating every distinct case of the fields a question reads."""
-
-    def __init__(self, checker: _Checker, checked: Checked) -> None:
-        self.c = checker
-        self.k = checked
-        self._uses: dict[int, tuple[bool, bool]] = {}
-        self._cache: dict[tuple, bool | None] = {}
-        self._facts_cache: dict[tuple, tuple | None] = {}
-        self.work = 0
-        self.exhausted = False
-
-    def run(self) -> None:
-        k = self.k
-        rules = k.policy.rules
-        by_action: dict[str, list[A.RuleDecl]] = {a.name.text: [] for a in k.actions}
-        for r in rules:
-            for t in k.targets[r.name.text]:
-                by_action[t].append(r)
-        for a in k.actions:
-            name = a.name.text
-            cases = [(r, name) for r in by_action[name]]
-            verdict = self._exists(cases, want_keep=True) if cases else True
-            if verdict is None:  # decide on the rules that can be decided: fewer rules, more states
-                decidable = [c for c in cases if self._exists([c], want_keep=True) is not None]
-                if decidable:
-                    verdict = self._exists(decidable, want_keep=True)
-                    cases = decidable if verdict is False else cases
-            if verdict is False:
-                for case in list(cases):  # name a minimal set of rules that conflict
-                    rest = [c for c in cases if c is not case]
-                    if rest and self._exists(rest, want_keep=True) is False:
-                        cases = rest
-                self.c.warn("ZC1001", f"action `{name}` can never be legal", a.name.span,
-                            "no state satisfies "
-                            + ", ".join(f"`{r.name.text}`" for r, _ in cases)
-                            + (" together" if len(cases) > 1 else ""))
-        for r in rules:
-            cases = [(r, t) for t in sorted(k.targets[r.name.text])]
-            if not cases or all(self._exists([c], want_keep=False) is False for c in cases):
-                self.c.warn("ZC1002", f"rule `{r.name.text}` can never remove an action",
-                            r.name.span, "its condition never goes against any of its targets"
-                            if cases else "it has no targets")
-        for a in k.actions:
-            risky = [t.text for t in a.tags if t.text in RISKY_TAGS]
-            if risky and not any(self._guards(r) for r in by_action[a.name.text]):
-                self.c.warn("ZC1003", f"risky action `{a.name.text}` ({', '.join(risky)}) "
-                            "is not guarded", a.name.span,
-                            "add a rule that checks authority or confirmation, "
-                            f"e.g. `rule confirm: {a.name.text} requires self in confirmed`")
-        if self.exhausted:
-            self.c.diags.append(Diagnostic(
-                "ZC1000", "note", "some ZC1001/ZC1002 lints were left undecided", k.policy.name.span,
-                f"the policy is too large to enumerate within {LINT_WORK:,} rule evaluations",
-                path=self.c.src.path))
-        for f in k.policy.fields:
-            path = f.path.text
-            if path in k.fields and k.fields[path].kind != "text" and path not in self.c.reads:
-                self.c.warn("ZC1004", f"state field `{path}` is never read", f.path.span,
-                            "remove it, or use it in a rule or route")
-
-    def _guards(self, rule: A.RuleDecl) -> bool:
-        if rule.cond is None:
-            return False
-        for e in walk(rule.cond):
-            if isinstance(e, A.FieldRef) and self.k.fields[e.path].kind in ("enum", "bool", "set"):
-                return True
-        return False
-
-    def _key(self, rule: A.RuleDecl, action: str) -> tuple:
-        """What a (rule, action) question depends on: the action only through `self` / `cost`."""
-        uses = self._uses.get(id(rule))
-        if uses is None:
-            nodes = list(walk(rule.cond)) if rule.cond is not None else []
-            uses = self._uses[id(rule)] = (any(isinstance(e, A.SelfRef) for e in nodes),
-                                          any(isinstance(e, A.CostRef) for e in nodes))
-        return (id(rule), action if uses[0] else None, self.k.costs[action] if uses[1] else None)
-
-    def _exists(self, cases: list[tuple[A.RuleDecl, str]], want_keep: bool) -> bool | None:
-        """Is there a state where every case keeps (want_keep) / one case removes its action?
-
-        None when undecided (arithmetic between fields, or too many combinations).
-        """
-        if self.exhausted:
-            return None
-        key = (want_keep, frozenset(self._key(r, a) for r, a in cases))
-        if key not in self._cache:
-            self._cache[key] = self._decide(cases, want_keep)
-        return self._cache[key]
-
-    def _decide(self, cases: list[tuple[A.RuleDecl, str]], want_keep: bool) -> bool | None:
-        k = self.k
-        consts: dict[str, set] = {}
-        members: dict[str, set[str]] = {}
-        for rule, action in cases:
-            facts = self._facts(rule, action)
-            if facts is None:
-                return None
-            for path, values in facts[0].items():
-                consts.setdefault(path, set()).update(values)
-            for path, names in facts[1].items():
-                members.setdefault(path, set()).update(names)
-        domains = self._domains(consts, members)
-        if domains is None:
-            return None
-        paths = list(domains)
-        total = 1
-        for p in paths:
-            total *= len(domains[p])
-            if total > LINT_BUDGET:
-                return None
-        self.work += total * len(cases)
-        if self.work > LINT_WORK:
-            self.exhausted = True
-            return None
-        for combo in itertools.product(*(domains[p] for p in paths)):
-            state = dict(zip(paths, combo))
-            outcomes = (interp.keeps(rule, state, action, k.costs[action]) for rule, action in cases)
-            if (all(outcomes) if want_keep else not all(outcomes)):
-                return True
-        return False
-
-    def _facts(self, rule: A.RuleDecl, action: str):
-        """(constants per field, action names per set field) one case mentions; None if undecidable."""
-        key = self._key(rule, action)
-        if key in self._facts_cache:
-            return self._facts_cache[key]
-        if rule.name.text in self.k.arg_rules:
-            facts = None  # reads the proposed call's arguments: no state decides it
-        elif rule.kind == "after":
-            facts = ({"history": set()}, {"history": {a.text for a in rule.after}})
-        else:
-            expr = substitute(rule.cond, action, self.k.costs[action])
-            facts = self._expr_facts(expr)
-            self.work += len(rule.cond.span.text)  # rough cost of walking it
-        if self.work > LINT_WORK:
-            self.exhausted = True
-        self._facts_cache[key] = facts
-        return facts
-
-    def _expr_facts(self, expr: A.Expr):
-        k = self.k
-        consts: dict[str, set] = {}
-        members: dict[str, set[str]] = {}
-        for e in walk(expr):
-            if isinstance(e, A.Arith) or (isinstance(e, A.Compare) and all(
-                    isinstance(x, A.FieldRef) and k.fields[x.path].kind in ("int", "float")
-                    for x in (e.left, e.right))):
-                if any(isinstance(x, A.FieldRef) for x in walk(e)):
-                    return None  # not decided by interval reasoning
-            if isinstance(e, A.FieldRef):
-                consts.setdefault(e.path, set())
-            if isinstance(e, (A.Compare, A.InLit)):
-                sides = (e.left, e.right) if isinstance(e, A.Compare) else (e.operand, *e.items)
-                fields = [s.path for s in sides if isinstance(s, A.FieldRef)]
-                nums = [interp.evaluate(s, {}) for s in sides
-                        if not any(isinstance(x, (A.FieldRef, A.ActionRef, A.MemberRef, A.Bool))
-                                   for x in walk(s))]
-                for f in fields:
-                    consts.setdefault(f, set()).update(n for n in nums if n is not None)
-            if isinstance(e, A.InField) and isinstance(e.operand, A.ActionRef):
-                members.setdefault(e.field.path, set()).add(e.operand.name)
-        return consts, members
-
-    def _domains(self, consts: dict[str, set], members: dict[str, set[str]]) -> dict[str, list] | None:
-        k = self.k
-        domains: dict[str, list] = {}
-        for path in consts:
-            info = k.fields[path]
-            if info.kind == "enum":
-                values: list = list(info.members)
-            elif info.kind == "bool":
-                values = [False, True]
-            elif info.kind in ("int", "float"):
-                values = _numeric_points(sorted(consts[path]), info.kind == "int")
-            elif info.kind == "set":
-                names = sorted(members.get(path, ()))
-                values = [frozenset(c for c, bit in zip(names, bits) if bit)
-                          for bits in itertools.product((0, 1), repeat=len(names))]
-            else:
-                return None
-            if info.may_be_absent:
-                values.append(None)
-            domains[path] = values
-        return domains
-
-
-def _numeric_points(consts: list, integral: bool) -> list:
-    """One representative of every interval the constants cut the number line into."""
-    if not consts:
-        return [0]
-    points = set(consts)
-    points.add(consts[0] - 1)
-    points.add(consts[-1] + 1)
-    for a, b in zip(consts, consts[1:]):
-        if integral:
-            points.update(x for x in (a + 1, b - 1) if a < x < b)
-        else:
-            points.add((a + b) / 2)
-    if integral:
-        points = {int(p) if float(p).is_integer() else p for p in points}
-        # a non-integer constant splits integers at floor and ceil
-        extra = set()
-        for c in consts:
-            if not float(c).is_integer():
-                extra.update((int(c // 1), int(c // 1) + 1))
-        points = {p for p in points if float(p).is_integer()} | extra
-    return sorted(points)

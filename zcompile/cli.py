@@ -131,15 +131,17 @@ def _load_policy(path: str):
 
 def _read_json(path: str):
     """Read a JSON document from a file or `-` (stdin), with line:column on syntax errors."""
+    from .inputs import decode_json, read_file
+
     name = "<stdin>" if path == "-" else path
     try:
-        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+        data = sys.stdin.buffer.read() if path == "-" else read_file(path)
     except OSError as exc:
         raise ZcError(f"{name}: cannot read: {exc.strerror}") from None
     if not data.strip():
         raise ZcError(f"{name}: empty input, expected a JSON object")
     try:
-        return msgspec.json.decode(data)
+        return decode_json(data, what=name)
     except msgspec.DecodeError as exc:
         text = str(exc)
         if "truncated" in text:
@@ -163,12 +165,13 @@ def parse_call(text: str, actions: tuple[str, ...], where: str = "--call") -> tu
     """A proposed call `{"name": …, "arguments": {…}}` (arguments may be a JSON-encoded string,
     as OpenAI tool calls carry them) -> (name, arguments); ZcError naming `$.path` otherwise."""
     from .errors import did_you_mean
+    from .inputs import decode_json
 
     def bad(path: str, problem: str) -> ZcError:
         return ZcError(f"{where}: {path}: {problem}")
 
     try:
-        call = msgspec.json.decode(text.encode("utf-8"))
+        call = decode_json(text, what=where)
     except msgspec.DecodeError as exc:
         raise ZcError(f"{where}: invalid JSON: {str(exc)[0].lower() + str(exc)[1:]}") from None
     if not isinstance(call, dict):
@@ -189,7 +192,7 @@ def parse_call(text: str, actions: tuple[str, ...], where: str = "--call") -> tu
         args = {}
     if isinstance(args, str):
         try:
-            args = msgspec.json.decode(args.encode("utf-8")) if args.strip() else {}
+            args = decode_json(args, what=f"{where}: $.arguments") if args.strip() else {}
         except msgspec.DecodeError as exc:
             raise bad("$.arguments", f"the arguments string is not valid JSON: {exc}") from None
     if not isinstance(args, dict):

@@ -7,24 +7,17 @@ from pathlib import Path
 from . import __version__, ir
 from .check import Checked, check
 from .errors import Diagnostic, ZcError
+from .inputs import path_kind, read_file
 from .lower import lower
-from .parse import decode, parse
+from .parse import MAX_POLICY_BYTES, decode, parse
 from .runtime import Policy
 from .source import Source
-
-MAX_BYTES = 64 * 1024 * 1024
+from .verify import verify
 
 
 def read_source(path: str | Path) -> Source:
-    """Read a policy file as a Source (UTF-8 text, not binary)."""
-    p = Path(path)
-    try:
-        if p.stat().st_size > MAX_BYTES:
-            raise ZcError(f"{p}: policy file is larger than {MAX_BYTES >> 20} MB")
-        data = p.read_bytes()
-    except OSError as exc:
-        raise ZcError(f"{p}: cannot read policy: {exc.strerror}") from None
-    return decode(str(p), data)
+    """Read a policy file as a Source (a regular file of UTF-8 text, at most MAX_POLICY_BYTES)."""
+    return decode(str(path), read_file(path, "policy", MAX_POLICY_BYTES))
 
 
 def check_source(source: Source) -> Checked:
@@ -33,9 +26,12 @@ def check_source(source: Source) -> Checked:
 
 
 def compile_source(source: Source) -> tuple[ir.PolicyIR, tuple[Diagnostic, ...]]:
-    """Compile to IR, returning the warnings alongside."""
+    """Compile to IR, returning the warnings alongside; the IR passes the runtime's verification
+    (what `zc compile` writes always loads)."""
     checked = check_source(source)
-    return lower(checked, source), checked.diagnostics
+    policy = lower(checked, source)
+    verify(policy)
+    return policy, checked.diagnostics
 
 
 def compile_text(text: str, name: str = "<string>") -> Policy:
@@ -59,12 +55,16 @@ def policy_files(paths: list[str | Path]) -> list[Path]:
     out: list[Path] = []
     for raw in paths:
         p = Path(raw)
-        if p.is_dir():
-            found = sorted(p.rglob("*.zc"))
+        kind = path_kind(p)
+        if kind == "dir":
+            try:
+                found = sorted(p.rglob("*.zc"))
+            except OSError as exc:
+                raise ZcError(f"{p}: cannot list directory: {exc.strerror or exc}") from None
             if not found:
                 raise ZcError(f"{p}: no `.zc` policy files in this directory")
-            out.extend(found)
-        elif p.exists():
+            out.extend(found)  # a FIFO or device among them is refused when it is read
+        elif kind == "file":
             out.append(p)
         else:
             raise ZcError(f"{p}: no such file or directory")

@@ -10,6 +10,7 @@ import operator
 from collections.abc import Mapping, Sequence
 
 from . import ast as A
+from .ir import MAX_FLOAT
 
 Value = object  # True / False / None (unknown), numbers, strings, frozensets of action names
 
@@ -63,11 +64,16 @@ def evaluate(expr: A.Expr, state: Mapping[str, Value], action: str | None = None
             return None if v is None or s is None else (v in s) != neg
         case A.Arith(op=op, left=l, right=r):
             a, b = ev(l), ev(r)
-            return None if a is None or b is None else _ARITH[op](a, b)
+            return None if a is None or b is None else finite(_ARITH[op](a, b))
         case A.Neg(operand=o):
             v = ev(o)
             return None if v is None else -v
     raise TypeError(f"not a checked expression: {expr!r}")
+
+
+def finite(v):
+    """An arithmetic result, or None (unknown) when it overflowed to ±infinity, NaN or past floats."""
+    return v if -MAX_FLOAT <= v <= MAX_FLOAT else None
 
 
 def keeps(rule: A.RuleDecl, state: Mapping[str, Value], action: str, cost: float,
@@ -103,26 +109,7 @@ def legal(actions: Sequence[tuple[str, float]], targets: Mapping[str, frozenset[
 
 def reads_args(rule: A.RuleDecl) -> bool:
     """Whether a rule's condition reads `args.*`."""
-    stack = [rule.cond] if rule.cond is not None else []
-    while stack:
-        e = stack.pop()
-        if isinstance(e, A.ArgRef):
-            return True
-        for v in vars_of(e):
-            stack.extend(v if isinstance(v, tuple) else (v,))
-    return False
-
-
-def vars_of(e: A.Expr) -> list:
-    """The sub-expressions of one node."""
-    out = []
-    for name in e.__dataclass_fields__:
-        v = getattr(e, name)
-        if isinstance(v, tuple):
-            out.append(tuple(x for x in v if not isinstance(x, (str, A.Ident))))
-        elif name != "span" and hasattr(v, "__dataclass_fields__") and not isinstance(v, A.Ident):
-            out.append(v)
-    return out
+    return rule.cond is not None and any(isinstance(e, A.ArgRef) for e in A.walk(rule.cond))
 
 
 _KINDS = {"bool": lambda v: isinstance(v, bool),

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import hashlib
+import sys
+from collections.abc import Iterator
 from typing import Literal, Union
 
 import msgspec
 
 from .errors import ZcError
+from .inputs import too_deep
 
 FORMAT = "zcp"
 VERSION = 2  # 2: action signatures (`ActionDef.params`), `Arg` and `Len` expressions, `RuleDef.args`
 READS = (1, 2)  # versions this runtime reads (a version-1 artifact is a version 2 without arguments)
+
+# limits shared by the checker (on source) and the runtime (on states and artifacts)
+MAX_DEPTH = 200  # most operators nested in one expression
+MAX_INT = 2**63 - 1  # integers fit in 64 bits
+MAX_FLOAT = sys.float_info.max  # numbers are finite: NaN and ±infinity never enter an evaluation
 
 
 class SpanDef(msgspec.Struct, frozen=True):
@@ -92,6 +100,16 @@ class Neg(msgspec.Struct, frozen=True, tag="neg"):
 
 Expr = Union[Field, Arg, Len, Const, Self, Cost, Not, And, Or, Cmp, InConst, InSet, Arith, Neg]
 Scalar = Union[bool, int, float, str]
+
+
+def children(e: Expr) -> Iterator[Expr]:
+    """The direct sub-expressions of an IR expression."""
+    for name in e.__struct_fields__:
+        v = getattr(e, name)
+        if isinstance(v, msgspec.Struct):
+            yield v
+        elif isinstance(v, tuple):
+            yield from (x for x in v if isinstance(x, msgspec.Struct))
 
 
 # ---- declarations -------------------------------------------------------------------------
@@ -211,7 +229,16 @@ def dumps(policy: PolicyIR, compiler: str) -> bytes:
 
 
 def loads(data: bytes, path: str = "<artifact>") -> tuple[PolicyIR, str]:
-    """Decode and verify artifact bytes; return the policy and its sha256."""
+    """Decode and verify artifact bytes; return the policy and its sha256.
+
+    JSON nested past the decoder's recursion limit is refused as corrupt; the IR's own nesting
+    is checked exactly by `verify` (MAX_DEPTH operators).
+    """
+    with too_deep(f"{path}: corrupt artifact"):
+        return _loads(data, path)
+
+
+def _loads(data: bytes, path: str) -> tuple[PolicyIR, str]:
     try:
         head = msgspec.json.decode(data, type=_Head)
     except (msgspec.DecodeError, msgspec.ValidationError):

@@ -7,7 +7,8 @@ import re
 
 from . import ast as A
 from . import ir
-from .check import Checked, walk
+from .ast import walk
+from .check import Checked
 from .source import Source, Span
 
 

@@ -12,12 +12,18 @@ from lark import Token, Transformer, v_args
 
 from . import ast as A
 from .errors import Diagnostic, ZcError
+from .ir import MAX_DEPTH, MAX_FLOAT, MAX_INT
 from .source import Source, Span
 
-MAX_DEPTH = 200
 MAX_SYNTAX_ERRORS = 20
+MAX_POLICY_BYTES = 8 * 1024 * 1024  # larger policies are refused (about 50,000 rules, a minute to compile)
 RECOVER_BYTES = 1 << 20  # larger files report their first syntax error only (each retry re-parses)
-_DECL = re.compile(r"^[ \t]*(state(?=\s*\{)|action|fallback|intent|rule|tier|route)\b", re.M)  # deepest syntax tree accepted; deeper input gets ZC0006, not a RecursionError
+_DECL = re.compile(r"^[ \t]*(state(?=\s*\{)|action|fallback|intent|rule|tier|route)\b", re.M)
+# the grammar's expression operators: each is one level of nesting (MAX_DEPTH, ZC0006)
+_OPERATORS = frozenset({"or_", "and_", "not_", "compare", "in_lit", "not_in_lit", "in_field",
+                        "not_in_field", "add", "sub", "mul", "neg", "call"})
+_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+_STRING_PART = re.compile(r'\\u([0-9a-fA-F]{4})|\\(.)|([\x00-\x1f\x7f])', re.S)
 
 _TERMINAL_NAMES = {
     "NAME": "a name",
@@ -98,12 +104,21 @@ def parse(source: Source) -> A.Policy:
 
 def _parse(source: Source) -> A.Policy:
     text = source.text
+    if len(text) > MAX_POLICY_BYTES:  # characters: a bound on the bytes too, for ASCII text
+        raise ZcError(f"{source.path}: policy is larger than the limit of "
+                      f"{MAX_POLICY_BYTES >> 20} MB ({len(text) >> 20} MB); split it")
     if not text.strip() or all(
         not line.strip() or line.lstrip().startswith("#") for line in text.splitlines()
     ):
         raise ZcError("empty policy", [Diagnostic(
             "ZC0004", "error", "empty policy file", None,
             "a policy starts with `policy NAME`", path=source.path)])
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # only a str handed over by the API can hold one
+        raise ZcError("not a policy file", [Diagnostic(
+            "ZC0005", "error", f"text holds an unpaired surrogate at offset {exc.start}", None,
+            "zc policies are UTF-8 text", path=source.path)]) from None
     diags: list[Diagnostic] = []
     work = text
     while True:
@@ -120,7 +135,11 @@ def _parse(source: Source) -> A.Policy:
     if diags:
         raise ZcError("syntax error", diags)
     _check_depth(source, tree)
-    return _ToAst(source).transform(tree)
+    to_ast = _ToAst(source)
+    policy = to_ast.transform(tree)
+    if to_ast.diags:
+        raise ZcError("syntax error", to_ast.diags)
+    return policy
 
 
 def _syntax_error(source: Source, exc: lark.exceptions.UnexpectedInput) -> tuple[Diagnostic, int]:
@@ -188,15 +207,17 @@ def parse_text(text: str, path: str = "<string>") -> A.Policy:
 
 
 def _check_depth(source: Source, tree: lark.Tree) -> None:
-    stack = [(tree, 1)]
+    """ZC0006 when more than MAX_DEPTH operators nest (parentheses alone are no level)."""
+    stack = [(tree, 0)]
     while stack:
         node, depth = stack.pop()
+        depth += node.data in _OPERATORS
         if depth > MAX_DEPTH:
             meta = node.meta
             raise ZcError("syntax error", [Diagnostic(
                 "ZC0006", "error", f"expression nested more than {MAX_DEPTH} levels deep",
                 Span(source, meta.start_pos, meta.end_pos), "split it into smaller rules")])
-        stack.extend((c, depth + 1) for c in node.children if isinstance(c, lark.Tree))
+        stack.extend((c, depth) for c in node.children if isinstance(c, lark.Tree))
 
 
 @v_args(inline=True, meta=True)
@@ -204,6 +225,49 @@ class _ToAst(Transformer):
     def __init__(self, source: Source) -> None:
         super().__init__(visit_tokens=False)
         self.src = source
+        self.diags: list[Diagnostic] = []  # bad literals: reported together after the transform
+
+    def _bad(self, code: str, msg: str, tok: Token, help: str) -> None:
+        self.diags.append(Diagnostic(code, "error", msg, self._tok(tok), help))
+
+    def _number(self, tok: Token, value):
+        if isinstance(value, float) and not -MAX_FLOAT <= value <= MAX_FLOAT:
+            self._bad("ZC0008", "number literal is out of range", tok,
+                      f"numbers are finite, at most {MAX_FLOAT:.6g} in magnitude")
+            return 0
+        if isinstance(value, int) and value > MAX_INT:
+            self._bad("ZC0008", "integer literal is out of range", tok,
+                      f"integers fit in 64 bits (at most {MAX_INT})")
+            return 0
+        return value
+
+    def _unquote(self, tok: Token) -> str:
+        """The value of a string literal (JSON escapes); ZC0007 for a bad escape or character."""
+        body = str(tok)[1:-1]
+        out: list[str] = []
+        pos = 0
+        for m in _STRING_PART.finditer(body):
+            out.append(body[pos:m.start()])
+            pos = m.end()
+            hexa, esc, raw = m.groups()
+            if hexa is not None:
+                out.append(chr(int(hexa, 16)))
+            elif esc is not None and esc in _ESCAPES:
+                out.append(_ESCAPES[esc])
+            else:
+                shown = f"\\{esc}" if esc is not None else f"U+{ord(raw):04X}"
+                what = "escape" if esc is not None else "control character"
+                self._bad("ZC0007", f"invalid {what} `{shown}` in a string", tok,
+                          "escapes are \\\" \\\\ \\/ \\b \\f \\n \\r \\t and \\uXXXX; "
+                          "write control characters as \\uXXXX")
+                return ""
+        out.append(body[pos:])
+        try:  # joins escaped surrogate pairs; refuses an unpaired one
+            return "".join(out).encode("utf-16", "surrogatepass").decode("utf-16")
+        except UnicodeDecodeError:
+            self._bad("ZC0007", "unpaired surrogate escape in a string", tok,
+                      "a `\\uD800`-`\\uDBFF` escape must be followed by a `\\uDC00`-`\\uDFFF` one")
+            return ""
 
     def _span(self, meta) -> Span:
         return Span(self.src, meta.start_pos, meta.end_pos)
@@ -224,10 +288,11 @@ class _ToAst(Transformer):
         return A.Name(path=ident.text, span=ident.span)
 
     def int_(self, meta, tok):
-        return A.LitNum(value=int(tok), span=self._tok(tok))
+        value = int(tok) if len(tok) <= 20 else MAX_INT + 1  # no 4,300-digit conversion
+        return A.LitNum(value=self._number(tok, value), span=self._tok(tok))
 
     def float_(self, meta, tok):
-        return A.LitNum(value=float(tok), span=self._tok(tok))
+        return A.LitNum(value=self._number(tok, float(tok)), span=self._tok(tok))
 
     def true(self, meta, tok=None):
         return A.LitBool(value=True, span=self._span(meta))
@@ -239,7 +304,7 @@ class _ToAst(Transformer):
         return A.LitMember(name=ident, span=ident.span)
 
     def string(self, meta, tok):
-        return A.LitString(value=_unquote(tok), span=self._tok(tok))
+        return A.LitString(value=self._unquote(tok), span=self._tok(tok))
 
     def neg(self, meta, operand):
         if isinstance(operand, A.LitNum):
@@ -319,13 +384,13 @@ class _ToAst(Transformer):
         return num
 
     def description(self, meta, tok):
-        return A.LitString(value=_unquote(tok), span=self._tok(tok))
+        return A.LitString(value=self._unquote(tok), span=self._tok(tok))
 
     def fallback_decl(self, meta, name):
         return A.FallbackDecl(action=name, span=self._span(meta))
 
     def intent_decl(self, meta, name, *rest):
-        desc = _unquote(rest[0]) if len(rest) == 2 else None
+        desc = self._unquote(rest[0]) if len(rest) == 2 else None
         return A.IntentDecl(name=name, description=desc, allow=rest[-1], span=self._span(meta))
 
     def path_list(self, meta, *names):
@@ -451,8 +516,3 @@ def _expr(node):
         return A.Name(path=ident.text, span=ident.span)
     return node
 
-
-def _unquote(tok) -> str:
-    import json
-
-    return json.loads(str(tok))

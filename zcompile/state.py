@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -20,6 +20,20 @@ class StateError(ZcError):
 
 
 _UNSET = object()
+MAX_INT, MAX_FLOAT = ir.MAX_INT, ir.MAX_FLOAT  # NaN, ±infinity and integers past 64 bits are refused
+INT = Annotated[int, msgspec.Meta(ge=-MAX_INT - 1, le=MAX_INT)]
+FLOAT = Annotated[float, msgspec.Meta(ge=-MAX_FLOAT, le=MAX_FLOAT)]
+
+
+def number_problem(v: Any) -> str | None:
+    """Why a number value is refused (not finite, or an integer past 64 bits); None when it is fine."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int) and not -MAX_INT - 1 <= v <= MAX_INT:
+        return "integer out of range (integers must fit in 64 bits)"
+    if isinstance(v, float) and not -MAX_FLOAT <= v <= MAX_FLOAT:
+        return f"expected a finite number, got {v}"
+    return None
 
 
 def _leaf_type(f: ir.FieldDef, actions: tuple[str, ...]) -> Any:
@@ -29,7 +43,7 @@ def _leaf_type(f: ir.FieldDef, actions: tuple[str, ...]) -> Any:
     elif f.kind == "set":
         base = list[Literal[actions]] if actions else list[str]  # type: ignore[valid-type]
     else:
-        base = {"bool": bool, "int": int, "float": float, "text": str}[f.kind]
+        base = {"bool": bool, "int": INT, "float": FLOAT, "text": str}[f.kind]
     if f.optional or f.has_default:
         return base | None, None
     return base, _UNSET
@@ -76,6 +90,8 @@ class Schema:
             return msgspec.convert(obj, self.type, strict=True)
         except msgspec.ValidationError as exc:
             raise self._error(str(exc)) from None
+        except RecursionError:  # a Python object nested past the interpreter's limit
+            raise StateError("$: state nested too deeply") from None
 
     def _error(self, text: str) -> StateError:
         msg, sep, where = text.rpartition(" - at `")
@@ -83,6 +99,15 @@ class Schema:
             msg, where = text, "$`"
         path = where.rstrip("`")
         msg = msg[0].lower() + msg[1:] if msg else "invalid value"
+        key = re.match(r"key` in `(.*)", path)
+        if key:
+            path, msg = key.group(1), "object keys must be strings"
+        if re.match(r"expected `float` [<>]=", msg):
+            msg = "expected a finite number (NaN and infinity are refused)"
+        elif re.match(r"expected `int` [<>]=", msg):
+            msg = "integer out of range (integers must fit in 64 bits)"
+        elif msg == "number out of range":
+            msg = "number out of range (numbers must be finite; integers must fit in 64 bits)"
         bad = re.match(r"invalid enum value (.*)", msg)
         field = self.fields.get(re.sub(r"\[\d+\]$", "", path)[2:])
         if bad and field is not None:

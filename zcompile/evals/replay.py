@@ -146,7 +146,8 @@ def replay(decisions: Sequence[Any], policy: Policy | None, specialist: Any, *,
         ask = _policyless(specialist)
     else:
         router = Router(policy, specialists=[specialist], tiers=tiers)
-        ask = lambda d: router.decide(d.state, d.intent, task=d.task, tools=d.tools if pairwise else None)  # noqa: E731
+        ask = lambda d: router.decide(d.state, d.intent, task=d.task, tools=d.tools if pairwise else None,  # noqa: E731
+                                      candidates=d.candidates)
     for d in decisions[:WARMUP]:  # untimed: first calls pay for lazy initialisation
         ask(d)
     catalog = Catalog(policy)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,29 +49,13 @@ class Signatures:
         return bool(self.replies) or any(p is not None for p in self.params.values())
 
 
-def normalized(arguments: Mapping[str, Any] | None) -> str | None:
-    """JSON-normalised arguments (sorted keys; 1 and 1.0 alike), for comparing calls."""
-    if arguments is None:
-        return None
-    return json.dumps(_canonical(dict(arguments)), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def _canonical(v: Any) -> Any:
-    if isinstance(v, bool) or v is None or isinstance(v, str):
-        return v
-    if isinstance(v, (int, float)):
-        return float(v) if not isinstance(v, float) or v == v else v
-    if isinstance(v, Mapping):
-        return {str(k): _canonical(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_canonical(x) for x in v]
-    return str(v)
-
-
 def same_call(action: str | None, arguments: Mapping[str, Any] | None, label: str | None,
               teacher_arguments: Mapping[str, Any] | None) -> bool:
     """Whether a proposed call equals the teacher's: same action, JSON-normalised equal arguments."""
-    return action is not None and action == label and normalized(arguments or {}) == normalized(teacher_arguments or {})
+    from .arguments import normalize
+
+    return action is not None and action == label and normalize(dict(arguments or {})) == normalize(
+        dict(teacher_arguments or {}))
 
 
 class CallOutputs:
@@ -132,4 +115,7 @@ def fit_arguments(decisions: list, sig: Signatures) -> Any:
     rows = argument_examples(decisions, sig)
     if not rows or not any(d.candidates for d in decisions):
         return None
-    return ArgumentModel().fit(rows)
+    try:
+        return ArgumentModel().fit(rows)
+    except ValueError:  # no right (or no wrong) candidate among them: nothing to learn
+        return None

@@ -80,13 +80,17 @@ class Calls(msgspec.Struct, frozen=True):
     """How a classifier specialist answers complete calls and text replies (None: names only).
 
     `threshold` (the manifest's) gates calls, whose confidence is the name's × the arguments',
-    Platt-calibrated as a whole (`calibration`, over its log); `reply_threshold` gates text replies
-    (actions tagged `reply`), which the router hands to a tier that writes text."""
+    Platt-calibrated as a whole (`calibration`, over its log); `risky_threshold` gates the calls of
+    risky actions, certified on those alone (a pooled τ lets wrong writes hide behind right
+    look-ups); `reply_threshold` gates text replies (actions tagged `reply`), which the router
+    hands to a tier that writes text. Each is certified at δ / 3."""
 
     replies: tuple[str, ...]  # actions tagged `reply`
     params: dict[str, Any]  # action -> its JSON-schema parameters (absent: no signature)
     calibration: Calibration  # platt over log(name confidence × argument confidence)
     reply_threshold: Threshold
+    risky: tuple[str, ...] = ()  # actions with a risky tag (destructive, publish, money, credential)
+    risky_threshold: Threshold | None = None  # gates calls of risky actions, certified on those alone
     arguments: Any = None  # the argument model (`arguments.ArgumentModelSpec` as data); None: no arguments learned
 
 

@@ -180,7 +180,8 @@ def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.Decision]], policy
         threshold, oof_figures = _threshold(rec, best, conf, oof, s, n_candidates, report)
         calls = None
     else:
-        threshold, calls, oof_figures = _call_thresholds(best, conf, oof, sig, arguments, s, n_candidates, report)
+        threshold, calls, oof_figures = _call_thresholds(best, conf, oof, sig, arguments, risky_actions(policy), s,
+                                                          n_candidates, report)
     report.step("8/10 evaluating on the sealed test split")
     manifest = Manifest(**pre | dict(model=exported, calibration=cal, threshold=threshold, calls=calls))
     (cdir / "manifest.json").write_bytes(encode(manifest))
@@ -284,12 +285,13 @@ def _as_threshold(choice: Any, s: Settings, delta: float, source: str, **extra: 
 
 
 def _call_thresholds(best: list[str | None], conf: np.ndarray, oof: list[D.Decision], sig: Signatures,
-                     arguments: Arguments, s: Settings, n_candidates: int,
+                     arguments: Arguments, risky: frozenset[str], s: Settings, n_candidates: int,
                      report: D.Report) -> tuple[Threshold, Calls, dict[str, Any]]:
     """Step 7 with complete calls: the out-of-fold output of each decision (a reply, a complete call
     with arguments proposed by a model that never saw its task, or a name left incomplete); the
-    call confidence calibrated as a whole; one τ for calls and one for replies, each certified at
-    δ / 2 (Bonferroni over the two and over `--model auto`'s candidates)."""
+    call confidence calibrated as a whole; one τ for calls, one for calls of risky actions and one
+    for replies, each certified at δ / 3 (Bonferroni over the three and over `--model auto`'s
+    candidates)."""
     def propose(i: int, action: str):
         model = arguments.by_fold.get(int(arguments.folds[i]))
         return None if model is None else model.propose(action, sig.params[action], as_candidates(oof[i].candidates))
@@ -298,23 +300,30 @@ def _call_thresholds(best: list[str | None], conf: np.ndarray, oof: list[D.Decis
     kind = np.array([k or "" for k in out.kind])
     raw, correct = np.array(out.raw), np.array(out.correct, dtype=bool)
     is_call, is_reply = kind == "call", kind == "reply"
+    is_risky = is_call & np.array([b in risky for b in best], dtype=bool)
+    is_safe = is_call & ~is_risky
     t, b = fit_platt(np.log(np.clip(raw[is_call], 1e-12, 1.0)), correct[is_call]) if is_call.any() else (1.0, 0.0)
     call_conf = np.array([call_confidence(c, t, b) for c in raw])
-    delta = DELTA / (2 * n_candidates)
-    report.step(f"7/10 choosing τ for calls ({int(is_call.sum())} complete out-of-fold) and replies "
-                f"({int(is_reply.sum())}): precision ≥ {s.target_precision:g} each ({s.guarantee}, δ = {delta:.3g})")
+    delta = DELTA / (3 * n_candidates)
+    report.step(f"7/10 choosing τ for calls ({int(is_safe.sum())} complete out-of-fold), risky calls "
+                f"({int(is_risky.sum())}) and replies ({int(is_reply.sum())}): precision ≥ {s.target_precision:g} "
+                f"each ({s.guarantee}, δ = {delta:.3g})")
     source = "cross-fitted" if arguments.folds.min() >= 0 else "calibration split"
-    calls_th = _as_threshold(choose(call_conf[is_call], correct[is_call], s.target_precision, s.guarantee, delta),
-                             s, delta, source)
-    reply_th = _as_threshold(choose(conf[is_reply], correct[is_reply], s.target_precision, s.guarantee, delta),
-                             s, delta, source)
+
+    def certify(mask: np.ndarray, c: np.ndarray) -> Threshold:
+        return _as_threshold(choose(c[mask], correct[mask], s.target_precision, s.guarantee, delta), s, delta, source)
+
+    calls_th, risky_th, reply_th = certify(is_safe, call_conf), certify(is_risky, call_conf), certify(is_reply, conf)
     spec = arguments.final.spec() if arguments.final is not None else None
     calls = Calls(tuple(sorted(sig.replies)), {a: p for a, p in sig.params.items() if p is not None},
-                  Calibration("platt", t, b), reply_th, D.plain(spec) if spec is not None else None)
-    answered = (is_call & (call_conf >= calls_th.tau)) | (is_reply & (conf >= reply_th.tau))
+                  Calibration("platt", t, b), reply_th, tuple(sorted(risky)), risky_th,
+                  D.plain(spec) if spec is not None else None)
+    answered = ((is_safe & (call_conf >= calls_th.tau)) | (is_risky & (call_conf >= risky_th.tau))
+                | (is_reply & (conf >= reply_th.tau)))
     figures = {"n": len(oof), "source": source, "answered": int(answered.sum()),
                "correct": int((answered & correct).sum()), "lower_bound": calls_th.calibration_lower_bound,
-               "calls_complete": int(is_call.sum()), "names_incomplete": int((kind == "name").sum()),
+               "calls_complete": int(is_call.sum()), "risky_calls_complete": int(is_risky.sum()),
+               "names_incomplete": int((kind == "name").sum()),
                "replies": int(is_reply.sum()), "ece": stats.ece(conf, correct.astype(float)),
                "aurc": stats.aurc(np.where(is_reply, conf, call_conf), correct.astype(float))}
     return calls_th, calls, figures

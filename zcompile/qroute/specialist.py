@@ -40,6 +40,7 @@ class Answer:
 
 
 TOKENIZER_FILE = "tokenizer.json"
+NEVER = 2.0  # a τ above every confidence (threshold.NEVER)
 TEXT_BATCH = 32  # rendered states per onnxruntime call in batch scoring
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -223,6 +224,7 @@ class Specialist:
         self.temperature = m.calibration.temperature
         self.name = m.name
         self._replies = frozenset(m.calls.replies) if m.calls is not None else frozenset()
+        self._risky = frozenset(m.calls.risky) if m.calls is not None else frozenset()
         self._arguments = None
         if m.calls is not None and m.calls.arguments is not None:
             from .arguments import ArgumentModelSpec, ArgumentScorer
@@ -311,4 +313,7 @@ class Specialist:
                 return Answer(None, c, best, None, "name")
             arguments, c = prop.arguments, c * prop.confidence
         conf = call_confidence(c, calls.calibration.temperature, calls.calibration.bias)
-        return Answer(best if conf >= self.tau else None, conf, best, arguments, "call")
+        tau = self.tau
+        if best in self._risky:
+            tau = calls.risky_threshold.tau if calls.risky_threshold is not None else NEVER
+        return Answer(best if conf >= tau else None, conf, best, arguments, "call")

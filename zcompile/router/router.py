@@ -147,8 +147,13 @@ class Router:
         return None, (SPECIALIST, *self.tiers)
 
     def decide(self, state: Any, intent: str | None = None, *, task: str = "",
-               meta: Mapping[str, Any] | None = None, tools: Any = None) -> Decision:
+               meta: Mapping[str, Any] | None = None, tools: Any = None,
+               candidates: Sequence[Any] | None = None) -> Decision:
         """Decide one step. Raises StateError for an invalid state (never guesses), before any rung runs.
+
+        `candidates`: the values seen before this decision that a call's arguments may copy
+        (`zcompile.receipts.extract_candidates(messages)`); a specialist proposes a complete call
+        from them, and the receipt keeps them for the next distillation.
 
         `tools`: the tool schemas (`{name, description, parameters}`, a list or a dict by name)
         offered at this step, for pairwise specialists; classifiers and tiers do not read them. The
@@ -169,7 +174,7 @@ class Router:
         t1 = time.perf_counter()
         legal = self.policy.legal(state, intent)
         legal_ms = (time.perf_counter() - t1) * 1000
-        step = Step(self.policy, state, legal, intent, tools, self.catalog)
+        step = Step(self.policy, state, legal, intent, tools, self.catalog, tuple(candidates or ()))
         answers, chosen, route_name, cost = self._walk(step, t0)
         if chosen is not None:
             action, tier, confidence, kind = chosen.action, chosen.rung, chosen.confidence, chosen.kind
@@ -242,9 +247,11 @@ class Router:
         return min(budgets) if budgets else None
 
     async def adecide(self, state: Any, intent: str | None = None, *, task: str = "",
-                      meta: Mapping[str, Any] | None = None, tools: Any = None) -> Decision:
+                      meta: Mapping[str, Any] | None = None, tools: Any = None,
+                      candidates: Sequence[Any] | None = None) -> Decision:
         """`decide` for asyncio harnesses: runs in a worker thread, never blocks the event loop."""
-        return await asyncio.to_thread(self.decide, state, intent, task=task, meta=meta, tools=tools)
+        return await asyncio.to_thread(self.decide, state, intent, task=task, meta=meta, tools=tools,
+                                       candidates=candidates)
 
     # ---- live outcomes and demotion -------------------------------------------------------------
     def record_outcome(self, receipt: Receipt | Decision, *, correct: bool | None = None,

@@ -143,6 +143,8 @@ class Step:
         intent: the active intent.
         tools: the tool schemas offered at this step, by name (None: none offered).
         catalog: the policy's action catalog.
+        candidates: values seen before the decision that a call's arguments may copy
+            (`zcompile.receipts.candidates`); specialists propose arguments from them.
     """
 
     policy: Any
@@ -151,6 +153,7 @@ class Step:
     intent: str | None
     tools: Mapping[str, Mapping[str, Any]] | None
     catalog: Catalog
+    candidates: tuple = ()
 
 
 @runtime_checkable
@@ -184,6 +187,8 @@ def settle(step: Step, action: str | None, arguments: Any = None, text: str | No
             return abstain("handed_on", "a text reply: handed on to a rung that writes text", action=action,
                            confidence=confidence, model=model)
         return Answer("reply", action=action, text=text, confidence=confidence, detail=detail, model=model)
+    if step.catalog.params.get(action) is None:  # no signature: its arguments are unknown
+        return Answer("name", action=action, confidence=confidence, detail=detail, model=model)
     if arguments is None:
         if step.catalog.params.get(action) != ():
             return Answer("name", action=action, confidence=confidence, detail=detail, model=model)
@@ -259,6 +264,8 @@ def ask(sp: Any, step: Step) -> Answer:
     legal = step.legal.actions
     if getattr(sp, "pairwise", False):
         raw = sp.decide(step.state, legal, step.tools if step.tools is not None else step.catalog.tools)
+    elif step.candidates:
+        raw = sp.decide(step.state, legal, step.candidates)
     else:
         raw = sp.decide(step.state, legal)
     conf = float(raw.confidence) if raw.confidence is not None else None
