@@ -8,7 +8,7 @@ from typing import Any, Literal
 import msgspec
 
 from . import ir
-from .errors import ZcError
+from .errors import ZcError, json_problem
 
 
 class StateError(ZcError):
@@ -75,14 +75,11 @@ class Schema:
         try:
             return msgspec.convert(obj, self.type, strict=True)
         except msgspec.ValidationError as exc:
-            raise self._error(str(exc)) from None
+            raise self._error(exc) from None
 
-    def _error(self, text: str) -> StateError:
-        msg, sep, where = text.rpartition(" - at `")
-        if not sep:
-            msg, where = text, "$`"
-        path = where.rstrip("`")
-        msg = msg[0].lower() + msg[1:] if msg else "invalid value"
+    def _error(self, exc: msgspec.ValidationError) -> StateError:
+        p = json_problem(exc)
+        path, msg = p.path, p.problem
         bad = re.match(r"invalid enum value (.*)", msg)
         field = self.fields.get(re.sub(r"\[\d+\]$", "", path)[2:])
         if bad and field is not None:
@@ -90,13 +87,7 @@ class Schema:
             shown = "|".join(allowed[:12]) + ("|…" if len(allowed) > 12 else "")
             value = bad.group(1).strip("'")
             msg = f"expected one of {shown}, got {msgspec.json.encode(value).decode()}"
-        m = re.match(r"object missing required field `(.*)`", msg)
-        if m:
-            path = f"{path}.{m.group(1)}"
-            msg = "required field is missing"
-        m = re.match(r"object contains unknown field `(.*)`", msg)
-        if m:
-            path = f"{path}.{m.group(1)}"
+        if p.kind == "unknown":
             msg = "unknown field (the policy's state schema does not declare it)"
         msg = msg.replace(" | null`", "`")
         return StateError(f"{path}: {msg}", path)
