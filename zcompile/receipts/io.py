@@ -139,9 +139,9 @@ class _Head(msgspec.Struct):
     """What a line that is not a valid receipt may still say about itself."""
 
     version: Any = None
-    messages: msgspec.Raw | None = None
-    question: msgspec.Raw | None = None
-    function: msgspec.Raw | None = None
+    messages: msgspec.Raw = msgspec.Raw(b"")  # kept undecoded: only their presence matters
+    question: msgspec.Raw = msgspec.Raw(b"")
+    function: msgspec.Raw = msgspec.Raw(b"")
 
 
 _DECODER = msgspec.json.Decoder(Receipt)
@@ -160,9 +160,9 @@ def _invalid(body: bytes, exc: msgspec.ValidationError) -> tuple[str, bool]:
         return str(json_problem(exc)), False
     if (version := newer_major(head.version)) is not None:
         return version, False
-    if head.messages is not None:
+    if head.messages:
         return f"$: {_NOT_RECEIPTS['chat']}", True
-    if head.question is not None and head.function is not None:
+    if head.question and head.function:
         return f"$: {_NOT_RECEIPTS['bfcl']}", True
     return str(json_problem(exc)), False
 
