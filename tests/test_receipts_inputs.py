@@ -336,3 +336,25 @@ def test_generated_chat_logs_import_or_give_named_errors(tmp_path, convs):
     else:
         write_file(tmp_path / "out.jsonl", rs)
         assert len(list(read(tmp_path / "out.jsonl"))) == len(rs)
+
+
+# ---- the airline policy declares exactly what the extractor computes ------------------------------
+
+def _leaves(obj: dict, prefix: str = "") -> set[str]:
+    out = set()
+    for k, v in obj.items():
+        out |= _leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k}
+    return out
+
+
+def test_airline_chat_state_is_exactly_the_extractor_state(airline):
+    msgs = [{"role": "system", "content": "p"}, {"role": "user", "content": "I am mia_li_3668"},
+            tool_call("get_user_details", '{"user_id": "mia_li_3668"}'), {"role": "tool", "content": "{}"},
+            {"role": "assistant", "content": "ok"}, {"role": "user", "content": "bye"}]
+    state = default_extract(msgs, 6, {})
+    airline.legal(state, strict=True)  # every key the extractor writes is declared
+    declared = {f.path for f in airline.ir.fields} - {"history"}
+    assert _leaves(state) - {"history"} == declared  # and every declared field is written
+    text_args = {p.name for a in airline.ir.actions for p in (a.params or ()) if p.kind == "text"}
+    assert set(SHAPES) <= text_args  # each shape belongs to an argument the signatures declare
+    assert "reply" in next(a.tags for a in airline.ir.actions if a.name == "respond")
