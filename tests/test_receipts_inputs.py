@@ -358,3 +358,38 @@ def test_airline_chat_state_is_exactly_the_extractor_state(airline):
     text_args = {p.name for a in airline.ir.actions for p in (a.params or ()) if p.kind == "text"}
     assert set(SHAPES) <= text_args  # each shape belongs to an argument the signatures declare
     assert "reply" in next(a.tags for a in airline.ir.actions if a.name == "respond")
+
+
+# ---- the one msgspec-error translation ----------------------------------------------------------
+
+class _Shape(msgspec.Struct, forbid_unknown_fields=True):
+    a: int
+    b: dict[str, int] = {}
+
+
+@pytest.mark.parametrize(("data", "text", "kind"), [
+    (b'{"b": {}}', "$.a: required field is missing", "missing"),
+    (b'{"a": 1, "c": 2}', "$.c: unknown field", "unknown"),
+    (b'{"a": "x"}', "$.a: expected `int`, got `str`", "invalid"),
+    (b'{"a": 1, "b": {"k": []}}', "$.b[...]: expected `int`, got `array`", "invalid"),
+    (b'{"a": 1', "$: invalid JSON: the input ends before the JSON value is complete", "truncated"),
+    (b'{"a": 1,, }', "$: invalid JSON: ", "json"),
+    (b'[' + nested(5000).encode() + b']', "$: invalid JSON: nested too deeply", "depth"),
+])
+def test_json_problem(data, text, kind):
+    from zcompile.errors import json_problem
+
+    with pytest.raises((msgspec.DecodeError, RecursionError)) as exc:  # untyped: nesting is reached
+        msgspec.json.decode(data, type=_Shape) if kind != "depth" else msgspec.json.decode(data)
+    p = json_problem(exc.value)
+    assert str(p).startswith(text) and p.kind == kind
+    if kind in ("missing", "unknown"):
+        assert p.path.endswith("." + p.field)
+
+
+def test_json_problem_non_string_key():
+    from zcompile.errors import json_problem
+
+    with pytest.raises(msgspec.ValidationError) as exc:
+        msgspec.convert({"a": 1, "b": {1: 2}}, _Shape, strict=True)
+    assert str(json_problem(exc.value)) == "$.b: object keys must be strings"

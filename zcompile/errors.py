@@ -103,6 +103,8 @@ def json_problem(exc: Exception) -> JsonProblem:
     msg, sep, where = text.rpartition(" - at `")
     path = where.rstrip("`") if sep else "$"
     msg = msg if sep else text
+    if m := re.fullmatch(r"key` in `(.*)", path):  # a non-string key of an object
+        return JsonProblem(m.group(1), "object keys must be strings", "invalid")
     if m := re.fullmatch(r"Object missing required field `(.*)`", msg):
         return JsonProblem(f"{path}.{m.group(1)}", "required field is missing", "missing", m.group(1))
     if m := re.fullmatch(r"Object contains unknown field `(.*)`", msg):
