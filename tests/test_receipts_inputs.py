@@ -393,3 +393,14 @@ def test_json_problem_non_string_key():
     with pytest.raises(msgspec.ValidationError) as exc:
         msgspec.convert({"a": 1, "b": {1: 2}}, _Shape, strict=True)
     assert str(json_problem(exc.value)) == "$.b: object keys must be strings"
+
+
+def test_receipts_given_to_the_chat_importer_say_so(tmp_path):
+    path = tmp_path / "r.jsonl"
+    write_file(path, [Receipt(id="a", task="t", state={}, tier="x")])
+    with pytest.raises(ReceiptError, match=r"r\.jsonl:1: \$: this line is a receipt already, not a chat log: "
+                                           r"check the file with `zc receipts check`"):
+        list(import_chat(path))
+    path.write_text('{"id": "c", "messages": [{"role": "robot"}]}\n')  # other problems are unchanged
+    with pytest.raises(ReceiptError, match=r"\$\.messages\[0\]\.role: invalid enum value 'robot'"):
+        list(import_chat(path))

@@ -275,8 +275,22 @@ def _verified(reward: float | None) -> bool | None:
     return True if reward == 1.0 else None
 
 
+class _ReceiptHead(msgspec.Struct):
+    messages: msgspec.Raw = msgspec.Raw(b"")
+    tier: msgspec.Raw = msgspec.Raw(b"")
+    state: msgspec.Raw = msgspec.Raw(b"")
+
+
 def _decode(body: bytes) -> tuple[_Conversation, dict]:
-    return _CHAT_DECODER.decode(body), msgspec.json.decode(body)
+    try:
+        conv = _CHAT_DECODER.decode(body)
+    except msgspec.ValidationError:
+        head = msgspec.json.decode(body, type=_ReceiptHead)  # a receipt given as a chat log?
+        if not head.messages and head.tier and head.state:
+            raise msgspec.ValidationError("this line is a receipt already, not a chat log: check the "
+                                          "file with `zc receipts check`") from None
+        raise
+    return conv, msgspec.json.decode(body)
 
 
 def import_chat(src_path: str | os.PathLike, *, extract: Callable[[list[dict], int, dict], dict] = default_extract,
