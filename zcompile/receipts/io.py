@@ -20,7 +20,7 @@ import msgspec
 from ..errors import ZcError, json_problem
 from .format import FORMAT_VERSION, Receipt, ReceiptError, newer_major
 
-__all__ = ["PROBLEMS_KEPT", "ReadStats", "ReceiptWriter", "decoded_lines", "encode", "expand",
+__all__ = ["GZIP_MAGIC", "PROBLEMS_KEPT", "ReadStats", "ReceiptWriter", "decoded_lines", "encode", "expand",
            "iter_lines", "line_problem", "read", "write_file"]
 
 PROBLEMS_KEPT = 100  # problems kept in ReadStats.problems (all are counted)
