@@ -117,3 +117,39 @@ def test_writer_refuses_what_is_not_a_regular_file(tmp_path):
         ReceiptWriter(fifo)
     with pytest.raises(ReceiptError, match="not a regular file"):
         list(read(fifo))  # refused at once, never waited on
+
+
+def test_a_forked_child_is_excluded_by_the_lock(tmp_path):
+    """A child forked with the parent's writer gets its own descriptor, so the two exclude each other."""
+    path = tmp_path / "live.jsonl"
+    w = ReceiptWriter(path)
+    w.append(Receipt(id="before", task="t", state={}, tier="x"))
+    started_r, started_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one slow append, holding the lock for about half a second
+        try:
+            real = os.write
+
+            def slow(fd, data):
+                if fd == started_w:
+                    return real(fd, data)
+                n = real(fd, bytes(data[:256]))
+                if n and not getattr(slow, "said", False):
+                    slow.said = True
+                    real(started_w, b"x")
+                time.sleep(0.005)
+                return n
+
+            os.write = slow
+            w.append(Receipt(id="child", task="t", state={"pad": "c" * 20000}, tier="x"))
+        finally:
+            os._exit(0)
+    os.read(started_r, 1)  # the child is mid-receipt and holds the lock
+    w.append(Receipt(id="parent", task="t", state={}, tier="x"))  # must wait for the child's line
+    os.waitpid(pid, 0)
+    os.close(started_r)
+    os.close(started_w)
+    w.close()
+    stats = ReadStats()
+    assert sorted(r.id for r in read(path, skip_invalid=True, stats=stats)) == ["before", "child", "parent"]
+    assert stats.skipped == 0

@@ -295,7 +295,7 @@ class ReceiptWriter:
     process), checks under it that the file ends with a newline, writes one first if it does not
     (a writer was killed mid-line: its torn fragment stays a line of its own, which readers report
     as torn), then writes the whole line on an O_APPEND descriptor. A thread lock serialises the
-    threads sharing this writer. Every line reaches the operating system before `append` returns;
+    threads sharing this writer; a forked child opens the file anew at its first append. Every line reaches the operating system before `append` returns;
     with `fsync=True` it also reaches the disk. Plain JSONL only: a gzip stream cannot be appended
     to crash-safely line by line (write `.jsonl` and compress it when it is complete).
     """
@@ -306,16 +306,22 @@ class ReceiptWriter:
             raise ReceiptError(f"{self.path}: cannot append to a gzip file; write plain .jsonl "
                                "and compress it when it is complete")
         self.fsync = fsync
+        self._fd: int | None = None
+        self._open()
+
+    def _open(self) -> None:
+        """A descriptor of this process's own (flock locks it, not the process: a forked child
+        sharing its parent's would not be excluded by the parent's lock) and a fresh thread lock."""
         self._lock = threading.Lock()
+        self._pid = os.getpid()
         try:
-            self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK,
-                                           0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
         except OSError as exc:
             raise ReceiptError(f"{self.path}: cannot open for appending: {exc.strerror}") from None
-        if not stat.S_ISREG(os.fstat(self._fd).st_mode):
-            os.close(self._fd)
-            self._fd = None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
             raise ReceiptError(f"{self.path}: cannot open for appending: not a regular file")
+        self._fd = fd
 
     def _write(self, fd: int, data: bytes) -> None:
         view = memoryview(data)
@@ -331,6 +337,8 @@ class ReceiptWriter:
             ReceiptError: the writer is closed, the receipt cannot be encoded, or the write fails.
         """
         data = encode(r)
+        if self._pid != os.getpid() and self._fd is not None:  # forked: the parent keeps its descriptor
+            self._open()
         with self._lock:
             fd = self._fd
             if fd is None:
