@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from zcompile.receipts import ReadStats, Receipt, ReceiptWriter, encode, read
 
@@ -153,3 +155,38 @@ def test_a_forked_child_is_excluded_by_the_lock(tmp_path):
     stats = ReadStats()
     assert sorted(r.id for r in read(path, skip_invalid=True, stats=stats)) == ["before", "child", "parent"]
     assert stats.skipped == 0
+
+
+OPS = st.lists(st.one_of(st.tuples(st.just("append"), st.integers(0, 2)),
+                         st.tuples(st.just("crash"), st.floats(0.0, 1.0)),
+                         st.tuples(st.just("open"), st.integers(0, 2))), max_size=30)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(OPS)
+def test_generated_crashes_lose_no_appended_receipt(tmp_path, ops):
+    """Writers opened at any time, writers killed mid-receipt (what a killed ReceiptWriter leaves:
+    its repair newline, then a cut receipt), in any order: every completed append reads back."""
+    path = tmp_path / "g.jsonl"
+    path.unlink(missing_ok=True)
+    writers = [ReceiptWriter(path)]
+    appended, crashes = [], 0
+    for n, (op, arg) in enumerate(ops):
+        if op == "open":
+            writers.append(ReceiptWriter(path))
+        elif op == "append":
+            r = Receipt(id=f"r{n}", task="t", state={"n": n, "pad": "p" * (n * 7 % 50)}, tier="x")
+            writers[arg % len(writers)].append(r)
+            appended.append(r.id)
+        else:
+            line = encode(Receipt(id=f"k{n}", task="t", state={"n": n}, tier="x"))
+            with open(path, "ab") as fh:
+                if path.stat().st_size and path.read_bytes()[-1:] != b"\n":
+                    fh.write(b"\n")
+                fh.write(line[:1 + int(arg * (len(line) - 3))])  # 1 .. len-2 bytes: never whole
+            crashes += 1
+    for w in writers:
+        w.close()
+    stats = ReadStats()
+    assert [r.id for r in read(path, skip_invalid=True, stats=stats)] == appended
+    assert stats.skipped == crashes and all(": $: torn " in p for p in stats.problems)
