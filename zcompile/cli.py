@@ -257,16 +257,24 @@ def _print_verdict(policy, call, verdict, as_json: bool) -> None:
               help="The compiled policy (.zcp) the receipts are masked with (optional for pairwise: "
               "without it the receipts' own legal sets are used).")
 @click.option("-o", "--out", "out", required=True, type=click.Path(file_okay=False),
-              help="The specialist directory to write (replaced if it exists).")
-@click.option("--model", type=click.Choice(["logistic", "mlp", "transformer", "pairwise", "auto"]), default="auto",
-              show_default=True, help="auto trains logistic and mlp and keeps the one the gate ranks higher; "
+              help="The specialist directory to write: created, or replaced only if it holds a specialist "
+              "(anything else is refused). Written beside it first and swapped in whole.")
+@click.option("--model", type=click.Choice(["auto", "logistic", "mlp", "gbt", "transformer", "pairwise"]),
+              default="auto", show_default=True,
+              help="auto trains logistic, mlp and gbt and keeps the one the out-of-fold evidence ranks first; "
               "transformer fine-tunes MiniLM-L6 (needs the `transformer` extra); pairwise fine-tunes it to "
               "score (request, action description) pairs, for open action sets.")
+@click.option("--guarantee", type=click.Choice(["ltt", "conformal"]), default="ltt", show_default=True,
+              help="ltt: precision ≥ target with 95% confidence (Learn-then-Test); conformal: expected "
+              "false-discovery rate ≤ 1 - target (conformal selection; needs fewer decisions, a weaker claim).")
+@click.option("--folds", type=click.IntRange(2), default=5, show_default=True,
+              help="Task-grouped folds of cross-fitting (tabular models): every train and calibration decision "
+              "gets an out-of-fold score, τ is chosen on all of them.")
 @click.option("--negatives", type=click.IntRange(0), default=3, show_default=True,
               help="pairwise: descriptions of other decisions' actions added per training decision as not "
               "fitting, half at random and half the most similar to the right one.")
 @click.option("--target-precision", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
-              show_default=True, help="Precision the abstention threshold must guarantee (95% lower bound).")
+              show_default=True, help="Precision the abstention threshold must guarantee.")
 @click.option("--target-abstention", type=click.FloatRange(0, 1, max_open=True), default=None,
               help="pairwise: share of the decisions where no offered action fits on which the specialist must "
               "abstain (95% lower bound; 0 turns the bound off) [default: 0.85].")
@@ -288,10 +296,11 @@ def _print_verdict(policy, call, verdict, as_json: bool) -> None:
 @click.option("--quantization", type=click.Choice(["auto", "int8", "float32"]), default=None,
               help="transformer: the export. int8 fails the distillation when int8 decides unlike the trained "
               "model on more than 0.5% of the test split; auto [default] then ships float32 instead.")
-def distill_cmd(sources, policy_path, out, model, negatives, target_precision, target_abstention, min_coverage, seed,
-                skip_invalid, epochs, max_steps, max_length, batch_size, ensemble, quantization) -> None:
-    """Distil receipts into an ONNX specialist that answers with a calibrated confidence or abstains."""
-    from .qroute.distill import Report, distill
+def distill_cmd(sources, policy_path, out, model, guarantee, folds, negatives, target_precision, target_abstention,
+                min_coverage, seed, skip_invalid, epochs, max_steps, max_length, batch_size, ensemble,
+                quantization) -> None:
+    """Distil receipts into an ONNX specialist that answers with a certified confidence or abstains."""
+    from .qroute import Report, Settings, distill
 
     options = {k: v for k, v in (("epochs", epochs), ("max_steps", max_steps), ("max_length", max_length),
                                  ("batch_size", batch_size), ("ensemble", ensemble), ("quantization", quantization))
@@ -306,54 +315,20 @@ def distill_cmd(sources, policy_path, out, model, negatives, target_precision, t
     if policy_path is None and model != "pairwise":
         click.echo("error: --policy is required (except for --model pairwise)", err=True)
         sys.exit(2)
-
+    settings = Settings(model=model, target_precision=target_precision, guarantee=guarantee,
+                        target_abstention=target_abstention, min_coverage=min_coverage, seed=seed, folds=folds,
+                        negatives=negatives, skip_invalid=skip_invalid, options=options)
     report = Report(step=lambda text: click.echo(text, err=True), bar=progress)
-    if model == "pairwise":
-        from .qroute.pairdistill import TARGET_ABSTENTION, distill_pairwise
-
-        try:
-            policy = _load_policy(policy_path) if policy_path else None
-            best = distill_pairwise(list(sources), out, policy=policy, target_precision=target_precision,
-                                    target_abstention=(TARGET_ABSTENTION if target_abstention is None
-                                                       else target_abstention),
-                                    min_coverage=min_coverage, seed=seed, negatives=negatives,
-                                    skip_invalid=skip_invalid, report=report,
-                                    quantization=options.pop("quantization", "auto"), options=options)
-        except ZcError as exc:
-            _fail(exc)
-        click.echo(best.report_text)
-        click.echo(f"wrote {out}/ (model.onnx, tokenizer.json, manifest.json, report.md); "
-                   + ("promoted" if best.manifest.gate.promoted else "NOT promoted: "
-                      + "; ".join(best.manifest.gate.reasons)))
-        return
     try:
-        policy = _load_policy(policy_path)
-        kinds = ["logistic", "mlp"] if model == "auto" else [model]
-        results = []
-        for kind in kinds:
-            target = Path(out) if len(kinds) == 1 else Path(out).with_name(f".{Path(out).name}.{kind}")
-            click.echo(f"== {kind}", err=True)
-            results.append(distill(list(sources), policy, target, model=kind,
-                                   target_precision=target_precision, min_coverage=min_coverage,
-                                   seed=seed, skip_invalid=skip_invalid, report=report,
-                                   name=Path(out).name, options=options))
-        best = max(results, key=lambda r: r.manifest.gate.key)
-        if len(results) > 1:
-            import shutil
-
-            for r in results:
-                if r is not best:
-                    shutil.rmtree(r.directory, ignore_errors=True)
-            if Path(out).exists():
-                shutil.rmtree(Path(out))
-            best.directory.rename(out)
+        policy = _load_policy(policy_path) if policy_path else None
+        result = distill(list(sources), policy, out, settings, report=report, name=Path(out).name)
     except ZcError as exc:
         _fail(exc)
-    click.echo(best.report_text)
-    extra = "".join(f", {f}" for f in best.manifest.model.files)
-    click.echo(f"wrote {out}/ (model.onnx{extra}, manifest.json, report.md); "
-               + ("promoted" if best.manifest.gate.promoted else "NOT promoted: "
-                  + "; ".join(best.manifest.gate.reasons)))
+    m = result.manifest
+    click.echo(result.report_text)
+    extra = "".join(f", {f}" for f in m.model.files)
+    click.echo(f"wrote {out}/ (model.onnx{extra}, manifest.json, report.md); {m.model.kind}; "
+               + ("promoted" if m.gate.promoted else "NOT promoted: " + "; ".join(m.gate.reasons)))
 
 
 @main.group("receipts")

@@ -36,9 +36,12 @@ import numpy as np
 
 from . import stats
 from .errors import ZcError
-from .qroute.distill import RISKY_TAGS, _plain, load_decisions
+from .qroute.dataset import load as load_decisions
+from .qroute.dataset import plain as _plain
+from .qroute.metrics import RISKY_TAGS
 from .qroute.manifest import Manifest
-from .qroute.specialist import load, read_manifest
+from .qroute.loading import load
+from .qroute.specialist import read_manifest
 from .runtime import Policy
 
 SPLITS = ("test", "all")
@@ -258,12 +261,8 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
     m = specialist.manifest
     check_policy(m, policy)
     paths = [str(p) for p in paths]
-    if getattr(specialist, "pairwise", False):
-        from .qroute.pairdistill import load_pair_decisions
-
-        decisions, counts, _files = load_pair_decisions(paths, policy, skip_invalid=skip_invalid)
-    else:
-        decisions, counts, _files = load_decisions(paths, policy, skip_invalid=skip_invalid)
+    data = load_decisions(paths, policy, skip_invalid=skip_invalid, none_fits=getattr(specialist, "pairwise", False))
+    decisions, counts = data.decisions, data.counts
     kept, sealing = _seal(decisions, m, split, allow_trained)
     rows = replay(kept, policy, specialist)
     risky = _risky(policy)

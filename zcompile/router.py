@@ -226,7 +226,7 @@ def _load_specialists(spec: Any, policy: Policy) -> list[Any]:
     out = []
     for item in items:
         if isinstance(item, (str, Path)):
-            from .qroute.specialist import load
+            from .qroute.loading import load
 
             out.append(load(item, policy))
         else:

@@ -86,6 +86,11 @@ class LegalSet:
         return f"LegalSet(actions={self.actions!r}, fallback={self.fallback})"
 
     @property
+    def root(self) -> Any:
+        """The validated state this set was computed from (pass it on instead of validating again)."""
+        return self._root
+
+    @property
     def removed(self) -> Mapping[str, tuple[Reason, ...]]:
         """Each action not in `actions`, mapped to every reason it was removed (computed once)."""
         if self._reasons is None:

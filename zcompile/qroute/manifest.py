@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import msgspec
 
 from .features import FeatureSpec
 
-MANIFEST_VERSION = 2  # 2: `Model.files` and `Model.text` (transformer specialists); 1 still loads
+# 3: cross-fitted τ with a named guarantee (`Threshold.guarantee`, `.statement`, `.n`), `ArgumentModel`,
+# and `sha256` over the whole manifest (any edit is refused). Only version 3 is read.
+MANIFEST_VERSION = 3
+READS = (3,)
 
 
 class Split(msgspec.Struct, frozen=True):
@@ -54,12 +58,16 @@ class Calibration(msgspec.Struct, frozen=True):
 
 
 class Threshold(msgspec.Struct, frozen=True):
-    tau: float  # answer when calibrated confidence >= tau; inf: never
+    tau: float  # answer when calibrated confidence >= tau; 2.0: never
     target_precision: float
-    alpha: float
-    calibration_answered: int
+    alpha: float  # 1 - the guarantee's confidence (Learn-then-Test)
+    calibration_answered: int  # at τ, among the `n` out-of-fold (or calibration-split) decisions
     calibration_correct: int
-    calibration_lower_bound: float
+    calibration_lower_bound: float  # one-sided Clopper–Pearson bound at τ (for reading; LTT certifies)
+    guarantee: str = "ltt"  # ltt | conformal
+    statement: str = ""  # the guarantee in words, with its n
+    n: int = 0  # decisions the threshold was chosen on
+    source: str = "cross-fitted"  # cross-fitted (K folds over train + calibration) | calibration split
     # pairwise specialists: the figures above count decisions where an action fits; where none
     # does, abstaining is bounded separately (0 and no decisions for classifiers)
     target_abstention: float = 0.0
@@ -90,10 +98,19 @@ class Manifest(msgspec.Struct, frozen=True):
     metrics: dict[str, Any]
     gate: Gate
     seed: int
+    arguments: Any = None  # the argument model's parameters (qroute.arguments), None: names only
+    sha256: str = ""  # of this manifest encoded with sha256 = "": any edit is refused on load
+
+
+def seal_manifest(m: Manifest) -> Manifest:
+    """`m` with its sha256 set."""
+    m = msgspec.structs.replace(m, sha256="")
+    return msgspec.structs.replace(m, sha256=hashlib.sha256(msgspec.json.encode(m)).hexdigest())
 
 
 def encode(m: Manifest) -> bytes:
-    return msgspec.json.format(msgspec.json.encode(m), indent=2) + b"\n"
+    """The manifest file's bytes, sealed (sha256 set)."""
+    return msgspec.json.format(msgspec.json.encode(seal_manifest(m)), indent=2) + b"\n"
 
 
 def decode(data: bytes, path: str) -> Manifest:
@@ -106,10 +123,15 @@ def decode(data: bytes, path: str) -> Manifest:
     version = head.get("version") if isinstance(head, dict) else None
     if not isinstance(version, int):
         raise ZcError(f"{path}: not a specialist manifest (no `version`)")
-    if version > MANIFEST_VERSION:
-        raise ZcError(f"{path}: manifest version {version} is newer than this zc supports "
-                      f"({MANIFEST_VERSION}); upgrade zcompile")
+    if version not in READS:
+        newer = isinstance(version, int) and version > MANIFEST_VERSION
+        raise ZcError(f"{path}: manifest version {version} is not read by this zc (it reads "
+                      f"{', '.join(map(str, READS))}); " + ("upgrade zcompile" if newer else "distil the specialist again"))
     try:
-        return msgspec.json.decode(data, type=Manifest)
+        m = msgspec.json.decode(data, type=Manifest)
     except msgspec.ValidationError as exc:
         raise ZcError(f"{path}: corrupt specialist manifest: {exc}") from None
+    if not m.sha256 or seal_manifest(m).sha256 != m.sha256:
+        raise ZcError(f"{path}: manifest does not match its sha256 (edited, tampered or corrupt); distil the "
+                      "specialist again")
+    return m

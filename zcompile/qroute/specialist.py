@@ -250,14 +250,3 @@ class Specialist:
         c = 1.0 / sum(math.exp(v - top) for v in z)
         best = self.model_classes[cols[j]]
         return Answer(best if c >= self.tau else None, c, best)
-
-
-def load(directory: str | Path, policy: Any = None) -> Any:
-    """Load and verify a specialist directory (against `policy`'s sha256 when given): a
-    `Specialist` (tabular or transformer classifier) or, when its manifest says `pairwise`, a
-    `PairwiseSpecialist`."""
-    if read_manifest(directory).model.kind == "pairwise":
-        from .pairwise import PairwiseSpecialist
-
-        return PairwiseSpecialist(directory, policy)
-    return Specialist(directory, policy)

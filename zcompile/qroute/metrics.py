@@ -1,0 +1,95 @@
+"""Figures of a specialist on scored decisions: coverage, precision with intervals, calibration, selections."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import stats
+from .dataset import Decision
+
+RISKY_TAGS = frozenset({"destructive", "publish", "money", "credential"})
+
+
+def risky_actions(policy: Any) -> frozenset[str]:
+    if policy is None:
+        return frozenset()
+    return frozenset(a.name for a in policy.ir.actions if RISKY_TAGS & set(a.tags))
+
+
+def evaluate(best: Sequence[str | None], conf: np.ndarray, correct: np.ndarray, decisions: Sequence[Decision],
+             tau: float, risky: frozenset[str], probs: np.ndarray | None = None,
+             labels: np.ndarray | None = None) -> dict[str, Any]:
+    """Figures at threshold `tau` for decisions with their best output, its confidence and whether
+    it is right. Decisions where no action fits (label None) are counted apart: answering one is
+    wrong. `probs`/`labels` (classifiers) add the Brier score over all actions."""
+    n = len(decisions)
+    conf = np.asarray(conf, dtype=np.float64)
+    correct = np.asarray(correct, dtype=bool)
+    has = np.array([b is not None for b in best], dtype=bool)
+    answered = (conf >= tau) & (conf > 0) & has
+    k, m = int(correct[answered].sum()), int(answered.sum())
+    fits = np.array([d.label is not None for d in decisions], dtype=bool)
+    none = ~fits
+    kf, mf = int((correct & answered & fits).sum()), int((answered & fits).sum())
+    abst = int((~answered & none).sum())
+    top = np.where(np.isfinite(conf), conf, 0.0)
+    per_action: dict[str, dict] = {}
+    for i in np.flatnonzero(answered):
+        row = per_action.setdefault(str(best[i]), {"answered": 0, "correct": 0})
+        row["answered"] += 1
+        row["correct"] += int(correct[i])
+    per_intent: dict[str, dict] = {}
+    for i, d in enumerate(decisions):
+        row = per_intent.setdefault(d.intent or "(none)", {"n": 0, "answered": 0, "correct": 0})
+        row["n"] += 1
+        row["answered"] += int(answered[i])
+        row["correct"] += int(answered[i] and correct[i])
+    out = {
+        "n": n, "answered": m, "correct": k,
+        "coverage": m / n if n else 0.0,
+        "precision": k / m if m else None,
+        "precision_ci": list(stats.wilson(k, m)),
+        "precision_upper_one_sided": upper_bound(k, m),
+        "label_not_legal": sum(1 for d in decisions if d.label is not None and d.label not in d.legal),
+        "illegal_selected": sum(1 for i in np.flatnonzero(answered) if best[i] not in decisions[i].legal),
+        "dangerous_selected": sum(1 for i in np.flatnonzero(answered) if best[i] in risky and not correct[i]),
+        "dangerous_exposed": sum(1 for d in decisions if any(a in risky for a in d.legal)),
+        "accuracy_top1": float(correct[fits].mean()) if fits.any() else None,
+        "ece": stats.ece(top, correct.astype(float)),
+        "aurc": stats.aurc(top, correct.astype(float)),
+        "risk_coverage": stats.risk_coverage(top, correct.astype(float)),
+        "per_action": dict(sorted(per_action.items())),
+        "per_intent": per_intent,
+        "n_fits": int(fits.sum()),
+        "answered_where_fits": mf,
+        "coverage_where_fits": float(answered[fits].mean()) if fits.any() else None,
+        "precision_where_fits": kf / mf if mf else None,
+        "precision_where_fits_ci": list(stats.wilson(kf, mf)),
+        "n_none_fits": int(none.sum()),
+        "abstained_where_none_fits": abst / int(none.sum()) if none.any() else None,
+        "abstained_where_none_fits_ci": list(stats.wilson(abst, int(none.sum()))),
+    }
+    if probs is not None and labels is not None:
+        valid = labels >= 0
+        out["brier"] = stats.brier(probs[valid], labels[valid])
+    return out
+
+
+def upper_bound(k: int, n: int, alpha: float = 0.05) -> float:
+    """One-sided (1 - alpha) Clopper–Pearson upper bound on a proportion (1 when n == 0)."""
+    if n == 0 or k == n:
+        return 1.0
+    from scipy.stats import beta
+
+    return float(beta.ppf(1 - alpha, k + 1, n - k))
+
+
+def answers_needed(target: float, alpha: float = 0.05) -> int:
+    """Answers (all correct) a test split needs before its Wilson lower bound can reach `target`."""
+    n = 1
+    while stats.wilson(n, n)[0] < target and n < 100_000:
+        n += 1
+    return n

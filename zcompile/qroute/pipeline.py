@@ -1,0 +1,326 @@
+"""Distillation, the ten steps once for every recipe: receipts -> a specialist that answers with a guarantee or abstains.
+
+1 load and validate receipts (`dataset.load`)       6 calibrate on out-of-fold scores
+2 split by task, chronologically, and seal            7 choose τ with a named guarantee (`threshold`)
+3 inputs (features, rendered text or pairs)          8 evaluate on the sealed test split
+4 train: cross-fitted folds + a refit (or holdout)    9 gate (`gate.gate`)
+5 export to ONNX and check parity                    10 write the specialist atomically (`outdir.staged`)
+
+`--model auto` runs steps 3–8 for every tabular recipe and keeps the one that non-test evidence
+ranks first (`gate.selection_key`); each candidate's τ is certified at δ / (number of candidates),
+so the kept one's guarantee holds at δ whichever wins (Bonferroni).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from .. import __version__, stats
+from ..errors import ZcError
+from ..outdir import staged
+from . import dataset as D
+from . import features as F
+from .gate import gate, selection_key
+from .manifest import MANIFEST_VERSION, Calibration, Gate, Manifest, Model, Threshold, decode, encode
+from .metrics import evaluate, risky_actions
+from .recipes import AUTO, recipe
+from .report import render
+from .threshold import DELTA, GUARANTEES, NEVER, abstention_floor, choose
+
+FOLDS = 5
+TARGET_ABSTENTION = 0.85  # pairwise default: abstain where no offered action fits
+
+
+@dataclass
+class Settings:
+    """What the user chose (see `zc distill --help`)."""
+
+    model: str = "auto"
+    target_precision: float = 0.95
+    guarantee: str = "ltt"
+    target_abstention: float | None = None  # pairwise only
+    min_coverage: float = 0.0
+    seed: int = 0
+    folds: int = FOLDS
+    negatives: int = 3
+    skip_invalid: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Candidate:
+    """One recipe after steps 3–8, in its own directory."""
+
+    kind: str
+    directory: Path
+    manifest: Manifest
+    oof: dict[str, Any]
+
+
+@dataclass
+class Result:
+    manifest: Manifest
+    directory: Path
+    report_text: str
+
+
+def is_specialist_dir(path: Path) -> bool:
+    """Whether `path` holds a specialist's manifest (of any version), so replacing it loses nothing foreign."""
+    try:
+        head = msgspec.json.decode((path / "manifest.json").read_bytes(), type=dict)
+    except (OSError, msgspec.DecodeError):
+        return False
+    return {"features", "model", "threshold", "splits"} <= set(head)
+
+
+def distill(paths: Sequence[str | Path], policy: Any, out: str | Path, settings: Settings | None = None, *,
+            report: D.Report | None = None, name: str | None = None,
+            parts: dict[str, list[D.Decision]] | None = None) -> Result:
+    """Run the ten steps and write `out/` (model.onnx, manifest.json, report.md, and the model's files).
+
+    `parts` replaces steps 1–2 with given train / calibration / test decisions (a benchmark that
+    trains on some categories and reports on others); they are sealed the same way.
+    """
+    s = settings or Settings()
+    report = report or D.Report()
+    _validate(s, policy)
+    pairwise = s.model == "pairwise"
+    if parts is None:
+        report.step("1/10 loading and validating receipts")
+        data = D.load(paths, policy, skip_invalid=s.skip_invalid, none_fits=pairwise, report=report)
+        report.step("2/10 splitting by task (chronological, sealed)")
+        parts, counts, files = D.split_by_task(data.decisions), data.counts, data.files
+    else:
+        counts, files = Counter(used=sum(len(v) for v in parts.values())), D.data_files(paths)
+    _warn_thin(parts, pairwise, report)
+    kinds = AUTO if s.model == "auto" else (s.model,)
+    spec = F.spec_for(policy.ir) if policy is not None else F.FeatureSpec(F.VERSION, (), ())
+    head = dict(version=MANIFEST_VERSION, zcompile=__version__, name=name or Path(out).name,
+                policy_name=policy.name if policy is not None else "",
+                policy_sha256=policy.sha256 if policy is not None else "", data=tuple(files),
+                counts=dict(counts), splits=D.seal_all(parts), seed=s.seed)
+    with staged(out, "specialist directory", is_specialist_dir) as work:
+        candidates = []
+        for kind in kinds:
+            if len(kinds) > 1:
+                report.step(f"== {kind}")
+            (work / kind).mkdir()
+            candidates.append(_candidate(kind, work / kind, parts, policy, spec, s, head, len(kinds), report))
+        best = max(candidates, key=lambda c: selection_key(c.manifest.threshold, c.oof))
+        if len(kinds) > 1:
+            report.step(f"   kept {best.kind} (out-of-fold evidence: " + ", ".join(
+                f"{c.kind} {c.manifest.threshold.calibration_answered}/{c.manifest.threshold.n} certified"
+                for c in candidates) + ")")
+        manifest, text = _gate_and_write(best, work, policy, s, report)
+    return Result(manifest, Path(out), text)
+
+
+def _validate(s: Settings, policy: Any) -> None:
+    if not 0 < s.target_precision < 1:
+        raise ZcError(f"--target-precision must be between 0 and 1, got {s.target_precision}")
+    if s.guarantee not in GUARANTEES:
+        raise ZcError(f"unknown guarantee `{s.guarantee}` (choose {' or '.join(GUARANTEES)})")
+    if s.target_abstention is not None and not 0 <= s.target_abstention < 1:
+        raise ZcError(f"--target-abstention must be at least 0 and below 1, got {s.target_abstention}")
+    if s.folds < 2:
+        raise ZcError(f"--folds must be at least 2, got {s.folds}")
+    if policy is None and s.model != "pairwise":
+        raise ZcError("a policy is required (except for --model pairwise)")
+
+
+def _warn_thin(parts: dict[str, list[D.Decision]], pairwise: bool, report: D.Report) -> None:
+    """Say loudly when a split cannot support the figures it will be used for."""
+    for p in ("calibration", "test"):
+        fits = sum(1 for d in parts[p] if d.label is not None)
+        if not fits:
+            report.step(f"WARNING: the {p} split holds no decision where an action fits: its figures say nothing")
+        if pairwise and fits == len(parts[p]):
+            report.step(f"WARNING: the {p} split holds no decision where no action fits: abstention there is "
+                        "not measured")
+
+
+def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.Decision]], policy: Any, spec: F.FeatureSpec,
+               s: Settings, head: dict[str, Any], n_candidates: int, report: D.Report) -> Candidate:
+    """Steps 3–8 for one recipe."""
+    rec = recipe(kind, s.seed, spec, policy, s.options, s.negatives)
+    pool = parts["train"] + parts["calibration"]
+    report.step(f"3/10 {rec.reading} ({kind})")
+    rec.prepare(pool if rec.crossfit else parts["train"])
+    x = {p: rec.inputs(report.bar(parts[p], f"{rec.reading} {p}", len(parts[p]))) for p in D.PARTS}
+    if rec.crossfit:
+        k = min(s.folds, len({d.task for d in pool}))
+        report.step(f"4/10 training {kind}: {k} task-grouped folds over {len(pool)} train + calibration decisions, "
+                    "then a refit on all of them")
+        xp = _concat(x["train"], x["calibration"])
+        oof_raw, oof = crossfit(rec, xp, pool, k, report), pool
+        model = rec.fit(xp, pool, report)
+    else:
+        report.step(f"4/10 training {kind} on {len(parts['train'])} decisions (calibrated on the calibration split)")
+        model, oof = rec.fit(x["train"], parts["train"], report), parts["calibration"]
+    report.step("5/10 exporting to ONNX and checking parity")
+    test = parts["test"] or parts["train"]
+    x_test = x["test"] if parts["test"] else x["train"]
+    pre = dict(head, features=getattr(rec, "spec", spec), calibration=Calibration(rec.calibration_method, 1.0),
+               threshold=Threshold(NEVER, s.target_precision, DELTA, 0, 0, 0.0), metrics={},
+               gate=Gate(False, (), ("not evaluated",)))
+    exported, parity, sp = export_checked(rec, model, cdir, pre, x_test, test, policy, report)
+    if not rec.crossfit:
+        oof_raw = rec.exported(sp, x["calibration"])
+    report.step(f"6/10 calibrating ({rec.calibration_method}, outside ONNX) on {len(oof)} out-of-fold decisions")
+    cal = rec.fit_calibration(oof_raw, oof)
+    threshold, oof_figures = _threshold(rec, oof_raw, oof, cal, s, n_candidates, report)
+    report.step("8/10 evaluating on the sealed test split")
+    manifest = Manifest(**pre | dict(model=exported, calibration=cal, threshold=threshold))
+    (cdir / "manifest.json").write_bytes(encode(manifest))
+    sp = rec.specialist(cdir, policy)
+    best, conf, full = rec.confidence(rec.exported(sp, x["test"]), parts["test"], cal)
+    labels = rec.labels(parts["test"]) if full is not None else None
+    metrics = evaluate(best, conf, rec.correct(best, parts["test"]), parts["test"], threshold.tau,
+                       risky_actions(policy), full, labels)
+    metrics["latency_us"] = latency(lambda d: rec.ask(sp, d), test, *rec.latency_sample)
+    metrics["parity"] = parity
+    metrics["calibration"] = oof_figures
+    return Candidate(kind, cdir, msgspec.structs.replace(manifest, metrics=D.plain(metrics)), oof_figures)
+
+
+def _concat(a: Any, b: Any) -> Any:
+    return np.concatenate([a, b]) if isinstance(a, np.ndarray) else list(a) + list(b)
+
+
+def crossfit(rec: Any, x: Any, pool: Sequence[D.Decision], k: int, report: D.Report) -> Any:
+    """Out-of-fold raw scores: fold j's decisions are scored by a model fit on the other folds'
+    tasks only (grouped K-fold by task), so every decision has a score from a model that never saw
+    its task."""
+    folds = np.array(D.task_folds(pool, k))
+    p = np.zeros((len(pool), len(rec.actions)))
+    seen = np.zeros((len(pool), len(rec.actions)), dtype=bool)
+    for j in report.bar(range(k), "folds", k):
+        held, fit_on = np.flatnonzero(folds == j), np.flatnonzero(folds != j)
+        model = rec.fit(rec.take(x, fit_on), [pool[i] for i in fit_on], report)
+        p[held], seen[held] = rec.reference(model, rec.take(x, held))
+    return p, seen
+
+
+def _threshold(rec: Any, raw: Any, oof: Sequence[D.Decision], cal: Calibration, s: Settings, n_candidates: int,
+               report: D.Report) -> tuple[Threshold, dict[str, Any]]:
+    """Step 7: τ with the chosen guarantee on the out-of-fold confidences."""
+    best, conf, _ = rec.confidence(raw, oof, cal)
+    correct = rec.correct(best, oof)
+    fits = np.array([d.label is not None for d in oof], dtype=bool)
+    delta = DELTA / n_candidates
+    a_target = s.target_abstention if s.target_abstention is not None else (
+        TARGET_ABSTENTION if s.model == "pairwise" else 0.0)
+    floor = abstention_floor(conf[~fits], a_target, delta) if a_target else 0.0
+    report.step(f"7/10 choosing τ: precision ≥ {s.target_precision:g} ({s.guarantee}, δ = {delta:.3g}, n = {len(oof)})"
+                + (f", abstention ≥ {a_target:g} where no action fits" if a_target else ""))
+    if floor is None:
+        choice = choose(np.zeros(0), np.zeros(0, bool), s.target_precision, s.guarantee, delta)
+    else:
+        choice = choose(conf[fits], correct[fits], s.target_precision, s.guarantee, delta, floor)
+    n_none = int((~fits).sum())
+    abstained = int((conf[~fits] < choice.tau).sum())
+    source = "cross-fitted" if rec.crossfit else "calibration split"
+    th = Threshold(choice.tau, s.target_precision, delta, choice.answered, choice.correct,
+                   stats.lower_bound(choice.correct, choice.answered, delta), guarantee=choice.guarantee,
+                   statement=choice.statement, n=choice.n, source=source, target_abstention=a_target,
+                   calibration_none_fits=n_none, calibration_abstained=abstained,
+                   calibration_abstention_lower_bound=stats.lower_bound(abstained, n_none, delta))
+    figures = {"n": len(oof), "source": source, "answered": choice.answered, "correct": choice.correct,
+               "lower_bound": th.calibration_lower_bound, "ece": stats.ece(conf, correct.astype(float)),
+               "aurc": stats.aurc(conf, correct.astype(float)), "none_fits": n_none,
+               "abstained_where_none_fits": abstained, "abstention_certified": floor is not None}
+    return th, figures
+
+
+def export_checked(rec: Any, model: Any, cdir: Path, pre: dict[str, Any], x_test: Any,
+                   test: Sequence[D.Decision], policy: Any, report: D.Report) -> tuple[Model, dict[str, Any], Any]:
+    """Step 5: export, load through the decision-time specialist and compare with the trained
+    model on the test split; the recipe's exports are tried in order until one passes parity, and
+    when the last fails the distillation fails."""
+    attempts = []
+    neutral = Calibration(rec.calibration_method, 1.0)
+    ref = rec.reference(model, x_test)
+    for i, quantization in enumerate(rec.quantizations):
+        exported = rec.export(model, cdir, report, quantization)
+        (cdir / "manifest.json").write_bytes(encode(Manifest(**pre | dict(model=exported))))
+        sp = rec.specialist(cdir, policy)
+        ox = rec.exported(sp, x_test)
+        figures, problem = parity(rec, ref, ox, test, neutral)
+        attempts.append({"quantization": quantization, **figures})
+        if problem is None:
+            return exported, {**attempts[-1], "attempts": attempts}, sp
+        if i + 1 == len(rec.quantizations):
+            hint = "; --quantization auto ships float32 when int8 fails" if rec.quantizations == ("int8",) else ""
+            raise ZcError(f"parity check failed ({quantization}): {problem}; nothing was written{hint}")
+        report.step(f"  parity with {quantization}: {problem}; exporting {rec.quantizations[i + 1]} instead")
+    raise ZcError("no export to try")
+
+
+def parity(rec: Any, ref: Any, ox: Any, decisions: Sequence[D.Decision],
+           neutral: Calibration) -> tuple[dict[str, Any], str | None]:
+    """max |Δp| and agreement of the decision (the best legal action) between trained and exported."""
+    n = len(decisions)
+    b_ref, c_ref, _ = rec.confidence(ref, decisions, neutral)
+    b_ox, c_ox, _ = rec.confidence(ox, decisions, neutral)
+    a, b = (ref[0], ox[0]) if isinstance(ref[0], np.ndarray) and ref[0].ndim == 2 else (c_ref, c_ox)
+    delta = float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) if n else 0.0
+    agree = float(np.mean([p == q for p, q in zip(b_ref, b_ox)])) if n else 1.0
+    what, bound = rec.parity
+    out = {"n": n, "max_abs_delta": delta, "decision_agreement": agree, "rule": what, "bound": bound}
+    if what == "max_abs_delta" and not delta <= bound:
+        return out, f"ONNX and the trained model's probabilities differ by {delta:.2e} (> {bound:.0e}) on the test split"
+    if what == "decision_agreement" and not agree >= bound:
+        return out, (f"the exported model decides like the trained one on only {agree:.2%} of the test split "
+                     f"(< {bound:.1%}; max |Δp| {delta:.3f})")
+    return out, None
+
+
+def _gate_and_write(best: Candidate, work: Path, policy: Any, s: Settings, report: D.Report) -> tuple[Manifest, str]:
+    """Steps 9 and 10: gate the kept candidate (the policy's `specialist` tier bounds latency), move
+    its files into the staged directory with the final manifest and report."""
+    report.step("9/10 gate")
+    tier = next((t for t in policy.ir.tiers if t.name == "specialist"), None) if policy is not None else None
+    m = best.manifest
+    abstention = None
+    if m.threshold.target_abstention and m.threshold.calibration_none_fits:
+        abstention = (m.threshold.target_abstention, bool(best.oof["abstention_certified"]))
+    verdict = gate(m.metrics, m.threshold, s.min_coverage, tier.max_ms if tier else None, abstention)
+    m = msgspec.structs.replace(m, gate=verdict)
+    report.step("10/10 writing the specialist")
+    for f in best.directory.iterdir():
+        if f.name != "manifest.json":
+            f.rename(work / f.name)
+    for c in work.iterdir():
+        if c.is_dir():
+            shutil.rmtree(c)
+    text = render(m)
+    (work / "manifest.json").write_bytes(encode(m))
+    (work / "report.md").write_text(text)
+    decode((work / "manifest.json").read_bytes(), str(work / "manifest.json"))  # what we wrote loads
+    return m, text
+
+
+def latency(ask: Callable[[Any], Any], part: Sequence[Any], size: int = 300, repeat: int = 3,
+            warmup: int = 20) -> dict[str, float]:
+    """Single-decision latency of `ask(decision)` (inputs + ONNX + mask + threshold), µs, over the
+    first `size` decisions of `part`, `repeat` times, after `warmup` untimed calls."""
+    sample = list(part)[:size]
+    for d in sample[:warmup]:
+        ask(d)
+    times = []
+    for _ in range(repeat):
+        for d in sample:
+            t = time.perf_counter_ns()
+            ask(d)
+            times.append((time.perf_counter_ns() - t) / 1000.0)
+    return {"n": len(times), "p50": float(np.percentile(times, 50)) if times else 0.0,
+            "p99": float(np.percentile(times, 99)) if times else 0.0}

@@ -1,0 +1,100 @@
+"""The human-readable report of a distillation (report.md): the verdict first, then the evidence."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .manifest import Manifest
+from .metrics import answers_needed
+from .threshold import NEVER
+
+
+def _f(v: Any, fmt: str = ".3f") -> str:
+    return "n/a" if v is None else format(v, fmt)
+
+
+def verdict(m: Manifest) -> str:
+    return "promoted" if m.gate.promoted else "NOT promoted: " + "; ".join(m.gate.reasons)
+
+
+def _model_line(m: Manifest) -> str:
+    p = m.model.params
+    if m.model.kind == "pairwise":
+        return (f"MiniLM-L6 scoring (request, action description) pairs, fine-tuned {p.get('steps')} steps of "
+                f"{p.get('batch_size')} on {p.get('pairs')} pairs ({p.get('negatives')} negatives per decision, "
+                f"decisions where no action fits ×{p.get('none_fits_weight', 1)}) in {p.get('train_seconds', 0):.0f} s, "
+                f"first {m.model.text.max_length} tokens, exported {p.get('quantization')}. Platt calibration "
+                f"T = {m.calibration.temperature:.3f}, b = {m.calibration.bias:.3f}.")
+    if m.model.text is None:
+        reads = f"{m.features.dim} features (version {m.features.version})"
+    else:
+        reads = (f"the state rendered as text (version {m.model.text.render_version}, first "
+                 f"{m.model.text.max_length} tokens), fine-tuned {p.get('steps')} steps of {p.get('batch_size')} "
+                 f"from `{p.get('base')}` in {p.get('train_seconds', 0):.0f} s, exported {p.get('quantization')}")
+    return (f"Model: {m.model.kind} over {len(m.features.actions)} actions ({len(m.model.classes)} seen in "
+            f"training), reading {reads}. Temperature {m.calibration.temperature:.3f}.")
+
+
+def _threshold_line(m: Manifest) -> str:
+    th = m.threshold
+    where = "K task-grouped folds over the train and calibration splits" if th.source == "cross-fitted" \
+        else "the calibration split"
+    if th.tau >= NEVER:
+        return (f"No τ qualifies: the specialist abstains on everything. Tested on {th.n} out-of-fold decisions "
+                f"({where}): {th.statement}.")
+    text = (f"τ = {th.tau:.4f}, certified: {th.statement}, on {th.n} decisions scored out of fold ({where}). At τ "
+            f"{th.calibration_correct} of {th.calibration_answered} answered right (one-sided "
+            f"{1 - th.alpha:.1%} Clopper–Pearson bound {th.calibration_lower_bound:.3f}).")
+    if th.calibration_none_fits and th.target_abstention:
+        text += (f" Where no action fits: {th.calibration_abstained} of {th.calibration_none_fits} abstained "
+                 f"(bound {th.calibration_abstention_lower_bound:.3f}, target {th.target_abstention:g}).")
+    return text
+
+
+def render(m: Manifest) -> str:
+    """The report of any recipe's distillation."""
+    t = m.metrics
+    lo, hi = t["precision_ci"]
+    par = t["parity"]
+    need = answers_needed(m.threshold.target_precision)
+    title = "Pairwise specialist" if m.model.kind == "pairwise" else "Specialist"
+    lines = [
+        f"# {title} `{m.name}`" + (f" for policy `{m.policy_name}`" if m.policy_name else ""), "",
+        f"**Verdict: {verdict(m)}.**", "",
+        _model_line(m), "", _threshold_line(m), "",
+        "## Data", "", "| split | tasks | decisions |", "|---|---:|---:|",
+        *(f"| {k} | {len(s.tasks)} | {s.decisions} |" for k, s in
+          (("train", m.splits.train), ("calibration", m.splits.calibration), ("test", m.splits.test))),
+        "", "Counts: " + ", ".join(f"{k} {v}" for k, v in sorted(m.counts.items())), "",
+        "## Sealed test split", "",
+        "| n | answered | coverage | precision | Wilson 95% | one-sided 95% upper | ECE | AURC | p50 µs | p99 µs |",
+        "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+        f"| {t['n']} | {t['answered']} | {t['coverage']:.3f} | {_f(t['precision'])} | [{lo:.3f}, {hi:.3f}] | "
+        f"{t['precision_upper_one_sided']:.3f} | {_f(t['ece'])} | {_f(t['aurc'])} | {t['latency_us']['p50']:.1f} | "
+        f"{t['latency_us']['p99']:.1f} |", "",
+        f"The test split refuses promotion only when its upper bound falls below the target; a Wilson lower "
+        f"bound of {m.threshold.target_precision:g} would need at least {need} answers, all right "
+        f"(this split gave {t['answered']}).", "",
+    ]
+    if t.get("n_none_fits"):
+        f_lo, f_hi = t["precision_where_fits_ci"]
+        a_lo, a_hi = t["abstained_where_none_fits_ci"]
+        lines += [f"Where an action fits ({t['n_fits']}): coverage {_f(t['coverage_where_fits'])}, precision "
+                  f"{_f(t['precision_where_fits'])} [{f_lo:.3f}, {f_hi:.3f}]. Where none fits ({t['n_none_fits']}): "
+                  f"abstained {_f(t['abstained_where_none_fits'])} [{a_lo:.3f}, {a_hi:.3f}].", ""]
+    lines += [
+        f"Illegal selections: {t['illegal_selected']}; dangerous selections: {t['dangerous_selected']} "
+        f"(decisions with a risky action legal: {t['dangerous_exposed']}). Labels outside the legal set: "
+        f"{t['label_not_legal']}. Parity ({par.get('quantization', 'none')} export vs the trained model, test "
+        f"split, n = {par['n']}): max |Δp| = {par['max_abs_delta']:.2e}, same decision on "
+        f"{par['decision_agreement']:.2%}"
+        + "".join(f"; {a['quantization']} was tried first and refused (same decision on "
+                  f"{a['decision_agreement']:.2%})" for a in par.get("attempts", [])[:-1]) + ".",
+        "", "### Per action (answered)", "", "| action | answered | correct |", "|---|---:|---:|",
+        *(f"| {a} | {r['answered']} | {r['correct']} |" for a, r in t["per_action"].items()),
+        "", "### Risk–coverage (test split, by confidence)", "", "| coverage | precision | threshold |",
+        "|---:|---:|---:|",
+        *(f"| {r['coverage']:.2f} | {r['precision']:.3f} | {r['threshold']:.4f} |" for r in t["risk_coverage"]),
+        "", "## Gate", "", verdict(m), "",
+    ]
+    return "\n".join(lines)
