@@ -9,8 +9,9 @@
 
 Behaviours:
     correct    answer with `answer` (an offered name, or an index into the offered names) or the
-               first offered action, as a tool call when the request offered tools, else as JSON
-               content {"action": …}
+               first offered action, as a tool call (with `arguments`, a dict) when the request
+               offered tools, else as JSON content {"action": …}; `content`, when set, is sent as
+               the message's text instead
     slow       sleep `delay_ms`, then answer as "correct"
     garbage    200 with a body that is not JSON
     illegal    answer `illegal_action` (default: a name that was not offered)
@@ -19,6 +20,8 @@ Behaviours:
     drop       close the connection without any response
     malformed  200 with JSON that has no "choices"
     refuse     content {"action": null}
+    trickle    answer as "correct", but send the whole response (status line and headers first) one
+               byte every `delay_ms`
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-BEHAVIOURS = ("correct", "slow", "garbage", "illegal", "empty", "http_error", "drop", "malformed", "refuse")
-FAST_BEHAVIOURS = tuple(b for b in BEHAVIOURS if b != "slow")
+BEHAVIOURS = ("correct", "slow", "garbage", "illegal", "empty", "http_error", "drop", "malformed", "refuse",
+              "trickle")
+FAST_BEHAVIOURS = tuple(b for b in BEHAVIOURS if b not in ("slow", "trickle"))
 
 
 def free_port() -> int:
@@ -97,16 +101,24 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(stub.status, json.dumps(err).encode())
         if behaviour == "malformed":
             return self._send(200, json.dumps({"id": "chatcmpl-stub", "object": "chat.completion"}).encode())
-        self._send(200, json.dumps(stub.reply(body, behaviour)).encode())
+        self._send(200, json.dumps(stub.reply(body, behaviour)).encode(),
+                   trickle_s=delay_ms / 1000.0 if behaviour == "trickle" else 0.0)
 
-    def _send(self, status: int, payload: bytes, ctype: str = "application/json") -> None:
+    def _send(self, status: int, payload: bytes, ctype: str = "application/json", trickle_s: float = 0.0) -> None:
         try:
             self.send_response(status)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(payload)))
             self._headers_buffer.append(b"\r\n")  # end_headers, with the body in the same write:
-            self.wfile.write(b"".join(self._headers_buffer) + payload)  # no Nagle/delayed-ACK stall
+            data = b"".join(self._headers_buffer) + payload  # no Nagle/delayed-ACK stall
             self._headers_buffer = []
+            if not trickle_s:
+                self.wfile.write(data)
+                return
+            for i in range(len(data)):  # one byte at a time: headers never complete in time
+                self.wfile.write(data[i:i + 1])
+                self.wfile.flush()
+                time.sleep(trickle_s)
         except OSError:  # the client gave up (e.g. timed out) before the reply
             self.close_connection = True
 
@@ -128,6 +140,8 @@ class OpenAIStub:
         self.behaviour = behaviour
         self.answer: str | int | None = None
         self.illegal_action: str | None = None
+        self.arguments: dict | str | None = None
+        self.content: str | None = None
         self.delay_ms = 500.0
         self.status = 500
         self.path = path
@@ -182,6 +196,7 @@ class OpenAIStub:
         """Back to answering correctly, with nothing recorded (connections are still counted)."""
         with self._lock:
             self.behaviour, self.answer, self.illegal_action = behaviour, None, None
+            self.arguments, self.content = None, None
             self.delay_ms, self.status = 500.0, 500
             self.requests.clear()
             self.headers.clear()
@@ -193,6 +208,8 @@ class OpenAIStub:
         tools = "tools" in body
         if behaviour == "empty":
             return _completion(body, {"content": "", "tool_calls": []} if tools else {"content": ""})
+        if self.content is not None:
+            return _completion(body, {"content": self.content})
         if behaviour == "refuse":
             return _completion(body, {"content": json.dumps({"action": None})})
         if behaviour == "illegal":
@@ -203,7 +220,8 @@ class OpenAIStub:
         else:
             name = self.answer if self.answer is not None else names[0]
         if tools:
-            call = {"id": "call_0", "type": "function", "function": {"name": name, "arguments": "{}"}}
+            args = self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments or {})
+            call = {"id": "call_0", "type": "function", "function": {"name": name, "arguments": args}}
             return _completion(body, {"content": None, "tool_calls": [call]}, "tool_calls")
         return _completion(body, {"content": json.dumps({"action": name})})
 

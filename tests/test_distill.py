@@ -125,7 +125,7 @@ def test_crossfit_never_trains_on_the_scored_task_or_the_test_split(policy, rece
     from zcompile.qroute.dataset import Report, task_folds
 
     folds = np.array(task_folds(pool, 5))
-    p, seen = pipeline.crossfit(rec, rec.inputs(pool), pool, 5, Report())
+    p, seen = pipeline.crossfit(rec, rec.inputs(pool), pool, folds, Report())
     assert len(seen_fits) == 5 and p.shape == (len(pool), len(rec.actions))
     for j, tasks in enumerate(seen_fits):
         scored = {d.task for d, f in zip(pool, folds) if f == j}

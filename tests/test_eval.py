@@ -13,8 +13,9 @@ from click.testing import CliRunner
 
 import zcompile
 from zcompile import ZcError, evals, stats
+from zcompile.evals import metrics
 from zcompile.cli import main
-from zcompile.qroute import Settings, distill
+from zcompile.qroute import Settings, distill, load_decisions
 from zcompile.qroute.specialist import Specialist
 from zcompile.receipts import Receipt, write_file
 
@@ -25,11 +26,11 @@ state {
   mood:  enum(calm, angry, unsure)
   kind:  enum(a, b, c)
 }
-action greet     tags(control)
-action lookup    tags(read)
-action refund    tags(write, money)
-action close     tags(control)
-action escalate  tags(control)
+action greet()     tags(control)
+action lookup()    tags(read)
+action refund()    tags(write, money)
+action close()     tags(control)
+action escalate()  tags(control)
 fallback escalate
 rule refund_angry: refund requires mood == angry
 rule greet_first:  greet requires phase == start
@@ -110,6 +111,22 @@ def test_hand_computed_figures(setup):
     assert (cost["per_teacher_call"], cost["all_to_teacher"], cost["saved"], cost["teacher_calls_removed"],
             cost["cost_saved_share"]) == (10.0, 40.0, 40.0, 4, 1.0)
     assert c["p50_us"] > 0 and o["p99_us"] >= o["p50_us"]
+    # every action declares an empty signature: each answered name is a complete call
+    assert rep["calls"] == {"n": 4, "answered": 4, "correct": 2, "coverage": 1.0, "precision": 0.5,
+                            "precision_ci": list(stats.wilson(2, 4))}
+    assert (o["complete"], o["complete_correct"], o["handed_to_text_tier"]) == (4, 2, 0)
+
+
+def test_bare_names_remove_no_teacher_call(setup):
+    """Without declared signatures the same answers are bare names: the teacher still has to give
+    the arguments, so no call is removed and no complete call is counted."""
+    d, policy, spec = setup
+    names = zcompile.compile_text(POLICY.replace("()", ""), "names.zc")
+    decisions = load_decisions([hand_case(d)], names).decisions
+    rows = evals.replay(decisions, names, spec)
+    assert {r.kind for r in rows if r.rung != "remote"} == {"name"}
+    assert metrics.cost(rows, names)["teacher_calls_removed"] == 0
+    assert evals.calls(rows)["answered"] == 0 and evals.calls(rows)["n"] == 4
 
 
 def test_compiler_answers_singletons(setup):
@@ -156,7 +173,7 @@ def test_sealing(setup):
 
 def test_mismatched_policy_refused(setup):
     d, _, _ = setup
-    other = zcompile.compile_text(POLICY.replace("action close ", "action wait tags(control)\naction close "))
+    other = zcompile.compile_text(POLICY.replace("action close()", "action wait() tags(control)\naction close()"))
     with pytest.raises(ZcError, match="specialist was trained for policy `toy`.*distil it again"):
         evals.run(other, d / "spec", [d / "train.jsonl"])
 
@@ -220,3 +237,29 @@ def test_cli_errors(setup, tmp_path):
     assert res.exit_code == 1 and "missing.jsonl" in res.output and "Traceback" not in res.output
     res = runner.invoke(main, [*base[:3], "--specialists", str(tmp_path), *base[5:]])
     assert res.exit_code == 1 and "not a specialist directory" in res.output
+
+
+def test_configured_tiers_answer_in_the_replay(setup):
+    """With tiers configured the replay is the router's with them on: a tier's answers are its own
+    rung's, and a complete call it makes removes a teacher call."""
+    d, _, spec = setup
+
+    class Small:
+        model = "small-model"
+
+        def propose(self, state, legal, *, timeout_s, intent=None, descriptions=None):
+            from zcompile.tiers import TierAnswer
+
+            return TierAnswer("answered", "greet" if "greet" in legal else legal[0])
+
+    with_small = zcompile.compile_text(POLICY.replace("tier remote cost 10", "tier small max_ms 100\ntier remote cost 10")
+                                       .replace("when mood == unsure use remote", "when mood == unsure use small, remote"))
+    write_file(d / "unsure2.jsonl", [receipt("unsure2", 0, {"phase": "start", "mood": "unsure", "kind": "a"}, "greet"),
+                                     receipt("unsure2", 1, {"phase": "start", "mood": "unsure", "kind": "c"},
+                                             "escalate")])
+    rep = evals.report([d / "unsure2.jsonl"], with_small, spec, tiers={"small": Small()})
+    assert rep["tiers"]["small"]["answered"] == 1 and rep["tiers"]["small"]["correct"] == 1
+    assert rep["remote"]["reached"] == 0 and rep["cost"]["teacher_calls_removed"] == 2
+    res = CliRunner().invoke(main, ["eval", "--policy", str(d / "toy.zc"), "--specialists", str(d / "spec"),
+                                    "--receipts", str(d / "unsure2.jsonl"), "--tiers", str(d / "missing.toml")])
+    assert res.exit_code == 1 and "missing.toml: cannot read" in res.output and "Traceback" not in res.output

@@ -1,45 +1,37 @@
-"""Golden legal sets: every state under tests/golden/ok/<policy>/ against its expected result."""
+"""Golden legal sets and verdicts: every case of the `zc test` files of the shipped and golden policies."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-import zcompile
 from zcompile.driver import compile_source, read_source
+from zcompile.testing import compile_policy, load_suite, run_case, suite_files
 
 ROOT = Path(__file__).parents[1]
 GOLDEN = Path(__file__).parent / "golden" / "ok"
+SUITES = [load_suite(f) for f in suite_files([GOLDEN, ROOT / "policies"])]
+CASES = [(s, c) for s in SUITES for c in s.cases]
+SOURCES = sorted({s.policy for s in SUITES} | set(GOLDEN.glob("*.zc")) | set((ROOT / "policies").glob("*.zc")))
+_COMPILED: dict = {}
 
 
-def _source(policy: str) -> Path:
-    for candidate in (GOLDEN / f"{policy}.zc", ROOT / "policies" / f"{policy}.zc"):
-        if candidate.exists():
-            return candidate
-    raise FileNotFoundError(policy)
+@pytest.mark.parametrize(("suite", "case"), CASES,
+                         ids=[f"{s.path.name.split('.')[0]}/{c.name}" for s, c in CASES])
+def test_golden_case(suite, case):
+    compiled = _COMPILED.get(suite.policy) or _COMPILED.setdefault(suite.policy, compile_policy(suite.policy))
+    result = run_case(compiled, case)
+    assert result.passed, "\n".join(result.diff)
 
 
-CASES = sorted(GOLDEN.glob("*/*.json"))
-SOURCES = sorted({_source(c.parent.name) for c in CASES} | set((ROOT / "policies").glob("*.zc")))
+def test_every_policy_has_a_test_file():
+    assert {s.policy.resolve() for s in SUITES} == {p.resolve() for p in SOURCES}
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda p: f"{p.parent.name}/{p.stem}")
-def test_golden_legal_set(case):
-    want = json.loads(case.read_text())
-    policy = zcompile.compile_file(_source(case.parent.name))
-    if "call" in want:  # a golden verdict: one proposed call, allowed or every rule that blocks it
-        v = policy.check(want["state"], want["call"]["name"], want["call"]["arguments"],
-                         want.get("intent"))
-        assert v.allowed == want["allowed"]
-        assert sorted(r.rule for r in v.reasons) == sorted(want["reasons"])
-        return
-    got = policy.legal(want["state"], want.get("intent"))
-    assert list(got.actions) == want["legal"]
-    assert got.fallback == want["fallback"]
-    assert {a: sorted(r.rule for r in rs) for a, rs in got.removed.items()} == \
-        {a: sorted(rs) for a, rs in want["removed"].items()}
+def test_no_golden_state_outside_a_test_file():
+    """Golden states live in `zc test` files; a loose JSON state (the old layout) would be skipped."""
+    assert sorted(GOLDEN.glob("*/*.json")) == []
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
@@ -60,6 +52,7 @@ def _specialist_feature(source: Path, d) -> bool:
 
 
 def test_there_are_golden_cases_for_every_family():
-    families = {c.stem.split("_")[0] for c in GOLDEN.glob("agent_core/*.json")}
+    agent_core = next(s for s in SUITES if s.policy.name == "agent_core.zc")
+    families = {c.name.split("_")[0] for c in agent_core.cases}
     assert families >= {"control", "recovery", "security", "routing", "schema", "abstention",
                         "dependencies", "tool", "uncertainty", "parallelism"}

@@ -15,5 +15,6 @@ def test_wheel_contains_packages_and_grammar(tmp_path):
                     "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)
     names = zipfile.ZipFile(next(tmp_path.glob("zcompile-*.whl"))).namelist()
     assert "zcompile/grammar/zc.lark" in names
+    assert "zcompile/evals/templates/report.html" in names
     for module in sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "zcompile").rglob("*.py")):
         assert module in names

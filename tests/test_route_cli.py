@@ -50,6 +50,7 @@ def test_route_json_compiler_answer(tmp_path):
     res = CliRunner().invoke(main, ["route", "--policy", policy, "--state", state, "--json"])
     out = json.loads(res.output)
     assert (out["action"], out["tier"], out["confidence"]) == ("escalate", "compiler", 1.0)
+    assert (out["kind"], out["arguments"]) == ("name", None)  # `escalate` declares no signature
     assert out["receipt"]["meta"]["rungs"][0]["outcome"] == "answered"
 
 

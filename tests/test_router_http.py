@@ -84,3 +84,56 @@ def test_overall_deadline_over_http(policy):
             t.close()
     assert took < 0.6 and d.tier == "fallback" and d.action == "escalate"
     assert [r.outcome for r in d.rungs] == ["timeout", "skipped"]
+
+
+@pytest.mark.parametrize("deadline_ms", [300, 600])
+def test_deadline_bounds_the_whole_call_against_a_trickling_server(policy, deadline_ms):
+    # the server sends its status line and headers one byte every 100 ms: per-read timeouts never fire
+    with OpenAIStub("trickle") as small:
+        small.delay_ms = 100
+        tier = zcompile.OpenAITier(small.base_url, "s", timeout_ms=30_000)
+        started = time.perf_counter()
+        d = Router(policy, tiers={"small": tier}, deadline_ms=deadline_ms).decide(
+            {"allowed": ["fs.read", "stop", "escalate"]})
+        took = (time.perf_counter() - started) * 1000
+        tier.close()
+    assert d.rungs[0].outcome == "timeout" and d.tier == "fallback"
+    assert took < deadline_ms + 50, f"{took:.0f} ms against a {deadline_ms} ms deadline"
+
+
+def test_tier_budget_bounds_the_whole_call(policy):
+    with OpenAIStub("trickle") as stub:
+        stub.delay_ms = 20
+        tier = zcompile.OpenAITier(stub.base_url, "s", timeout_ms=250)
+        started = time.perf_counter()
+        ans = tier.propose({"allowed": []}, ("fs.read", "stop"), timeout_s=10.0)
+        took = (time.perf_counter() - started) * 1000
+        tier.close()
+    assert ans.outcome == "timeout" and took < 300, (ans, took)
+
+
+def test_deadline_bounds_a_server_that_never_accepts(policy):
+    """A listening socket whose accept queue is full: the connect (or, if the kernel completes it, the
+    wait for a reply nobody sends) ends by the deadline."""
+    import socket
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)
+    port = srv.getsockname()[1]
+    fill = []
+    for _ in range(3):
+        c = socket.socket()
+        c.setblocking(False)
+        c.connect_ex(("127.0.0.1", port))
+        fill.append(c)
+    try:
+        tier = zcompile.OpenAITier(f"http://127.0.0.1:{port}/v1", "s", timeout_ms=30_000)
+        started = time.perf_counter()
+        d = Router(policy, tiers={"small": tier}, deadline_ms=400).decide({"allowed": ["fs.read", "stop", "escalate"]})
+        took = (time.perf_counter() - started) * 1000
+        tier.close()
+    finally:
+        for c in (*fill, srv):
+            c.close()
+    assert d.rungs[0].outcome == "timeout" and took < 450, (d.rungs, took)

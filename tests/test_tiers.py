@@ -279,7 +279,7 @@ def test_empty_legal_set_abstains_without_a_call(stub):
 
 
 def test_stub_behaviours_are_all_covered():
-    assert set(EXPECTED) | {"slow"} == set(BEHAVIOURS)
+    assert set(EXPECTED) | {"slow", "trickle"} == set(BEHAVIOURS)  # both tested with timeouts
 
 
 # --- the property: whatever the server does, no action outside the legal set ----------------------
@@ -381,6 +381,7 @@ def test_load_tiers_talks_to_the_stub(tmp_path, stub):
     ('tiers = 3\n', '"tiers" must be a table'),
     ("[tiers]\nsmall = 1\n", "[tiers.small] must be a table"),
     ("[tiers.small\n", "not valid TOML"),
+    ("[tiers.small]\nextra_body = {x = " + "[" * 5000 + "]" * 5000 + "}\n", "not valid TOML"),
 ])
 def test_load_tiers_invalid(tmp_path, monkeypatch, text, message):
     monkeypatch.delenv("ZC_UNSET_VAR", raising=False)

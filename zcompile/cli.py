@@ -59,12 +59,21 @@ def main() -> None:
 @main.command("check")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--deny-warnings", is_flag=True, help="Exit 1 when there are warnings too.")
-def check_cmd(paths: tuple[str, ...], deny_warnings: bool) -> None:
+@click.option("--format", "out_format", type=click.Choice(["text", "json", "sarif"]), default="text",
+              show_default=True, help="json or sarif (2.1.0): the diagnostics on stdout, for tools.")
+def check_cmd(paths: tuple[str, ...], deny_warnings: bool, out_format: str) -> None:
     """Parse and check policies (names, types, cycles, lints); print every diagnostic."""
     try:
         results = _check_all(paths)
     except ZcError as exc:
         _fail(exc)
+    if out_format != "text":
+        from .sarif import json_report, sarif_report
+
+        click.echo((json_report if out_format == "json" else sarif_report)(results).decode())
+        errors = sum(d.is_error for _, _, ds in results for d in ds)
+        warnings = sum(d.severity == "warning" for _, _, ds in results for d in ds)
+        sys.exit(1 if errors or (deny_warnings and warnings) else 0)
     errors, warnings = _report(results)
     click.echo(_summary(errors, warnings, len(results)), err=True)
     sys.exit(1 if errors or (deny_warnings and warnings) else 0)
@@ -549,9 +558,12 @@ def progress(iterable, label: str, length: int, every_s: float = 30.0):
 @click.option("--allow-trained", is_flag=True,
               help="With --split all, report trained-on tasks anyway (labelled NOT held-out).")
 @click.option("--skip-invalid", is_flag=True, help="Skip invalid receipt lines (counted) instead of refusing.")
+@click.option("--tiers", "tiers_path", default=None, type=click.Path(dir_okay=False), metavar="F",
+              help="tiers.toml: replay with these LLM tiers on (default: off; what they leave goes to the teacher).")
 def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, split, allow_trained,
-             skip_invalid) -> None:
-    """Replay receipts through the compiler and the specialist: per-rung and overall figures.
+             skip_invalid, tiers_path) -> None:
+    """Replay receipts through the router (compiler, the specialist, tiers off unless --tiers): per-rung
+    and overall figures, complete calls, live shadow agreement.
 
     A pairwise specialist is given the tools each receipt offered (meta.tools); where no offered action
     fits (a receipt with no action and verified: true) the report gives the share it abstained on."""
@@ -568,8 +580,19 @@ def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, spl
             sys.exit(2)
     try:
         policy = _load_policy(policy_path) if policy_path is not None else None
-        rep = evals.run(policy, specialist_dir, [*sources, *more], split=split,
-                        allow_trained=allow_trained, skip_invalid=skip_invalid)
+        tiers = {}
+        if tiers_path is not None:
+            from .tiers import load_tiers
+
+            if policy is None:
+                raise ZcError("--tiers needs --policy: tiers are rungs of a policy's routes")
+            tiers = load_tiers(tiers_path)
+        try:
+            rep = evals.run(policy, specialist_dir, [*sources, *more], split=split,
+                            allow_trained=allow_trained, skip_invalid=skip_invalid, tiers=tiers)
+        finally:
+            for tier in tiers.values():
+                tier.close()
         for path, data in ((json_out, lambda: evals.to_json(rep)),
                            (html_out, lambda: evals.render_html(rep).encode())):
             if path is not None:
@@ -616,15 +639,146 @@ def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts
         _fail(exc)
     if as_json:
         click.echo(msgspec.json.encode({"action": d.action, "tier": d.tier, "confidence": d.confidence,
+                                        "kind": d.kind, "arguments": d.arguments, "text": d.text,
                                         "legal": list(d.legal.actions), "receipt": d.receipt}).decode())
         return
     conf = "" if d.confidence is None else f" (confidence {d.confidence:.3f})"
     click.echo(f"action: {d.action or '(none: every rung abstained and the fallback is not legal)'}"
                f" by {d.tier}{conf}")
+    if d.arguments is not None:
+        click.echo("arguments: " + msgspec.json.encode(d.arguments).decode())
+    if d.text is not None:
+        click.echo(f"reply: {d.text}")
     click.echo("legal: " + ", ".join(d.legal.actions))
     for r in d.rungs:
         extra = f" {r.action}" if r.action else ""
         click.echo(f"  {r.tier:<12} {r.outcome}{extra} {r.latency_ms:.2f} ms {r.detail}".rstrip())
+
+
+# ---- policy authors' tools: zc test, zc fmt (check --format lives with `check`) ----------------
+@main.command("test")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--coverage", is_flag=True, help="Report rules and condition outcomes no case exercised.")
+@click.option("--min-coverage", type=click.FloatRange(0, 100), default=None, metavar="PCT",
+              help="With --coverage: exit 1 when a policy's coverage is below PCT percent.")
+@click.option("-v", "--verbose", is_flag=True, help="Print passing cases too.")
+def test_cmd(paths: tuple[str, ...], coverage: bool, min_coverage: float | None, verbose: bool) -> None:
+    """Run policy unit tests (`*.test.yaml`, `*.test.json`); exit 1 when a case fails."""
+    from .testing import run_suites, suite_files
+
+    coverage = coverage or min_coverage is not None
+    try:
+        runs = run_suites(suite_files(paths), coverage)
+    except ZcError as exc:
+        _fail(exc)
+    passed = failed = 0
+    for run in runs:
+        if run.error is not None:
+            failed += 1
+            click.echo(f"{run.path}:\n  ERROR\n" + "\n".join("    " + line for line in
+                                                            run.error.render().splitlines()))
+            continue
+        shown = [(r, line) for r, line in zip(run.results, run.lines) if verbose or not r.passed]
+        passed += sum(r.passed for r in run.results)
+        failed += sum(not r.passed for r in run.results)
+        if shown:
+            click.echo(f"{run.path}:")
+        for r, line in shown:
+            where = f" ({run.path}:{line})" if line and not r.passed else ""
+            click.echo(f"  {'PASS' if r.passed else 'FAIL'}: {r.name}{where} ({r.seconds * 1e3:.2f} ms)")
+            for d in r.diff:
+                click.echo(f"    {d}")
+    low = 0  # policies whose coverage is below --min-coverage
+    if coverage:
+        seen = set()
+        for run in runs:
+            cov = run.coverage
+            if cov is None or id(cov) in seen:
+                continue
+            seen.add(id(cov))
+            have, total = cov.totals()
+            pct = 100.0 * have / total if total else 100.0
+            click.echo(f"coverage: {cov.compiled.path}: {have}/{total} rule and condition outcomes "
+                       f"({pct:.1f}%)")
+            for gap in cov.gaps():
+                click.echo(f"  {gap}")
+            if min_coverage is not None and pct < min_coverage:
+                click.echo(f"  below --min-coverage {min_coverage:g}%")
+                low += 1
+    click.echo("-" * 80)
+    if passed:
+        click.echo(f"PASS: {passed}/{passed + failed}")
+    if failed:
+        click.echo(f"FAIL: {failed}/{passed + failed}")
+    sys.exit(1 if failed or low else 0)
+
+
+@main.command("fmt")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--check", "check_only", is_flag=True, help="Write nothing; exit 1 if a file is not formatted.")
+@click.option("--diff", "show_diff", is_flag=True, help="Write nothing; print what would change as a diff.")
+def fmt_cmd(paths: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
+    """Format policies in place (or `-`: stdin to stdout), keeping comments and meaning."""
+    import difflib
+
+    from .driver import policy_files, read_source
+    from .fmt import format_source
+    from .parse import decode
+
+    if paths == ("-",):
+        try:
+            click.echo(format_source(decode("<stdin>", sys.stdin.buffer.read())), nl=False)
+        except ZcError as exc:
+            _fail(exc)
+        return
+    try:
+        files = policy_files(list(paths))
+    except ZcError as exc:
+        _fail(exc)
+    errors = changed = 0
+    for path in files:
+        try:
+            source = read_source(path)
+            new = format_source(source)
+        except ZcError as exc:
+            click.echo(exc.render() + "\n", err=True)
+            errors += 1
+            continue
+        if new == source.text:
+            continue
+        changed += 1
+        if show_diff:
+            click.echo("".join(difflib.unified_diff(source.text.splitlines(True), new.splitlines(True),
+                                                    f"{path}", f"{path} (formatted)")), nl=False)
+        if check_only or show_diff:
+            click.echo(f"would reformat {path}", err=True)
+            continue
+        try:
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+                fh.write(new)
+            os.chmod(tmp, path.stat().st_mode & 0o7777)
+            os.replace(tmp, path)
+        except OSError as exc:
+            click.echo(f"error: {path}: cannot write: {exc.strerror}", err=True)
+            errors += 1
+            continue
+        click.echo(f"formatted {path}", err=True)
+    verb = "would be reformatted" if check_only or show_diff else "reformatted"
+    click.echo(f"{changed} of {len(files)} file{'s' if len(files) != 1 else ''} {verb}"
+               + (f", {errors} with errors" if errors else ""), err=True)
+    sys.exit(1 if errors or (check_only and changed) else 0)
+
+
+@main.command("lsp")
+def lsp_cmd() -> None:
+    """Run the language server on stdio (for editors; needs `pip install 'zcompile[lsp]'`)."""
+    try:
+        from .lsp.server import main as serve
+    except ImportError:
+        _fail(ZcError("the language server needs pygls, which is not installed: "
+                      "pip install 'zcompile[lsp]'"))
+    serve()
 
 
 def run() -> None:

@@ -132,6 +132,27 @@ _KINDS = {"bool": lambda v: isinstance(v, bool),
           "list": lambda v: isinstance(v, list)}
 
 
+def typed_args(sig: Mapping | None, args: Mapping[str, Value]) -> tuple[dict[str, Value], list[str]]:
+    """(the arguments rules may read, one `schema` per signature mismatch); a missing or
+    wrong-typed argument is unknown to the rules. Without a signature every argument is read."""
+    if sig is None:
+        return dict(args), []
+    good: dict[str, Value] = {}
+    blocked: list[str] = []
+    for name, info in sig.items():
+        v = args.get(name)
+        if v is None:
+            if not info.optional:
+                blocked.append("schema")
+        elif (v in info.members and isinstance(v, str)) if info.kind == "enum" \
+                else _KINDS[info.kind](v):
+            good[name] = v
+        else:
+            blocked.append("schema")
+    blocked.extend("schema" for name in args if name not in sig)
+    return good, blocked
+
+
 def check(actions: Sequence[tuple[str, float]], targets: Mapping[str, frozenset[str]],
           rules: Sequence[A.RuleDecl], params: Mapping[str, Mapping | None],
           state: Mapping[str, Value], universe: Sequence[str], fallback: str,
@@ -141,23 +162,7 @@ def check(actions: Sequence[tuple[str, float]], targets: Mapping[str, frozenset[
     `params` maps each action to its signature (argument name -> FieldInfo-like with `kind`,
     `members`, `optional`), or None when the action declares none.
     """
-    blocked: list[str] = []
-    good: dict[str, Value] = {}
-    sig = params.get(action)
-    if sig is None:
-        good = dict(args)
-    else:
-        for name, info in sig.items():
-            v = args.get(name)
-            if v is None:
-                if not info.optional:
-                    blocked.append("schema")
-            elif (v in info.members and isinstance(v, str)) if info.kind == "enum" \
-                    else _KINDS[info.kind](v):
-                good[name] = v
-            else:
-                blocked.append("schema")
-        blocked.extend("schema" for name in args if name not in sig)
+    good, blocked = typed_args(params.get(action), args)
     legal_names, removed, _ = legal(actions, targets, rules, state, universe, fallback)
     if action not in legal_names:
         blocked.extend(removed.get(action, []))

@@ -128,9 +128,11 @@ def _syntax_error(source: Source, exc: lark.exceptions.UnexpectedInput) -> tuple
     if isinstance(exc, lark.exceptions.UnexpectedCharacters):
         pos = exc.pos_in_stream
         accepts = _accepts_before(text, pos)
+        op = text[pos : pos + 2] if text[pos : pos + 2] in _OTHER_LANGUAGES else text[pos]
         return Diagnostic(
-            "ZC0002", "error", f"unexpected character `{text[pos]}`", Span(source, pos, pos + 1),
-            f"expected {_expected(accepts)}" if accepts else None), pos
+            "ZC0002", "error", f"unexpected `{op}`" if op in _OTHER_LANGUAGES
+            else f"unexpected character `{text[pos]}`", Span(source, pos, pos + len(op)),
+            _OTHER_LANGUAGES.get(op) or (f"expected {_expected(accepts)}" if accepts else None)), pos
     tok = getattr(exc, "token", None)
     if isinstance(exc, lark.exceptions.UnexpectedEOF) or tok is None or tok.type == "$END":
         end = len(text.rstrip())
@@ -139,9 +141,18 @@ def _syntax_error(source: Source, exc: lark.exceptions.UnexpectedInput) -> tuple
             "ZC0003", "error", "unexpected end of file", Span(source, max(0, end - 1), max(end, 1)),
             f"expected {_expected(expected)}" if expected else None), len(text)
     accepts = exc.interactive_parser.accepts() if exc.interactive_parser else exc.expected
+    mistake = _OTHER_LANGUAGES["="] if tok.value == "=" and "CMP" in accepts else None
     return Diagnostic(
         "ZC0001", "error", f"unexpected `{tok.value}`", Span(source, tok.start_pos, tok.end_pos),
-        f"expected {_expected(accepts)}"), tok.start_pos
+        mistake or f"expected {_expected(accepts)}"), tok.start_pos
+
+
+# operators of other languages, and what zc writes instead
+_OTHER_LANGUAGES = {
+    "&&": "write `and`", "&": "write `and`", "||": "write `or`", "|": "write `or`",
+    "!": "write `not` to negate (`!=` compares)",
+    "=": "compare with `==` (`=` gives a state field its default)",
+}
 
 
 def _accepts_before(text: str, pos: int) -> set[str]:

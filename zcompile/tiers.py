@@ -1,4 +1,5 @@
-"""Tiers: LLM rungs that speak the OpenAI-compatible chat-completions protocol and answer or abstain."""
+"""Tiers: LLM rungs that speak the OpenAI-compatible chat-completions protocol and answer (a checked call
+or a text reply, through the rung protocol of `zcompile.router.rung`) or abstain."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
+import httpcore
 import httpx
 import msgspec
 
@@ -64,7 +66,8 @@ class TierAnswer:
 
 @runtime_checkable
 class Tier(Protocol):
-    """A rung of the ladder: given a state and the legal actions, answer one of them or abstain."""
+    """The older tier protocol (names only): given a state and the legal actions, answer one of them
+    or abstain. The router wraps such objects in `zcompile.router.rung.ProposeRung`."""
 
     name: str
 
@@ -113,13 +116,20 @@ def tool_names(legal: tuple[str, ...]) -> dict[str, str]:
 
 
 class _Offer:
-    """What is offered to the model for one legal set: tools or a schema, and the way back."""
+    """What is offered to the model for one legal set: tools or a schema, and the way back.
 
-    __slots__ = ("actions", "back", "body", "listing")
+    `calls`: action -> its signature (ParamDef tuple, or None when undeclared) when the tools
+    carry the policy's signatures (a rung's `answer`); None for names only (`propose`).
+    `replies`: the reply actions among them: a tool with one `text` argument, the reply.
+    """
 
-    def __init__(self, legal: tuple[str, ...], descriptions: dict[str, str] | None, mode: str) -> None:
+    __slots__ = ("actions", "back", "body", "listing", "replies")
+
+    def __init__(self, legal: tuple[str, ...], descriptions: dict[str, str] | None, mode: str,
+                 calls: dict[str, Any] | None = None, replies: frozenset[str] = frozenset()) -> None:
         descriptions = descriptions or {}
         self.actions = frozenset(legal)
+        self.replies = replies & self.actions
         lines = []
         if mode == "tools":
             names = tool_names(legal)
@@ -131,19 +141,40 @@ class _Offer:
                 text = ": ".join(x for x in (label, desc) if x) or f"action `{action}`"
                 tools.append({"type": "function", "function": {
                     "name": name, "description": text,
-                    "parameters": {"type": "object", "properties": {}}}})
+                    "parameters": _parameters(action in self.replies, (calls or {}).get(action))}})
                 lines.append(f"- {name}" + (f" (action `{action}`)" if name != action else "")
                              + (f": {desc}" if desc else ""))
             self.body = {"tools": tools, "tool_choice": "required"}
         else:
             self.back = {}
             lines = [f"- {a}" + (f": {descriptions[a]}" if descriptions.get(a) else "") for a in legal]
+            props: dict[str, Any] = {"action": {"type": "string", "enum": list(legal)}}
+            if self.replies:
+                props["text"] = {"type": ["string", "null"], "description": REPLY_TEXT}
             self.body = {"response_format": {"type": "json_schema", "json_schema": {
                 "name": "choice", "strict": True, "schema": {
-                    "type": "object",
-                    "properties": {"action": {"type": "string", "enum": list(legal)}},
-                    "required": ["action"], "additionalProperties": False}}}}
+                    "type": "object", "properties": props,
+                    "required": list(props), "additionalProperties": False}}}}
         self.listing = "\n".join(lines)
+
+
+REPLY_TEXT = "the reply to the user, in full"
+_JSON_TYPE = {"bool": "boolean", "int": "integer", "float": "number", "text": "string", "list": "array"}
+
+
+def _parameters(reply: bool, params: Any) -> dict[str, Any]:
+    """The JSON schema of a tool's arguments: `text` for a reply, else the action's signature
+    (an undeclared signature is an open object)."""
+    if reply:
+        return {"type": "object", "properties": {"text": {"type": "string", "description": REPLY_TEXT}},
+                "required": ["text"], "additionalProperties": False}
+    if not params:
+        return {"type": "object", "properties": {}} if params is None else \
+            {"type": "object", "properties": {}, "additionalProperties": False}
+    props = {p.name: ({"type": "string", "enum": list(p.members)} if p.kind == "enum" else {"type": _JSON_TYPE[p.kind]})
+             for p in params}
+    return {"type": "object", "properties": props, "required": [p.name for p in params if not p.optional],
+            "additionalProperties": False}
 
 
 class _Malformed(Exception):
@@ -206,9 +237,7 @@ class OpenAITier:
         # trust_env=False: proxy variables must not divert calls to a local model server.
         # TCP_NODELAY: a small request must never wait on Nagle's algorithm for the server's delayed
         # ACK (~40 ms on Linux), which a reused connection can otherwise hit on every call.
-        transport = httpx.HTTPTransport(
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
-            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
+        transport = _transport([(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
         self._client = httpx.Client(headers=headers, transport=transport, trust_env=False,
                                     follow_redirects=False)
         self._offers: OrderedDict[tuple, _Offer] = OrderedDict()
@@ -228,14 +257,18 @@ class OpenAITier:
         """Close the tier's connections. Later calls answer "error"."""
         self._client.close()
 
-    def _offer(self, legal: tuple[str, ...], descriptions: dict[str, str] | None) -> _Offer:
-        key = (legal, tuple(sorted(descriptions.items())) if descriptions else ())
+    def _offer(self, legal: tuple[str, ...], descriptions: dict[str, str] | None,
+               catalog: Any = None) -> _Offer:
+        calls = {a: catalog.params.get(a) for a in legal} if catalog is not None else None
+        replies = catalog.replies if catalog is not None else frozenset()
+        key = (legal, tuple(sorted(descriptions.items())) if descriptions else (),
+               tuple(calls.items()) if calls is not None else None, replies & frozenset(legal))
         with self._offers_lock:
             offer = self._offers.get(key)
             if offer is not None:
                 self._offers.move_to_end(key)
                 return offer
-        offer = _Offer(legal, descriptions, self.mode)
+        offer = _Offer(legal, descriptions, self.mode, calls, replies)
         with self._offers_lock:
             self._offers[key] = offer
             while len(self._offers) > 256:
@@ -243,9 +276,9 @@ class OpenAITier:
         return offer
 
     def request_body(self, state: dict, legal: tuple[str, ...], intent: str | None = None,
-                     descriptions: dict[str, str] | None = None) -> dict[str, Any]:
-        """The JSON body `propose` sends for this decision (for inspection and tests)."""
-        return self._request_body(state, self._offer(tuple(dict.fromkeys(legal)), descriptions), intent)
+                     descriptions: dict[str, str] | None = None, catalog: Any = None) -> dict[str, Any]:
+        """The JSON body `propose` (or, with the policy's `catalog`, `answer`) sends for this decision."""
+        return self._request_body(state, self._offer(tuple(dict.fromkeys(legal)), descriptions, catalog), intent)
 
     def _request_body(self, state: dict, offer: _Offer, intent: str | None) -> dict[str, Any]:
         user = f"State:\n{render_state(state)}\n"
@@ -259,7 +292,7 @@ class OpenAITier:
 
     def propose(self, state: dict, legal: tuple[str, ...], *, timeout_s: float, intent: str | None = None,
                 descriptions: dict[str, str] | None = None) -> TierAnswer:
-        """Ask the model to choose one of `legal` for `state`.
+        """Ask the model to choose one of `legal` for `state` (names only; `answer` asks for calls).
 
         Args:
             state: the runtime state (JSON-like); rendered with sorted keys.
@@ -273,55 +306,79 @@ class OpenAITier:
         """
         start = time.perf_counter()
         legal = tuple(dict.fromkeys(legal))
+        r = self._ask(state, self._offer(legal, descriptions) if legal else None, intent, timeout_s, start)
+        return TierAnswer(r.outcome, r.action if r.outcome == "answered" else None, None, r.detail,
+                          (time.perf_counter() - start) * 1000.0, r.model or self.model)
+
+    writes_text = True  # a rung: reply actions are offered as a tool with the reply's `text`
+
+    def answer(self, step: Any, timeout_s: float | None) -> Any:
+        """The rung protocol (`zcompile.router.rung.Rung`): a complete call (the tools carry the
+        policy's signatures; the arguments are checked with `Policy.check`), a text reply for a reply
+        action, or an abstention with its cause."""
+        from .router.rung import abstain, settle
+
+        start = time.perf_counter()
+        legal = tuple(dict.fromkeys(step.legal.actions))
+        offer = self._offer(legal, step.catalog.descriptions or None, step.catalog) if legal else None
+        r = self._ask(step.state, offer, step.intent, 30.0 if timeout_s is None else timeout_s, start)
+        model = r.model or self.model
+        if r.outcome == "answered":
+            if r.action in step.catalog.replies and r.text is None:
+                return abstain("declined", "a reply without its text", model=model)
+            return settle(step, r.action, r.arguments, r.text, model=model, detail=r.detail)
+        return abstain("declined" if r.outcome == "abstained" else r.outcome, r.detail, model=model)
+
+    def _ask(self, state: Any, offer: _Offer | None, intent: str | None, timeout_s: float, start: float) -> _Reply:
+        """One request for the offer, every failure a non-answer with its cause: the whole call (connect,
+        send, headers, body) ends by the budget, whatever the server does."""
         budget = min(self.timeout_ms / 1000.0, timeout_s)
-        if not legal:
-            return self._answer("abstained", None, "no legal action offered", start)
+        if offer is None:
+            return _Reply("abstained", detail="no legal action offered")
         if budget <= 0:
-            return self._answer("timeout", None, "no time left for this tier", start)
-        offer = self._offer(legal, descriptions)
+            return _Reply("timeout", detail="no time left for this tier")
         try:
             content = json.dumps(self._request_body(state, offer, intent), ensure_ascii=False,
                                  default=_jsonable).encode()
         except (TypeError, ValueError) as exc:  # e.g. a non-JSON value in extra_body
-            return self._answer("error", None, f"request not encodable: {exc}", start)
+            return _Reply("error", detail=f"request not encodable: {exc}")
         try:
-            status, raw = self._post(content, budget, start)
+            status, raw = self._post(content, start + budget)
         except httpx.TimeoutException as exc:
-            detail = f"timed out after {budget * 1000:.0f} ms ({_phase(exc)})"
-            return self._answer("timeout", None, detail, start)
+            return _Reply("timeout", detail=f"timed out after {budget * 1000:.0f} ms ({_phase(exc)})")
         except httpx.ConnectError as exc:
-            return self._answer("error", None, _connect_detail(exc), start)
+            return _Reply("error", detail=_connect_detail(exc))
         except httpx.RemoteProtocolError as exc:
-            return self._answer("error", None, f"connection dropped: {_first_line(exc)}", start)
+            return _Reply("error", detail=f"connection dropped: {_first_line(exc)}")
         except httpx.ReadError as exc:
-            return self._answer("error", None, f"connection reset: {_first_line(exc)}", start)
+            return _Reply("error", detail=f"connection reset: {_first_line(exc)}")
         except httpx.HTTPError as exc:
-            return self._answer("error", None, f"{type(exc).__name__}: {_first_line(exc)}", start)
+            return _Reply("error", detail=f"{type(exc).__name__}: {_first_line(exc)}")
         except RuntimeError as exc:  # the client was closed
-            return self._answer("error", None, f"tier unavailable: {exc}", start)
+            return _Reply("error", detail=f"tier unavailable: {exc}")
         if status != 200:
-            return self._answer("error", None, f"HTTP {status}{_error_message(raw)}", start)
+            return _Reply("error", detail=f"HTTP {status}{_error_message(raw)}")
         try:
             reply = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            return self._answer("error", None, f"malformed reply: body is not JSON: {_snippet(raw)}", start)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return _Reply("error", detail=f"malformed reply: body is not JSON: {_snippet(raw)}")
         try:
-            return self._judge(reply, offer, start)
+            return self._judge(reply, offer)
         except _Malformed as exc:
-            return self._answer("error", None, f"malformed reply: {exc}", start)
+            return _Reply("error", detail=f"malformed reply: {exc}")
 
-    def _post(self, content: bytes, budget: float, start: float) -> tuple[int, bytes]:
-        """POST with the budget covering connect, send and every wait; the whole reply must land in it."""
-        timeout = httpx.Timeout(budget)
-        with self._client.stream("POST", self.url, content=content, timeout=timeout) as resp:
-            chunks = []
-            for chunk in resp.iter_bytes():
-                chunks.append(chunk)
-                if time.perf_counter() - start > budget:
-                    raise httpx.ReadTimeout("reply still arriving at the deadline")
-            return resp.status_code, b"".join(chunks)
+    def _post(self, content: bytes, deadline: float) -> tuple[int, bytes]:
+        """POST; every socket operation of the call is bounded by the time left until `deadline`
+        (perf_counter seconds), so a server that trickles bytes cannot stretch it."""
+        _DEADLINE.at = deadline
+        try:
+            timeout = httpx.Timeout(max(deadline - time.perf_counter(), 0.001))
+            with self._client.stream("POST", self.url, content=content, timeout=timeout) as resp:
+                return resp.status_code, resp.read()
+        finally:
+            _DEADLINE.at = None
 
-    def _judge(self, reply: Any, offer: _Offer, start: float) -> TierAnswer:
+    def _judge(self, reply: Any, offer: _Offer) -> _Reply:
         if not isinstance(reply, dict):
             raise _Malformed(f"expected a JSON object, got {type(reply).__name__}")
         model = reply.get("model") if isinstance(reply.get("model"), str) else None
@@ -345,40 +402,139 @@ class OpenAITier:
             if len(tool_calls) > 1:
                 note = f"{len(tool_calls)} tool calls; took the first"
             action = offer.back.get(name, name)
-            return self._verdict(action, offer, start, model, note)
+            arguments = _arguments(fn.get("arguments"))
+            text = None
+            if action in offer.replies:
+                text = arguments.pop("text", None) if isinstance(arguments.get("text"), str) else None
+                arguments = None
+            return self._verdict(action, offer, model, note, arguments, text)
         content = message.get("content")
         if content is not None and not isinstance(content, str):
             raise _Malformed('"content" is not a string')
         text = (content or "").strip()
         if not text:
-            return self._answer("abstained", None, "empty answer", start, model)
+            return _Reply("abstained", detail="empty answer", model=model)
+        if offer.back and len(offer.replies) == 1:  # tools mode: prose is the reply when one reply action is legal
+            return _Reply("answered", next(iter(offer.replies)), None, text, "replied in prose", model)
         fenced = _FENCE.match(text)
         if fenced:
             text = fenced.group(1)
         try:
             obj = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             obj = None
         if not isinstance(obj, dict) or "action" not in obj:
             if offer.back:  # tools mode, the model wrote prose instead of calling a tool
-                return self._answer("abstained", None, f"no tool call; replied {_snippet(text)}", start, model)
+                return _Reply("abstained", detail=f"no tool call; replied {_snippet(text)}", model=model)
             raise _Malformed(f'content is not a JSON object with "action": {_snippet(text)}')
         action = obj["action"]
         if action is None or action == "":
-            return self._answer("abstained", None, "declined (action: null)", start, model)
+            return _Reply("abstained", detail="declined (action: null)", model=model)
         if not isinstance(action, str):
             raise _Malformed(f'"action" is not a string: {_snippet(json.dumps(action))}')
-        return self._verdict(action, offer, start, model, note)
+        said = obj.get("text") if isinstance(obj.get("text"), str) else None
+        return self._verdict(action, offer, model, note, None, said if action in offer.replies else None)
 
-    def _verdict(self, action: str, offer: _Offer, start: float, model: str | None, note: str) -> TierAnswer:
+    @staticmethod
+    def _verdict(action: str, offer: _Offer, model: str | None, note: str, arguments: dict | None,
+                 text: str | None) -> _Reply:
         if action in offer.actions:
-            return self._answer("answered", action, note, start, model)
-        return self._answer("illegal", None, f"proposed `{action}` outside the legal set", start, model)
+            return _Reply("answered", action, arguments, text, note, model)
+        return _Reply("illegal", detail=f"proposed `{action}` outside the legal set", model=model)
 
-    def _answer(self, outcome: str, action: str | None, detail: str, start: float,
-                model: str | None = None) -> TierAnswer:
-        return TierAnswer(outcome, action, None, detail, (time.perf_counter() - start) * 1000.0,
-                          model or self.model)
+
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    """What the server said, judged: outcome, and the action with its arguments or text."""
+
+    outcome: str
+    action: str | None = None
+    arguments: dict | None = None
+    text: str | None = None
+    detail: str = ""
+    model: str | None = None
+
+
+def _arguments(raw: Any) -> dict:
+    """A tool call's arguments: a JSON object, or its JSON text (empty: none)."""
+    if raw is None or raw == "":
+        return {}
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise _Malformed(f'"tool_calls[0].function.arguments" is not JSON: {_snippet(raw)}') from None
+    if not isinstance(raw, dict):
+        raise _Malformed('"tool_calls[0].function.arguments" is not a JSON object')
+    return raw
+
+
+# ---- the whole-call deadline ---------------------------------------------------------------------
+_DEADLINE = threading.local()  # `.at`: the perf_counter second by which this thread's call must end
+
+
+def _left(timeout: float | None, exc: type[Exception]) -> float | None:
+    at = getattr(_DEADLINE, "at", None)
+    if at is None:
+        return timeout
+    left = at - time.perf_counter()
+    if left <= 0:
+        raise exc("the call's deadline passed")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A socket stream whose every read and write waits at most until the calling thread's deadline."""
+
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, _left(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, _left(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
+                  timeout: float | None = None) -> httpcore.NetworkStream:
+        return _DeadlineStream(self._inner.start_tls(ssl_context, server_hostname,
+                                                     _left(timeout, httpcore.ConnectTimeout)))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's sync backend, with connects and streams bounded by the calling thread's deadline."""
+
+    def __init__(self) -> None:
+        self._inner = httpcore.SyncBackend()
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                    socket_options: Any = None) -> httpcore.NetworkStream:
+        return _DeadlineStream(self._inner.connect_tcp(host, port, _left(timeout, httpcore.ConnectTimeout),
+                                                       local_address, socket_options))
+
+    def connect_unix_socket(self, path: str, timeout: float | None = None,
+                            socket_options: Any = None) -> httpcore.NetworkStream:
+        return _DeadlineStream(self._inner.connect_unix_socket(path, _left(timeout, httpcore.ConnectTimeout),
+                                                               socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def _transport(socket_options: list) -> httpx.HTTPTransport:
+    """httpx's transport over a connection pool whose sockets honour the whole-call deadline."""
+    transport = httpx.HTTPTransport()
+    # httpx takes no network backend, so its pool is replaced (the slow-server test guards this)
+    transport._pool = httpcore.ConnectionPool(max_connections=64, max_keepalive_connections=16,
+                                              keepalive_expiry=5.0, socket_options=socket_options,
+                                              network_backend=_DeadlineBackend())
+    return transport
 
 
 def _phase(exc: httpx.TimeoutException) -> str:
@@ -468,6 +624,8 @@ def load_tiers(path: str | os.PathLike) -> dict[str, OpenAITier]:
         raise ZcError(f"{file}: cannot read: {exc.strerror or exc}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ZcError(f"{file}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ZcError(f"{file}: not valid TOML: nested too deeply") from None
     for key in data:
         if key != "tiers":
             raise ZcError(f'{file}: unknown key "{key}" (expected only [tiers.NAME] tables)')

@@ -76,6 +76,20 @@ class Threshold(msgspec.Struct, frozen=True):
     calibration_abstention_lower_bound: float = 0.0
 
 
+class Calls(msgspec.Struct, frozen=True):
+    """How a classifier specialist answers complete calls and text replies (None: names only).
+
+    `threshold` (the manifest's) gates calls, whose confidence is the name's × the arguments',
+    Platt-calibrated as a whole (`calibration`, over its log); `reply_threshold` gates text replies
+    (actions tagged `reply`), which the router hands to a tier that writes text."""
+
+    replies: tuple[str, ...]  # actions tagged `reply`
+    params: dict[str, Any]  # action -> its JSON-schema parameters (absent: no signature)
+    calibration: Calibration  # platt over log(name confidence × argument confidence)
+    reply_threshold: Threshold
+    arguments: Any = None  # the argument model (`arguments.ArgumentModelSpec` as data); None: no arguments learned
+
+
 class Gate(msgspec.Struct, frozen=True):
     promoted: bool
     key: tuple[float, ...]
@@ -98,7 +112,7 @@ class Manifest(msgspec.Struct, frozen=True):
     metrics: dict[str, Any]
     gate: Gate
     seed: int
-    arguments: Any = None  # the argument model's parameters (qroute.arguments), None: names only
+    calls: Calls | None = None  # complete calls and replies (classifiers with a policy)
     sha256: str = ""  # of this manifest encoded with sha256 = "": any edit is refused on load
 
 

@@ -20,16 +20,16 @@ def risky_actions(policy: Any) -> frozenset[str]:
 
 
 def evaluate(best: Sequence[str | None], conf: np.ndarray, correct: np.ndarray, decisions: Sequence[Decision],
-             tau: float, risky: frozenset[str], probs: np.ndarray | None = None,
+             answered: np.ndarray, risky: frozenset[str], probs: np.ndarray | None = None,
              labels: np.ndarray | None = None) -> dict[str, Any]:
-    """Figures at threshold `tau` for decisions with their best output, its confidence and whether
-    it is right. Decisions where no action fits (label None) are counted apart: answering one is
-    wrong. `probs`/`labels` (classifiers) add the Brier score over all actions."""
+    """Figures of decisions with their best output, its confidence, whether it was answered (its
+    threshold reached) and whether it is right. Decisions where no action fits (label None) are
+    counted apart: answering one is wrong. `probs`/`labels` (classifiers) add the Brier score."""
     n = len(decisions)
     conf = np.asarray(conf, dtype=np.float64)
     correct = np.asarray(correct, dtype=bool)
     has = np.array([b is not None for b in best], dtype=bool)
-    answered = (conf >= tau) & (conf > 0) & has
+    answered = np.asarray(answered, dtype=bool) & has
     k, m = int(correct[answered].sum()), int(answered.sum())
     fits = np.array([d.label is not None for d in decisions], dtype=bool)
     none = ~fits
@@ -93,3 +93,28 @@ def answers_needed(target: float, alpha: float = 0.05) -> int:
     while stats.wilson(n, n)[0] < target and n < 100_000:
         n += 1
     return n
+
+
+def _share(k: int, m: int, n: int) -> dict[str, Any]:
+    return {"n": n, "answered": m, "correct": k, "coverage": m / n if n else 0.0,
+            "precision": k / m if m else None, "precision_ci": list(stats.wilson(k, m))}
+
+
+def call_figures(answers: Sequence[Any], decisions: Sequence[Decision], sig: Any) -> dict[str, Any]:
+    """Complete calls and text replies counted apart (`Answer.kind`): `calls` over the decisions where
+    the teacher called a tool (right: same action and JSON-normalised arguments), `replies` over
+    those where it replied (answered: handed to a text tier, which writes the text), and
+    `teacher_calls_removed`: complete, checked calls answered locally."""
+    from .calls import same_call
+
+    tool = [i for i, d in enumerate(decisions) if d.label is not None and not sig.is_reply(d.label)]
+    reply = [i for i, d in enumerate(decisions) if sig.is_reply(d.label)]
+    call_ans = [i for i, a in enumerate(answers) if a.action is not None and a.kind == "call"]
+    reply_ans = [i for i, a in enumerate(answers) if a.action is not None and a.kind == "reply"]
+    call_ok = sum(1 for i in call_ans if same_call(answers[i].action, answers[i].arguments, decisions[i].label,
+                                                   decisions[i].arguments))
+    reply_ok = sum(1 for i in reply_ans if sig.is_reply(decisions[i].label))
+    return {"calls": _share(call_ok, len(call_ans), len(tool)) | {"decisions": len(tool)},
+            "replies": _share(reply_ok, len(reply_ans), len(reply)) | {"handed_to_text_tier": len(reply_ans)},
+            "names_incomplete": sum(1 for a in answers if a.kind == "name" and a.best is not None),
+            "teacher_calls_removed": len(call_ans)}

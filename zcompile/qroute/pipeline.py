@@ -29,10 +29,13 @@ from ..errors import ZcError
 from ..outdir import staged
 from . import dataset as D
 from . import features as F
+from .calibrate import fit_platt
+from .calls import Signatures, argument_examples, call_outputs, fit_arguments, same_call
 from .gate import gate, selection_key
-from .manifest import MANIFEST_VERSION, Calibration, Gate, Manifest, Model, Threshold, decode, encode
-from .metrics import evaluate, risky_actions
-from .recipes import AUTO, recipe
+from .manifest import MANIFEST_VERSION, Calibration, Calls, Gate, Manifest, Model, Threshold, decode, encode
+from .metrics import call_figures, evaluate, risky_actions
+from .recipes import AUTO, ClassifierRecipe, recipe
+from .specialist import as_candidates, call_confidence
 from .report import render
 from .threshold import DELTA, GUARANTEES, NEVER, abstention_floor, choose
 
@@ -152,20 +155,14 @@ def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.Decision]], policy
                s: Settings, head: dict[str, Any], n_candidates: int, report: D.Report) -> Candidate:
     """Steps 3–8 for one recipe."""
     rec = recipe(kind, s.seed, spec, policy, s.options, s.negatives)
+    sig = Signatures(policy)
     pool = parts["train"] + parts["calibration"]
     report.step(f"3/10 {rec.reading} ({kind})")
     rec.prepare(pool if rec.crossfit else parts["train"])
     x = {p: rec.inputs(report.bar(parts[p], f"{rec.reading} {p}", len(parts[p]))) for p in D.PARTS}
-    if rec.crossfit:
-        k = min(s.folds, len({d.task for d in pool}))
-        report.step(f"4/10 training {kind}: {k} task-grouped folds over {len(pool)} train + calibration decisions, "
-                    "then a refit on all of them")
-        xp = _concat(x["train"], x["calibration"])
-        oof_raw, oof = crossfit(rec, xp, pool, k, report), pool
-        model = rec.fit(xp, pool, report)
-    else:
-        report.step(f"4/10 training {kind} on {len(parts['train'])} decisions (calibrated on the calibration split)")
-        model, oof = rec.fit(x["train"], parts["train"], report), parts["calibration"]
+    model, oof_raw, oof, folds = _train(rec, parts, x, s, report)
+    with_calls = policy is not None and isinstance(rec, ClassifierRecipe) and sig.any
+    arguments = _arguments(pool, folds, sig, report) if with_calls else None
     report.step("5/10 exporting to ONNX and checking parity")
     test = parts["test"] or parts["train"]
     x_test = x["test"] if parts["test"] else x["train"]
@@ -173,34 +170,55 @@ def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.Decision]], policy
                threshold=Threshold(NEVER, s.target_precision, DELTA, 0, 0, 0.0), metrics={},
                gate=Gate(False, (), ("not evaluated",)))
     exported, parity, sp = export_checked(rec, model, cdir, pre, x_test, test, policy, report)
-    if not rec.crossfit:
+    if oof_raw is None:
         oof_raw = rec.exported(sp, x["calibration"])
     report.step(f"6/10 calibrating ({rec.calibration_method}, outside ONNX) on {len(oof)} out-of-fold decisions")
     cal = rec.fit_calibration(oof_raw, oof)
-    threshold, oof_figures = _threshold(rec, oof_raw, oof, cal, s, n_candidates, report)
+    best, conf, _ = rec.confidence(oof_raw, oof, cal)
+    if arguments is None:
+        threshold, oof_figures = _threshold(rec, best, conf, oof, s, n_candidates, report)
+        calls = None
+    else:
+        threshold, calls, oof_figures = _call_thresholds(best, conf, oof, sig, arguments, s, n_candidates, report)
     report.step("8/10 evaluating on the sealed test split")
-    manifest = Manifest(**pre | dict(model=exported, calibration=cal, threshold=threshold))
+    manifest = Manifest(**pre | dict(model=exported, calibration=cal, threshold=threshold, calls=calls))
     (cdir / "manifest.json").write_bytes(encode(manifest))
     sp = rec.specialist(cdir, policy)
-    best, conf, full = rec.confidence(rec.exported(sp, x["test"]), parts["test"], cal)
-    labels = rec.labels(parts["test"]) if full is not None else None
-    metrics = evaluate(best, conf, rec.correct(best, parts["test"]), parts["test"], threshold.tau,
-                       risky_actions(policy), full, labels)
+    metrics = _test_figures(rec, sp, x["test"], parts["test"], cal, threshold, sig, policy, calls is not None)
     metrics["latency_us"] = latency(lambda d: rec.ask(sp, d), test, *rec.latency_sample)
     metrics["parity"] = parity
     metrics["calibration"] = oof_figures
     return Candidate(kind, cdir, msgspec.structs.replace(manifest, metrics=D.plain(metrics)), oof_figures)
 
 
+def _train(rec: Any, parts: dict[str, list[D.Decision]], x: dict[str, Any], s: Settings,
+           report: D.Report) -> tuple[Any, Any, list[D.Decision], np.ndarray]:
+    """Step 4: the shipped model, out-of-fold raw scores (None: the calibration split is scored by
+    the exported model later), the decisions they score, and each one's fold (-1: the holdout)."""
+    pool = parts["train"] + parts["calibration"]
+    if rec.crossfit:
+        k = min(s.folds, len({d.task for d in pool}))
+        report.step(f"4/10 training {rec.kind}: {k} task-grouped folds over {len(pool)} train + calibration "
+                    "decisions, then a refit on all of them")
+        xp = _concat(x["train"], x["calibration"])
+        folds = np.array(D.task_folds(pool, k))
+        return rec.fit(xp, pool, report), crossfit(rec, xp, pool, folds, report), pool, folds
+    report.step(f"4/10 training {rec.kind} on {len(parts['train'])} decisions (calibrated on the calibration split)")
+    model = rec.fit(x["train"], parts["train"], report)
+    # the holdout as a fold: the calibration split (-1) is scored by what the train split (0) fits
+    folds = np.r_[np.zeros(len(parts["train"]), int), -np.ones(len(parts["calibration"]), int)]
+    return model, None, parts["calibration"], folds
+
+
 def _concat(a: Any, b: Any) -> Any:
     return np.concatenate([a, b]) if isinstance(a, np.ndarray) else list(a) + list(b)
 
 
-def crossfit(rec: Any, x: Any, pool: Sequence[D.Decision], k: int, report: D.Report) -> Any:
+def crossfit(rec: Any, x: Any, pool: Sequence[D.Decision], folds: np.ndarray, report: D.Report) -> Any:
     """Out-of-fold raw scores: fold j's decisions are scored by a model fit on the other folds'
-    tasks only (grouped K-fold by task), so every decision has a score from a model that never saw
-    its task."""
-    folds = np.array(D.task_folds(pool, k))
+    tasks only (grouped K-fold by task, `dataset.task_folds`), so every decision has a score from a
+    model that never saw its task."""
+    k = int(folds.max()) + 1
     p = np.zeros((len(pool), len(rec.actions)))
     seen = np.zeros((len(pool), len(rec.actions)), dtype=bool)
     for j in report.bar(range(k), "folds", k):
@@ -210,10 +228,31 @@ def crossfit(rec: Any, x: Any, pool: Sequence[D.Decision], k: int, report: D.Rep
     return p, seen
 
 
-def _threshold(rec: Any, raw: Any, oof: Sequence[D.Decision], cal: Calibration, s: Settings, n_candidates: int,
-               report: D.Report) -> tuple[Threshold, dict[str, Any]]:
-    """Step 7: τ with the chosen guarantee on the out-of-fold confidences."""
-    best, conf, _ = rec.confidence(raw, oof, cal)
+@dataclass
+class Arguments:
+    """The argument model to ship and, for each scored decision, one fit without its task."""
+
+    final: Any
+    by_fold: dict[int, Any]
+    folds: np.ndarray  # fold of each scored decision (-1: the calibration split of a holdout recipe)
+
+
+def _arguments(pool: list[D.Decision], folds: np.ndarray, sig: Signatures, report: D.Report) -> Arguments:
+    """Step 4 for arguments, cross-fitted like the name model: fold j's decisions get proposals from
+    an argument model fit on the other folds (a holdout recipe: the calibration split's from the
+    train split's); the shipped one is fit on every training decision."""
+    trains = folds >= 0
+    n_rows = len(argument_examples([d for d, t in zip(pool, trains) if t], sig))
+    report.step(f"  argument model: {n_rows} teacher arguments" + ("" if n_rows else " (none: names only)"))
+    scored = sorted(set(folds.tolist())) if folds.min() >= 0 else [-1]
+    by_fold = {j: fit_arguments([d for d, f in zip(pool, folds) if f != j and f >= 0], sig) for j in scored}
+    final = fit_arguments([d for d, t in zip(pool, trains) if t], sig)
+    return Arguments(final, by_fold, folds[np.isin(folds, scored)])
+
+
+def _threshold(rec: Any, best: list[str | None], conf: np.ndarray, oof: Sequence[D.Decision], s: Settings,
+               n_candidates: int, report: D.Report) -> tuple[Threshold, dict[str, Any]]:
+    """Step 7 (names only): τ with the chosen guarantee on the out-of-fold confidences."""
     correct = rec.correct(best, oof)
     fits = np.array([d.label is not None for d in oof], dtype=bool)
     delta = DELTA / n_candidates
@@ -228,17 +267,76 @@ def _threshold(rec: Any, raw: Any, oof: Sequence[D.Decision], cal: Calibration, 
         choice = choose(conf[fits], correct[fits], s.target_precision, s.guarantee, delta, floor)
     n_none = int((~fits).sum())
     abstained = int((conf[~fits] < choice.tau).sum())
-    source = "cross-fitted" if rec.crossfit else "calibration split"
-    th = Threshold(choice.tau, s.target_precision, delta, choice.answered, choice.correct,
-                   stats.lower_bound(choice.correct, choice.answered, delta), guarantee=choice.guarantee,
-                   statement=choice.statement, n=choice.n, source=source, target_abstention=a_target,
-                   calibration_none_fits=n_none, calibration_abstained=abstained,
-                   calibration_abstention_lower_bound=stats.lower_bound(abstained, n_none, delta))
-    figures = {"n": len(oof), "source": source, "answered": choice.answered, "correct": choice.correct,
+    th = _as_threshold(choice, s, delta, "cross-fitted" if rec.crossfit else "calibration split",
+                       target_abstention=a_target, calibration_none_fits=n_none, calibration_abstained=abstained,
+                       calibration_abstention_lower_bound=stats.lower_bound(abstained, n_none, delta))
+    figures = {"n": len(oof), "source": th.source, "answered": choice.answered, "correct": choice.correct,
                "lower_bound": th.calibration_lower_bound, "ece": stats.ece(conf, correct.astype(float)),
                "aurc": stats.aurc(conf, correct.astype(float)), "none_fits": n_none,
                "abstained_where_none_fits": abstained, "abstention_certified": floor is not None}
     return th, figures
+
+
+def _as_threshold(choice: Any, s: Settings, delta: float, source: str, **extra: Any) -> Threshold:
+    return Threshold(choice.tau, s.target_precision, delta, choice.answered, choice.correct,
+                     stats.lower_bound(choice.correct, choice.answered, delta), guarantee=choice.guarantee,
+                     statement=choice.statement, n=choice.n, source=source, **extra)
+
+
+def _call_thresholds(best: list[str | None], conf: np.ndarray, oof: list[D.Decision], sig: Signatures,
+                     arguments: Arguments, s: Settings, n_candidates: int,
+                     report: D.Report) -> tuple[Threshold, Calls, dict[str, Any]]:
+    """Step 7 with complete calls: the out-of-fold output of each decision (a reply, a complete call
+    with arguments proposed by a model that never saw its task, or a name left incomplete); the
+    call confidence calibrated as a whole; one τ for calls and one for replies, each certified at
+    δ / 2 (Bonferroni over the two and over `--model auto`'s candidates)."""
+    def propose(i: int, action: str):
+        model = arguments.by_fold.get(int(arguments.folds[i]))
+        return None if model is None else model.propose(action, sig.params[action], as_candidates(oof[i].candidates))
+
+    out = call_outputs(best, conf, oof, sig, propose)
+    kind = np.array([k or "" for k in out.kind])
+    raw, correct = np.array(out.raw), np.array(out.correct, dtype=bool)
+    is_call, is_reply = kind == "call", kind == "reply"
+    t, b = fit_platt(np.log(np.clip(raw[is_call], 1e-12, 1.0)), correct[is_call]) if is_call.any() else (1.0, 0.0)
+    call_conf = np.array([call_confidence(c, t, b) for c in raw])
+    delta = DELTA / (2 * n_candidates)
+    report.step(f"7/10 choosing τ for calls ({int(is_call.sum())} complete out-of-fold) and replies "
+                f"({int(is_reply.sum())}): precision ≥ {s.target_precision:g} each ({s.guarantee}, δ = {delta:.3g})")
+    source = "cross-fitted" if arguments.folds.min() >= 0 else "calibration split"
+    calls_th = _as_threshold(choose(call_conf[is_call], correct[is_call], s.target_precision, s.guarantee, delta),
+                             s, delta, source)
+    reply_th = _as_threshold(choose(conf[is_reply], correct[is_reply], s.target_precision, s.guarantee, delta),
+                             s, delta, source)
+    spec = arguments.final.spec() if arguments.final is not None else None
+    calls = Calls(tuple(sorted(sig.replies)), {a: p for a, p in sig.params.items() if p is not None},
+                  Calibration("platt", t, b), reply_th, D.plain(spec) if spec is not None else None)
+    answered = (is_call & (call_conf >= calls_th.tau)) | (is_reply & (conf >= reply_th.tau))
+    figures = {"n": len(oof), "source": source, "answered": int(answered.sum()),
+               "correct": int((answered & correct).sum()), "lower_bound": calls_th.calibration_lower_bound,
+               "calls_complete": int(is_call.sum()), "names_incomplete": int((kind == "name").sum()),
+               "replies": int(is_reply.sum()), "ece": stats.ece(conf, correct.astype(float)),
+               "aurc": stats.aurc(np.where(is_reply, conf, call_conf), correct.astype(float))}
+    return calls_th, calls, figures
+
+
+def _test_figures(rec: Any, sp: Any, x: Any, test: list[D.Decision], cal: Calibration, threshold: Threshold,
+                  sig: Signatures, policy: Any, with_calls: bool) -> dict[str, Any]:
+    """Step 8: the sealed test split through the decision-time specialist, exactly as the router asks it."""
+    best, conf, full = rec.confidence(rec.exported(sp, x), test, cal)
+    labels = rec.labels(test) if full is not None else None
+    if not with_calls:
+        answered = (conf >= threshold.tau) & (conf > 0)
+        return evaluate(best, conf, rec.correct(best, test), test, answered, risky_actions(policy), full, labels)
+    answers = [sp.decide(d.state, d.legal, d.candidates) for d in test]
+    ok = np.array([a.action is not None and (same_call(a.action, a.arguments, d.label, d.arguments)
+                                             if a.kind == "call" else a.action == d.label)
+                   for a, d in zip(answers, test)], dtype=bool)
+    answered = np.array([a.action is not None for a in answers], dtype=bool)
+    metrics = evaluate([a.best for a in answers], np.array([a.confidence for a in answers]), ok, test, answered,
+                       risky_actions(policy), full, labels)
+    metrics.update(call_figures(answers, test, sig))
+    return metrics
 
 
 def export_checked(rec: Any, model: Any, cdir: Path, pre: dict[str, Any], x_test: Any,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from ..errors import ZcError
@@ -23,11 +24,19 @@ from .manifest import Manifest, decode
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """A specialist's answer: `action` is None when it abstains."""
+    """A specialist's answer: `action` is None when it abstains.
+
+    `kind` is `call` (a complete call: `arguments` holds every argument of the action's signature,
+    {} for an action without any), `reply` (a text reply: the router hands it to a tier that
+    writes text), or `name` (the best action needs arguments the specialist could not complete: it
+    abstains). `confidence` is the output's calibrated confidence (for a call: name and arguments
+    as a whole)."""
 
     action: str | None
     confidence: float
     best: str | None  # the top legal action, answered or not
+    arguments: dict | None = None
+    kind: str = "call"
 
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -99,6 +108,25 @@ def encode_batch(ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]]
         if type_ids is not None:
             types[i, : len(x)] = type_ids[i]
     return {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": types}
+
+
+def call_confidence(c: float, temperature: float, bias: float) -> float:
+    """A call's calibrated confidence: Platt scaling of the log of its raw confidence (monotone)."""
+    if c <= 0:
+        return 0.0
+    return 1.0 / (1.0 + math.exp(-(math.log(c) / temperature + bias)))
+
+
+def as_candidates(candidates: Sequence[Any]) -> list[Any]:
+    """Candidates as `Candidate` structs (receipts hold them as JSON arrays)."""
+    from .arguments import Candidate
+
+    if all(isinstance(c, Candidate) for c in candidates):
+        return list(candidates)
+    try:
+        return msgspec.convert(list(candidates), list[Candidate])
+    except msgspec.ValidationError as exc:
+        raise ZcError(f"$.candidates: {exc}") from None
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:
@@ -194,6 +222,15 @@ class Specialist:
         self.tau = m.threshold.tau
         self.temperature = m.calibration.temperature
         self.name = m.name
+        self._replies = frozenset(m.calls.replies) if m.calls is not None else frozenset()
+        self._arguments = None
+        if m.calls is not None and m.calls.arguments is not None:
+            from .arguments import ArgumentModelSpec, ArgumentScorer
+
+            try:
+                self._arguments = ArgumentScorer(msgspec.convert(m.calls.arguments, ArgumentModelSpec))
+            except (msgspec.ValidationError, ValueError) as exc:
+                raise ZcError(f"{directory}: manifest.json: $.calls.arguments: {exc}") from None
 
     def probabilities(self, x: np.ndarray) -> np.ndarray:
         """The raw model outputs (n, K) for feature rows x (n, D) (tabular models)."""
@@ -230,10 +267,13 @@ class Specialist:
         logits = self._session.run([self._output], {k: feed[k] for k in self._inputs})[0]
         return _softmax(logits)[0].tolist()
 
-    def decide(self, state: Any, legal: Sequence[str]) -> Answer:
-        """Answer with the most likely legal action, or abstain below the threshold τ.
+    def decide(self, state: Any, legal: Sequence[str], candidates: Sequence[Any] | None = None) -> Answer:
+        """Answer with the most likely legal action, or abstain below its threshold.
 
         The single-row form of `masked_confidence`: the softmax runs over the legal classes only.
+        With a `calls` section in the manifest, a text reply is gated by the reply threshold and a
+        call needs its arguments proposed from `candidates` (values seen before the decision:
+        `receipts` candidates); without them a call that takes arguments abstains (kind `name`).
         """
         cols = [self._class_pos[a] for a in legal if a in self._class_pos]
         if not cols:
@@ -241,7 +281,7 @@ class Specialist:
                 self.featurizer.one(state, legal)  # validates the state all the same
             else:
                 self.renderer.one(state)
-            return Answer(None, 0.0, None)
+            return Answer(None, 0.0, None, None, "name")
         row = self._row(state, legal)  # a handful of numbers: plain Python beats numpy calls
         t = self.temperature
         z = [math.log(min(max(row[c], 1e-12), 1.0)) / t for c in cols]
@@ -249,4 +289,26 @@ class Specialist:
         j = z.index(top)  # the first best, as numpy's argmax
         c = 1.0 / sum(math.exp(v - top) for v in z)
         best = self.model_classes[cols[j]]
-        return Answer(best if c >= self.tau else None, c, best)
+        calls = self.manifest.calls
+        if calls is None:
+            return Answer(best if c >= self.tau else None, c, best, None, "call")
+        return self.complete(best, c, candidates)
+
+    def complete(self, best: str, c: float, candidates: Sequence[Any] | None) -> Answer:
+        """The output for name `best` at name confidence `c`: a gated reply, a complete call, or a name."""
+        calls = self.manifest.calls
+        if best in self._replies:
+            return Answer(best if c >= calls.reply_threshold.tau else None, c, best, None, "reply")
+        params = calls.params.get(best)
+        if params is None:  # no signature: its arguments are unknown
+            return Answer(None, c, best, None, "name")
+        arguments: dict | None = {}
+        if params.get("properties"):
+            if self._arguments is None or not candidates:
+                return Answer(None, c, best, None, "name")
+            prop = self._arguments.propose(best, params, as_candidates(candidates))
+            if prop.arguments is None:
+                return Answer(None, c, best, None, "name")
+            arguments, c = prop.arguments, c * prop.confidence
+        conf = call_confidence(c, calls.calibration.temperature, calls.calibration.bias)
+        return Answer(best if conf >= self.tau else None, conf, best, arguments, "call")

@@ -1,0 +1,158 @@
+"""`zc eval` drives the router: on the bundled receipts, every per-receipt decision and every headline
+count of the report equals what `Router.decide` does on the same states."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace as NS
+
+import pytest
+
+import zcompile
+from zcompile import evals
+from zcompile.receipts import read
+from zcompile.router import Router
+
+ROOT = Path(__file__).parents[1]
+RECEIPTS = ROOT / "receipts"
+
+
+@dataclass(frozen=True)
+class Raw:
+    action: str | None
+    confidence: float
+    best: str | None
+    arguments: dict | None = None
+
+
+class Rule:
+    """A specialist that answers by a fixed rule on the chat state: calls with arguments, bare names,
+    and abstentions below threshold."""
+
+    name = "rule"
+    manifest = NS(name="rule", model=NS(kind="logistic"), policy_sha256="", policy_name="airline_chat",
+                  threshold=NS(tau=0.5, target_precision=0.95), gate=NS(promoted=False),
+                  splits=NS(train=NS(tasks=()), calibration=NS(tasks=()), test=NS(tasks=())))
+
+    def decide(self, state, legal):
+        prev = (state.get("prev") or {}).get("role")
+        last = (state.get("last") or {}).get("tool")
+        if prev == "user" and "get_user_details" in legal and state.get("tool_calls", 0) == 0:
+            return Raw("get_user_details", 0.97, "get_user_details", {"user_id": "from_the_rule"})
+        if prev == "tool" and last == "get_user_details" and "get_reservation_details" in legal:
+            return Raw("get_reservation_details", 0.96, "get_reservation_details")  # a bare name
+        if prev == "tool" and "calculate" in legal and state.get("turn", 0) % 7 == 3:
+            return Raw("calculate", 0.9, "calculate", {"expression": "1 + 1"})
+        return Raw(None, 0.2, legal[0])
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return zcompile.compile_file(ROOT / "policies" / "airline_chat.zc")
+
+
+def _tier(d) -> str:
+    return d.tier if d.tier in ("compiler", "specialist") else "remote"
+
+
+def test_eval_decisions_equal_router_decisions(policy):
+    rule = Rule()
+    rep = evals.report([RECEIPTS], policy, rule, split="all", decisions=True)  # no task trained on
+    by_id = {r.id: r for r in read([RECEIPTS], policy=policy)}
+    router = Router(policy, specialists=rule)
+    kinds: Counter = Counter()
+    for row in rep["decisions"]:
+        r = by_id[row["id"]]
+        d = router.decide(r.state, r.intent)
+        rung = _tier(d)
+        assert (row["rung"], row["action"], row["arguments"], row["kind"]) == (
+            rung, d.action if rung != "remote" else None, d.arguments if rung != "remote" else None,
+            d.kind if rung != "remote" else "none"), row["id"]
+        kinds[rung, row["kind"]] += 1
+    assert rep["n"] == len(rep["decisions"]) == sum(kinds.values())
+    # the rule answered calls and names: the headline counts are those of the router's decisions
+    calls = kinds["specialist", "call"] + kinds["compiler", "call"]
+    assert kinds["specialist", "call"] > 0 and kinds["specialist", "name"] > 0
+    assert rep["tiers"]["specialist"]["answered"] == kinds["specialist", "call"] + kinds["specialist", "name"]
+    assert rep["tiers"]["compiler"]["answered"] == sum(v for (rung, _), v in kinds.items() if rung == "compiler")
+    assert rep["calls"]["answered"] == calls == rep["cost"]["teacher_calls_removed"]
+    assert rep["cost"]["names_answered_not_removed"] == sum(v for (rung, k), v in kinds.items()
+                                                            if rung != "remote" and k == "name")
+    # the teacher's arguments are not in these receipts: no call can be judged right at call level
+    assert rep["calls"]["correct"] == 0 and rep["overall"]["correct"] > 0
+    text = evals.render_text(rep)
+    assert "complete tool calls (name and arguments): " + str(calls) + " answered" in text
+
+
+def test_eval_reports_live_shadow_agreement(policy, tmp_path):
+    """Receipts written with a shadow specialist: zc eval reports its live agreement with the action
+    taken, with an interval, from the receipts alone."""
+    taken = list(read([RECEIPTS], policy=policy))[:300]
+
+    class Teacher:  # the remote tier answers what the receipt recorded
+        model = "teacher"
+
+        def __init__(self):
+            self.next = None
+
+        def propose(self, state, legal, *, timeout_s, intent=None, descriptions=None):
+            from zcompile.tiers import TierAnswer
+
+            return TierAnswer("answered", self.next)
+
+    teacher = Teacher()
+    path = tmp_path / "shadow.jsonl"
+    agree = answered = 0
+    with Router(policy, tiers={"remote": teacher}, shadow=[Rule()], receipts=path) as router:
+        for r in taken:
+            if r.action is None:
+                continue
+            teacher.next = r.action
+            d = router.decide(r.state, r.intent, task=r.task)
+            for s in d.receipt.meta.get("shadow", ()):
+                answered += s["outcome"] == "answered"
+                agree += s["outcome"] == "answered" and s["action"] == d.action
+            assert d.tier in ("compiler", "remote", "fallback")  # the shadow never decides
+    rep = evals.report([path], policy, Rule(), split="all", allow_trained=True)
+    s = rep["shadow"]["rule"]
+    assert answered > 0 and (s["answered"], s["agree"]) == (answered, agree)
+    assert s["agreement_ci"][0] <= s["agreement"] <= s["agreement_ci"][1]
+    assert "shadow rule: live agreement" in evals.render_text(rep)
+
+
+def test_policyless_pairwise_replay_asks_the_router_rung(tmp_path):
+    """Without a policy (a pairwise specialist distilled without one) the specialist rung is asked with
+    each receipt's legal list and offered tools, as the router asks it; no compiler rung."""
+    from zcompile.receipts import Receipt, write_file
+
+    class Pair:
+        name, pairwise = "pair", True
+        manifest = NS(name="pair", model=NS(kind="pairwise"), policy_sha256="", policy_name="",
+                      threshold=NS(tau=0.5, target_precision=0.9), gate=NS(promoted=False),
+                      splits=NS(train=NS(tasks=()), calibration=NS(tasks=()), test=NS(tasks=())))
+
+        def __init__(self):
+            self.seen = []
+
+        def decide(self, state, legal, tools):
+            self.seen.append((tuple(legal), sorted(tools)))
+            pick = next((a for a in legal if a in state["request"]), None)
+            return Raw(pick, 0.9 if pick else 0.1, pick or legal[0])
+
+    rows = [Receipt(id=f"r{i}", task=f"t{i}", state={"request": req}, tier="gold", legal=legal, action=action,
+                    gold=action, verified=True, meta={"tools": [{"name": a, "description": a} for a in legal]})
+            for i, (req, legal, action) in enumerate([("play jazz", ("play", "stop"), "play"),
+                                                      ("stop it", ("play", "stop"), "play"),
+                                                      ("hello", ("play", "stop"), None)])]
+    write_file(tmp_path / "p.jsonl", rows)
+    sp = Pair()
+    rep = evals.report([tmp_path / "p.jsonl"], None, sp, decisions=True)
+    assert set(rep["tiers"]) == {"specialist"} and rep["legal_sets"] == "receipts"
+    assert [(d["rung"], d["action"], d["kind"]) for d in rep["decisions"]] == [
+        ("specialist", "play", "name"), ("specialist", "stop", "name"), ("remote", None, "none")]
+    s = rep["tiers"]["specialist"]
+    assert (s["answered"], s["correct"], s["abstained_where_none_fits"]["k"]) == (2, 1, 1)
+    assert sp.seen[-3:] == [(("play", "stop"), ["play", "stop"])] * 3
+    assert rep["cost"]["teacher_calls_removed"] == 0  # names only, without a policy to check calls

@@ -1,0 +1,164 @@
+"""`zc fmt`: idempotent, comments kept, identity (`Policy.sha256`) kept, on shipped and generated policies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_differential import policies
+
+from zcompile.cli import main
+from zcompile.driver import compile_text
+from zcompile.errors import ZcError
+from zcompile.fmt import _parser, format_text
+
+ROOT = Path(__file__).parents[1]
+SHIPPED = sorted((ROOT / "policies").glob("*.zc")) + sorted((ROOT / "tests" / "golden" / "ok").glob("*.zc"))
+
+
+def tokens(text: str) -> list[tuple[str, str]]:
+    """Every token and comment, in order (whitespace left out)."""
+    return [(t.type, str(t)) for t in _parser().lex(text, dont_ignore=True) if not t.type.startswith("__")]
+
+
+def assert_kept(src: str) -> str:
+    out = format_text(src)
+    assert format_text(out) == out  # idempotent
+    assert tokens(out) == tokens(src)  # same tokens, same comments, same order
+    assert compile_text(out).sha256 == compile_text(src).sha256  # same meaning
+    return out
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_shipped_policies_keep_identity_and_comments(path):
+    assert_kept(path.read_text())
+
+
+GAPS = [" ", "  ", "\t", "\n", "\n\n", "\n      ", " # a comment\n", "\n# own line\n", "  #c\n\n"]
+
+
+@st.composite
+def scrambled(draw):
+    """A generated (or shipped) policy with random whitespace, line breaks and comments between its
+    tokens (the shipped ones bring tiers, routes, strings, signatures and `len`)."""
+    src = draw(st.one_of(policies().map(lambda p: p[0]), st.sampled_from(SHIPPED).map(Path.read_text)))
+    toks = list(_parser().lex(src))
+    out = [str(toks[0])]
+    for tok in toks[1:]:
+        out.append(draw(st.sampled_from(GAPS)) + str(tok))
+    return "".join(out) + draw(st.sampled_from(["", "\n", "  # the end"]))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scrambled())
+def test_generated_policies_keep_identity_and_comments(src):
+    assert_kept(src)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_layout_does_not_depend_on_spacing_outside_conditions(data):
+    """Two spellings that differ only in the spaces between tokens outside rule conditions format to
+    the same text."""
+    src, _ = data.draw(policies())
+    pad = data.draw(st.sampled_from(["  ", " \t ", "\t"]))
+    loose = "\n".join(line if line.startswith("rule") else line.replace(" ", pad).replace(",", " ,")
+                      for line in src.split("\n"))
+    assert format_text(loose) == format_text(src)
+
+
+def test_canonical_layout():
+    src = ("policy   p # head\nstate{a: enum( x,y )?  # why\n\n\n b : int=0}\n"
+           "action get tags( read ) cost 1\naction longer_name tags(write)\n"
+           "  # between\nfallback get\nintent i \"d\" { allow get,\n longer_name }\n"
+           "rule r1: forbid get when a == x   # trailing\nrule r2 : longer_name requires b in {1, 2}\n"
+           "tier t max_ms 5\ntier u cost 2\nroute d: use t, u\n")
+    assert assert_kept(src) == (
+        "policy p  # head\n"
+        "state {\n"
+        "  a: enum(x, y)?  # why\n"
+        "\n"
+        "  b: int = 0\n"
+        "}\n"
+        "action get         tags(read)  cost 1\n"
+        "action longer_name tags(write)\n"
+        "# between\n"
+        "fallback get\n"
+        "intent i \"d\" {\n"
+        "  allow get,\n"
+        "      longer_name\n"
+        "}\n"
+        "rule r1: forbid get when a == x  # trailing\n"
+        "rule r2: longer_name requires b in {1, 2}\n"
+        "tier t max_ms 5\n"
+        "tier u          cost 2\n"
+        "route d: use t, u\n")
+
+
+def test_condition_spacing_is_kept_because_reasons_quote_it():
+    src = "policy p\nstate { n: int }\naction a\nfallback a\nrule r: forbid a when n>1   and\n   n <3\n"
+    out = assert_kept(src)
+    assert "rule r: forbid a when n>1   and\n    n <3\n" in out
+
+
+def test_crlf_line_endings_are_kept_with_the_identity():
+    """A condition broken over lines keeps its `\r` in its text (and so in the identity)."""
+    src = ("policy p  # c\r\nstate { n: int }\r\naction a\r\nfallback a\r\n"
+           "rule r: forbid a when n > 1 and\r\n      n < 3   # why\r\n")
+    out = assert_kept(src)
+    assert out == ("policy p  # c\r\nstate {\r\n  n: int\r\n}\r\naction a\r\nfallback a\r\n"
+                   "rule r: forbid a when n > 1 and\r\n    n < 3  # why\r\n")
+    assert_kept((ROOT / "tests" / "golden" / "ok" / "support_desk.zc").read_text().replace("\n", "\r\n"))
+
+
+def test_a_layout_that_would_change_the_identity_is_refused(monkeypatch):
+    """The formatter checks its own result: were it to respace a condition, it would refuse."""
+    from zcompile import fmt
+
+    monkeypatch.setattr(fmt, "_keep_condition_spacing", lambda *args: None)
+    src = "policy p\nstate {\n  n: int\n}\naction a\nfallback a\nrule r: forbid a when n>1\n"
+    with pytest.raises(ZcError, match="cannot be formatted without changing its meaning"):
+        format_text(src)
+    assert format_text(src.replace("n>1", "n > 1")) == src.replace("n>1", "n > 1")
+
+
+def test_syntax_error_is_reported_not_formatted():
+    with pytest.raises(ZcError) as exc:
+        format_text("policy p\naction\n")
+    assert "error[ZC" in exc.value.render()
+
+
+@pytest.fixture
+def messy(tmp_path):
+    p = tmp_path / "p.zc"
+    p.write_text("policy p\naction a   tags(read)\nfallback a\n")
+    return p
+
+
+def test_cli_check_diff_and_in_place(messy):
+    run = CliRunner().invoke
+    res = run(main, ["fmt", "--check", str(messy)])
+    assert res.exit_code == 1 and f"would reformat {messy}" in res.output
+    res = run(main, ["fmt", "--diff", str(messy)])
+    assert res.exit_code == 0 and "-action a   tags(read)\n+action a tags(read)\n" in res.output
+    assert messy.read_text() == "policy p\naction a   tags(read)\nfallback a\n"  # --diff writes nothing
+    res = run(main, ["fmt", str(messy)])
+    assert res.exit_code == 0 and messy.read_text() == "policy p\naction a tags(read)\nfallback a\n"
+    res = run(main, ["fmt", "--check", str(messy.parent)])
+    assert res.exit_code == 0 and "0 of 1 file would be reformatted" in res.output
+
+
+def test_cli_stdin_and_errors(tmp_path):
+    run = CliRunner().invoke
+    res = run(main, ["fmt", "-"], input="policy  p\naction a\nfallback   a\n")
+    assert res.exit_code == 0 and res.output == "policy p\naction a\nfallback a\n"
+    bad = tmp_path / "bad.zc"
+    bad.write_text("policy p\naction\n")
+    res = run(main, ["fmt", str(bad)])
+    assert res.exit_code == 1 and "error[ZC" in res.output and "Traceback" not in res.output
+    assert bad.read_text() == "policy p\naction\n"
+    assert run(main, ["fmt", str(tmp_path / "missing.zc")]).exit_code == 1
+    assert run(main, ["fmt"]).exit_code == 2

@@ -1,0 +1,12 @@
+"""Evaluation: replay receipts through the router (replay.py), the figures (metrics.py), the report
+(report.py), text and HTML (render.py with a Jinja2 template)."""
+
+from __future__ import annotations
+
+from .metrics import agreement, calls, curve, figures, rate
+from .render import render_html, render_text
+from .replay import SPLITS, WARMUP, Replay, check_policy, needs_policy, replay, seal
+from .report import report, run, to_json
+
+__all__ = ["SPLITS", "WARMUP", "Replay", "agreement", "calls", "check_policy", "curve", "figures", "needs_policy",
+           "rate", "render_html", "render_text", "replay", "report", "run", "seal", "to_json"]

@@ -1,0 +1,214 @@
+"""Rendering of `zc eval`'s report: the compact text for stdout and one self-contained HTML page
+(a Jinja2 template, autoescaped)."""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from typing import Any
+
+EXAMPLES = 20  # task ids listed per category in reports
+
+
+def _num(v: float | None, fmt: str = ".3f") -> str:
+    return "n/a" if v is None else format(v, fmt)
+
+
+def _pairwise(rep: dict[str, Any]) -> bool:
+    return rep["specialist"]["model"] == "pairwise"
+
+
+def _share(r: dict[str, Any]) -> str:
+    """A `_rate` as `rate [lo, hi] (k/n)`."""
+    return f"{_num(r['rate'])} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}] ({r['k']}/{r['n']})"
+
+
+def _table_rows(rep: dict[str, Any]) -> list[list[str]]:
+    """The per-rung table: header, compiler (with a policy), specialist, remote, overall; for a pairwise
+    specialist also the share not answered where no offered action fits."""
+    pairwise = _pairwise(rep)
+    head = ["rung", "reached", "answered", "coverage", "precision", "Wilson 95%", "complete (right)",
+            "handed to text", "danger exp/sel", "p50 µs", "p99 µs"] + (["precision where an action fits [Wilson 95%] (k/n)",
+                                    "abstained where none fits [Wilson 95%] (k/n)"] if pairwise else [])
+    out = [head]
+    for name, t in (*rep["tiers"].items(), ("overall", rep["overall"])):
+        lo, hi = t["precision_ci"]
+        out.append([name, str(t["reached"]), str(t["answered"]), _num(t["coverage"]), _num(t["precision"]),
+                    f"[{lo:.3f}, {hi:.3f}]" if t["answered"] else "-",
+                    f"{t['complete']} ({t['complete_correct']})", str(t["handed_to_text_tier"]),
+                    f"{t['dangerous_exposed']}/{t['dangerous_selected']}",
+                    _num(t["p50_us"], ".1f"), _num(t["p99_us"], ".1f")]
+                   + ([_share(t["precision_where_fits"]), _share(t["abstained_where_none_fits"])] if pairwise else []))
+        if name == "specialist":
+            out.append(["remote", str(rep["remote"]["reached"])] + ["-"] * (len(head) - 2))
+    return out
+
+
+def _headline(rep: dict[str, Any]) -> str:
+    s = rep["specialist"]
+    policy = f"policy {rep['policy']['name']}" if rep["policy"] else "no policy (legal sets from the receipts)"
+    return (f"{policy}, specialist {s['name']} ({s['model']}, τ = {s['tau']:.4f}); "
+            f"split {rep['split']}: {rep['label']}")
+
+
+def _scope(rep: dict[str, Any]) -> str:
+    parts = [f"n = {rep['n']} decisions from {rep['tasks']} tasks ({rep['test_tasks']} in the sealed test "
+             f"split, {rep['unseen_tasks']} unseen by the specialist)"]
+    if rep["excluded_trained_on"]:
+        parts.append(f"excluded {rep['excluded_trained_on']} decisions of {rep['excluded_tasks']} "
+                     "trained-on tasks")
+    if rep["included_trained_on_tasks"]:
+        parts.append(f"includes {rep['included_trained_on_tasks']} tasks the specialist was trained on")
+    if rep["policy"] is None:
+        parts.append("no compiler rung without a policy")
+    return "; ".join(parts)
+
+
+def _none_fits_line(rep: dict[str, Any]) -> str:
+    """For a pairwise specialist: how often the ladder did not answer where no offered action fits."""
+    a = rep["overall"]["abstained_where_none_fits"]
+    if not a["n"]:
+        return "where no offered action fits: no such decision (receipts with no action and verified: true)"
+    return f"where no offered action fits (n = {a['n']}): abstained {_share(a)}; an answer there counts as wrong"
+
+
+def _cost_line(rep: dict[str, Any]) -> str:
+    c = rep["cost"]
+    return (f"teacher calls removed (complete, checked outputs only): {c['teacher_calls_removed']} of {rep['n']} "
+            f"({c['cost_saved_share']:.1%}); cost saved {c['saved']:g} of {c['all_to_teacher']:g} "
+            f"({c['unit']})")
+
+
+def _calls_line(rep: dict[str, Any]) -> str:
+    c = rep["calls"]
+    if not c["answered"]:
+        return f"complete tool calls (name and arguments): none answered of n = {c['n']} tool-call decisions"
+    lo, hi = c["precision_ci"]
+    return (f"complete tool calls (name and arguments): {c['answered']} answered of n = {c['n']} tool-call "
+            f"decisions (coverage {c['coverage']:.3f}), precision {_num(c['precision'])} [{lo:.3f}, {hi:.3f}] "
+            f"({c['correct']}/{c['answered']})")
+
+
+def _specialist_line(rep: dict[str, Any]) -> str | None:
+    """A specialist that answered nothing has no precision or agreement to show: say so instead."""
+    t = rep["tiers"]["specialist"]
+    if t["answered"]:
+        return None
+    return (f"the specialist answered nothing (asked on {rep['risk_coverage']['n']} decisions, "
+            f"{t['handed_to_text_tier']} replies handed to a text tier): no precision or agreement figure")
+
+
+def _shadow_lines(rep: dict[str, Any]) -> list[str]:
+    out = []
+    for name, s in rep.get("shadow", {}).items():
+        if not s["answered"]:
+            out.append(f"shadow {name}: answered none of {s['asked']} decisions: no agreement figure")
+            continue
+        lo, hi = s["agreement_ci"]
+        out.append(f"shadow {name}: live agreement {s['agreement']:.3f} [{lo:.3f}, {hi:.3f}] ({s['agree']}/"
+                   f"{s['answered']} answered of {s['asked']} asked; one-sided 95% lower bound {s['lower_bound']:.3f})")
+    return out
+
+
+def render_text(rep: dict[str, Any]) -> str:
+    """The compact stdout report: scope, a row per rung and overall, cost saved."""
+    rows = _table_rows(rep)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [_headline(rep), _scope(rep), ""]
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+    o = rep["overall"]
+    lines += ["", f"overall precision {_num(o['precision'])} [{o['precision_ci'][0]:.3f}, "
+              f"{o['precision_ci'][1]:.3f}] on {o['answered']} answered of n = {rep['n']}; "
+              + _cost_line(rep), _calls_line(rep)]
+    if o["handed_to_text_tier"]:
+        lines.append(f"replies handed to a text tier: {o['handed_to_text_tier']} (not answered here)")
+    if (line := _specialist_line(rep)) is not None:
+        lines.append(line)
+    lines += _shadow_lines(rep)
+    if _pairwise(rep):
+        lines.append(_none_fits_line(rep))
+    return "\n".join(lines)
+
+
+# ---- HTML -------------------------------------------------------------------------------------------------
+@cache
+def _template():
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("zcompile.evals", "templates"),
+                             autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
+                             lstrip_blocks=True)
+    return env.get_template("report.html")
+
+
+def curve_geometry(rc: dict[str, Any], target: float | None, width: int = 560, height: int = 340) -> dict[str, Any] | None:
+    """Precision against coverage, as the coordinates the SVG of the template draws (None: no curve)."""
+    pts = rc["points"]
+    if not pts:
+        return None
+    left, right, top, bottom = 60, 20, 20, 50
+    w, h = width - left - right, height - top - bottom
+    low = min([p["precision"] for p in pts] + ([target] if target else []))
+    y0 = max(0.0, math.floor(low * 10) / 10 - (0.1 if low * 10 == math.floor(low * 10) and low > 0 else 0))
+    y0 = min(y0, 0.9)
+    x = lambda c: left + c * w  # noqa: E731
+    y = lambda p: top + (1 - (p - y0) / (1 - y0)) * h  # noqa: E731
+    at = rc["at_tau"]
+    point = None
+    if at["precision"] is not None:
+        anchor = "end" if at["coverage"] > 0.5 else "start"
+        point = {"x": x(at["coverage"]), "y": y(at["precision"]), "anchor": anchor, "dx": -8 if anchor == "end" else 8,
+                 "label": f"τ = {rc['tau']:.3f}: coverage {at['coverage']:.2f}, precision {at['precision']:.3f}"}
+    return {
+        "width": width, "height": height, "left": left, "top": top, "w": w, "h": h,
+        "xticks": [{"x": x(i / 5), "label": f"{i / 5:.1f}"} for i in range(6)],
+        "yticks": [{"y": y(y0 + (1 - y0) * i / 5), "label": f"{y0 + (1 - y0) * i / 5:.2f}"} for i in range(6)],
+        "target": {"y": y(target), "label": f"target {target:.2f}"} if target is not None else None,
+        "line": " ".join(f"{x(p['coverage']):.1f},{y(p['precision']):.1f}" for p in pts),
+        "point": point, "tau_label": f"τ = {rc['tau']:.3f}: the specialist answered nothing", "n": rc["n"],
+    }
+
+
+def render_html(rep: dict[str, Any]) -> str:
+    """One self-contained page: scope, per-rung table, complete calls, agreement, cost, shadow
+    agreement, counts, the risk–coverage SVG."""
+    agree = [["rung", "answered", "agreement with teacher (n)", "Wilson 95%", "with gold (n)", "Wilson 95%"]]
+    for name, t in (*rep["tiers"].items(), ("overall", rep["overall"])):
+        a, g = t["agreement_teacher"], t["agreement_gold"]
+        if not t["answered"]:
+            agree.append([name, "0", "answered nothing", "-", "-", "-"])
+            continue
+        agree.append([name, str(t["answered"]), f"{_num(a['rate'])} ({a['n']})",
+                      f"[{a['ci'][0]:.3f}, {a['ci'][1]:.3f}]",
+                      f"{_num(g['rate'])} ({g['n']})", f"[{g['ci'][0]:.3f}, {g['ci'][1]:.3f}]"])
+    c = rep["cost"]
+    cost = [["", "value"], ["unit", c["unit"]], ["per teacher call", f"{c['per_teacher_call']:g}"],
+            ["everything to the teacher", f"{c['all_to_teacher']:g}"], ["with the ladder", f"{c['with_ladder']:g}"],
+            ["saved", f"{c['saved']:g} ({c['cost_saved_share']:.1%})"],
+            ["teacher calls removed (complete, checked outputs)", f"{c['teacher_calls_removed']} of {rep['n']}"],
+            ["bare names answered (the teacher still gives the arguments)", str(c["names_answered_not_removed"])]]
+    k = rep["calls"]
+    calls = [["tool-call decisions (n)", "answered", "correct", "coverage", "precision", "Wilson 95%"],
+             [str(k["n"]), str(k["answered"]), str(k["correct"]), _num(k["coverage"]), _num(k["precision"]),
+              f"[{k['precision_ci'][0]:.3f}, {k['precision_ci'][1]:.3f}]" if k["answered"] else "-"]]
+    shadow = [["specialist", "asked", "answered", "agreement", "Wilson 95%", "95% lower bound"]]
+    for name, s in rep.get("shadow", {}).items():
+        shadow.append([name, str(s["asked"]), str(s["answered"]),
+                       _num(s["agreement"]) if s["answered"] else "answered nothing",
+                       f"[{s['agreement_ci'][0]:.3f}, {s['agreement_ci'][1]:.3f}]" if s["answered"] else "-",
+                       f"{s['lower_bound']:.3f}" if s["answered"] else "-"])
+    counts = [["count", "value"], *([k, str(v)] for k, v in sorted(rep["counts"].items())),
+              ["excluded (trained-on tasks)", str(rep["excluded_trained_on"])],
+              ["unseen tasks", str(rep["unseen_tasks"])], ["unseen decisions", str(rep["unseen_decisions"])]]
+    rc = rep["risk_coverage"]
+    asked = "legal set of two or more actions" if rep["policy"] else "every decision: no compiler rung"
+    return _template().render(
+        rep=rep, title="zc eval: " + (rep["policy"]["name"] if rep["policy"] else rep["specialist"]["name"]),
+        headline=_headline(rep), scope=_scope(rep), pairwise=_pairwise(rep), rungs=_table_rows(rep),
+        none_fits=_none_fits_line(rep) if _pairwise(rep) else None, specialist_line=_specialist_line(rep),
+        agree=agree, cost=cost, calls=calls, shadow=shadow if len(shadow) > 1 else None, counts=counts,
+        rc_note=f"On the {rc['n']} decisions the specialist was asked ({asked}): AURC {_num(rc['aurc'])}, "
+                f"ECE {_num(rc['ece'])}.",
+        curve=curve_geometry(rc, rep["specialist"]["target_precision"]),
+        unseen=", ".join(rep["unseen_task_examples"]), examples=EXAMPLES)

@@ -1,0 +1,1 @@
+"""The zc language server (`zc lsp`, needs the `lsp` extra): diagnostics, hover, definitions, completion."""

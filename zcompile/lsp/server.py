@@ -1,0 +1,145 @@
+"""The language server over pygls: diagnostics as you type (policies and their `zc test` files),
+hover, go-to-definition, completion, formatting. Start it with `zc lsp` (stdio)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+
+from .. import __version__
+from ..errors import Diagnostic, ZcError
+from ..source import Span
+from ..testing import SUFFIXES
+from .analysis import KEYWORDS, Analysis, analyse, analyse_suite, lookup
+
+_SEVERITY = {"error": types.DiagnosticSeverity.Error, "warning": types.DiagnosticSeverity.Warning,
+             "note": types.DiagnosticSeverity.Information}
+_COMPLETION_KIND = {"field": types.CompletionItemKind.Field, "action": types.CompletionItemKind.Function,
+                    "argument": types.CompletionItemKind.Variable,
+                    "rule": types.CompletionItemKind.Reference, "intent": types.CompletionItemKind.Module,
+                    "tier": types.CompletionItemKind.EnumMember, "tag": types.CompletionItemKind.Constant}
+
+
+class ZcServer(LanguageServer):
+    """Keeps one Analysis per open document."""
+
+    def __init__(self) -> None:
+        super().__init__("zc", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Full)
+        self.analyses: dict[str, Analysis] = {}
+
+
+server = ZcServer()
+
+
+def _path(uri: str) -> str:
+    parsed = urlparse(uri)
+    return unquote(parsed.path) if parsed.scheme == "file" else uri
+
+
+def _range(doc, d: Diagnostic) -> types.Range:
+    if d.span is None:
+        return types.Range(types.Position(0, 0), types.Position(0, 0))
+    return types.Range(doc.client_position_at_offset(d.span.start),
+                       doc.client_position_at_offset(max(d.span.end, d.span.start + 1)))
+
+
+def _refresh(ls: ZcServer, uri: str) -> None:
+    doc = ls.workspace.get_text_document(uri)
+    if _path(uri).endswith(SUFFIXES):  # a `zc test` file: validated and run as you type
+        analysis = analyse_suite(_path(uri), doc.source, ls.analyses.get(uri))
+    else:
+        analysis = analyse(_path(uri), doc.source, ls.analyses.get(uri))
+    ls.analyses[uri] = analysis
+    diagnostics = [types.Diagnostic(range=_range(doc, d), message=d.message + (f"\nhelp: {d.help}" if d.help else ""),
+                                    severity=_SEVERITY.get(d.severity), code=d.code, source="zc")
+                   for d in analysis.diagnostics]
+    ls.text_document_publish_diagnostics(
+        types.PublishDiagnosticsParams(uri=uri, version=doc.version, diagnostics=diagnostics))
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+def did_open(ls: ZcServer, params: types.DidOpenTextDocumentParams) -> None:
+    _refresh(ls, params.text_document.uri)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+def did_change(ls: ZcServer, params: types.DidChangeTextDocumentParams) -> None:
+    _refresh(ls, params.text_document.uri)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+def did_close(ls: ZcServer, params: types.DidCloseTextDocumentParams) -> None:
+    ls.analyses.pop(params.text_document.uri, None)
+    ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=params.text_document.uri,
+                                                                        diagnostics=[]))
+
+
+def _symbols_at(ls: ZcServer, params):
+    doc = ls.workspace.get_text_document(params.text_document.uri)
+    analysis = ls.analyses.get(params.text_document.uri) or Analysis()
+    return doc, lookup(analysis, doc.source, doc.offset_at_position(params.position))
+
+
+@server.feature(types.TEXT_DOCUMENT_HOVER)
+def hover(ls: ZcServer, params: types.HoverParams) -> types.Hover | None:
+    _, found = _symbols_at(ls, params)
+    if not found:
+        return None
+    text = "\n\n".join(f"**{s.kind}** `{s.name}`\n```zc\n{s.detail}\n```" for s in found)
+    return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=text))
+
+
+@server.feature(types.TEXT_DOCUMENT_DEFINITION)
+def definition(ls: ZcServer, params: types.DefinitionParams) -> list[types.Location] | None:
+    doc, found = _symbols_at(ls, params)
+    locations = [types.Location(uri=_uri(doc, s.span),
+                                range=types.Range(_position(doc, s.span.source, s.span.start),
+                                                  _position(doc, s.span.source, s.span.end)))
+                 for s in found if s.span is not None and s.kind != "tag"]
+    return locations or None
+
+
+def _uri(doc, span: Span) -> str:
+    """The document's own URI, or the file a symbol of a test file's policy is declared in."""
+    return doc.uri if span.source.path == _path(doc.uri) else Path(span.source.path).resolve().as_uri()
+
+
+def _position(doc, source, offset: int) -> types.Position:
+    """The client's position (in the encoding it negotiated) of a character offset of a source."""
+    line, col = source.line_col(offset)
+    p = doc.position_codec.position_to_client_units([source.line_text(line)], types.Position(0, col - 1))
+    return types.Position(line - 1, p.character)
+
+
+@server.feature(types.TEXT_DOCUMENT_COMPLETION,
+                types.CompletionOptions(trigger_characters=[".", "(", ","]))
+def completion(ls: ZcServer, params: types.CompletionParams) -> types.CompletionList:
+    analysis = ls.analyses.get(params.text_document.uri) or Analysis()
+    items = [types.CompletionItem(label=name, kind=_COMPLETION_KIND[s.kind], detail=s.detail)
+             for name, symbols in sorted(analysis.symbols.items()) for s in symbols
+             if s.kind in ("field", "action", "argument", "tag", "tier", "intent")]
+    items += [types.CompletionItem(label=k, kind=types.CompletionItemKind.Keyword) for k in KEYWORDS]
+    return types.CompletionList(is_incomplete=False, items=items)
+
+
+@server.feature(types.TEXT_DOCUMENT_FORMATTING)
+def formatting(ls: ZcServer, params: types.DocumentFormattingParams) -> list[types.TextEdit] | None:
+    from ..fmt import format_text
+
+    doc = ls.workspace.get_text_document(params.text_document.uri)
+    try:
+        new = format_text(doc.source, _path(doc.uri))
+    except ZcError:
+        return None  # a policy that does not parse is left as it is (its diagnostics say why)
+    if new == doc.source:
+        return []
+    end = doc.client_position_at_offset(len(doc.source))
+    return [types.TextEdit(range=types.Range(types.Position(0, 0), end), new_text=new)]
+
+
+def main() -> None:
+    """Serve on stdin/stdout until the client says exit."""
+    server.start_io()

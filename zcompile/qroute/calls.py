@@ -1,0 +1,135 @@
+"""Complete calls: an action's signature as a JSON schema, text replies (`reply` tag), argument equality."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+REPLY_TAG = "reply"  # an action tagged `reply` is a text reply: only a tier that writes text answers it
+
+_JSON_TYPES = {"text": "string", "int": "integer", "float": "number", "bool": "boolean", "list": "array",
+               "enum": "string"}
+
+
+def params_schema(action: Any) -> dict[str, Any] | None:
+    """The JSON-schema `parameters` object of an `ir.ActionDef` (None: no signature)."""
+    if action.params is None:
+        return None
+    props: dict[str, Any] = {}
+    for p in action.params:
+        schema: dict[str, Any] = {"type": _JSON_TYPES[p.kind]}
+        if p.kind == "enum":
+            schema["enum"] = list(p.members)
+        props[p.name] = schema
+    return {"type": "object", "properties": props, "required": [p.name for p in action.params if not p.optional]}
+
+
+class Signatures:
+    """What a policy says about calls: which actions are text replies, which take which arguments."""
+
+    def __init__(self, policy: Any) -> None:
+        actions = policy.ir.actions if policy is not None else ()
+        self.replies = frozenset(a.name for a in actions if REPLY_TAG in a.tags)
+        self.params = {a.name: params_schema(a) for a in actions}
+
+    def is_reply(self, action: str | None) -> bool:
+        return action in self.replies
+
+    def needs_arguments(self, action: str | None) -> bool:
+        schema = self.params.get(action)
+        return bool(schema and schema["properties"])
+
+    def signed(self, action: str | None) -> bool:
+        """Whether the action declares a signature (without one its arguments are unknown)."""
+        return self.params.get(action) is not None
+
+    @property
+    def any(self) -> bool:
+        """Whether the policy says anything about calls (replies or signatures)."""
+        return bool(self.replies) or any(p is not None for p in self.params.values())
+
+
+def normalized(arguments: Mapping[str, Any] | None) -> str | None:
+    """JSON-normalised arguments (sorted keys; 1 and 1.0 alike), for comparing calls."""
+    if arguments is None:
+        return None
+    return json.dumps(_canonical(dict(arguments)), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _canonical(v: Any) -> Any:
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return v
+    if isinstance(v, (int, float)):
+        return float(v) if not isinstance(v, float) or v == v else v
+    if isinstance(v, Mapping):
+        return {str(k): _canonical(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_canonical(x) for x in v]
+    return str(v)
+
+
+def same_call(action: str | None, arguments: Mapping[str, Any] | None, label: str | None,
+              teacher_arguments: Mapping[str, Any] | None) -> bool:
+    """Whether a proposed call equals the teacher's: same action, JSON-normalised equal arguments."""
+    return action is not None and action == label and normalized(arguments or {}) == normalized(teacher_arguments or {})
+
+
+class CallOutputs:
+    """What a specialist would output for each decision, by kind: `call` (a complete call, its
+    arguments proposed), `reply` (a text reply: handed to a text tier), `name` (a call whose
+    arguments could not be completed: never answered), None (nothing legal it knows)."""
+
+    def __init__(self, n: int) -> None:
+        self.kind: list[str | None] = [None] * n
+        self.arguments: list[dict | None] = [None] * n
+        self.raw = [0.0] * n  # name confidence × argument confidence, before the call calibration
+        self.correct = [False] * n
+
+
+def call_outputs(best: list[str | None], conf: Any, decisions: list, sig: Signatures,
+                 propose: Any) -> CallOutputs:
+    """Each decision's output kind, raw confidence and correctness; `propose(i, action)` returns the
+    argument proposal (`arguments.Proposal`) for decision i, or None when there is no argument model."""
+    out = CallOutputs(len(best))
+    for i, (b, c, d) in enumerate(zip(best, conf, decisions)):
+        if b is None:
+            continue
+        if sig.is_reply(b):
+            out.kind[i], out.raw[i], out.correct[i] = "reply", float(c), b == d.label
+            continue
+        if not sig.signed(b):
+            out.kind[i] = "name"  # its arguments are unknown: never a complete call
+            continue
+        if not sig.needs_arguments(b):
+            out.kind[i], out.arguments[i], out.raw[i] = "call", {}, float(c)
+            out.correct[i] = same_call(b, {}, d.label, d.arguments)
+            continue
+        prop = propose(i, b)
+        if prop is None or prop.arguments is None:
+            out.kind[i] = "name"
+            continue
+        out.kind[i], out.arguments[i], out.raw[i] = "call", prop.arguments, float(c) * prop.confidence
+        out.correct[i] = same_call(b, prop.arguments, d.label, d.arguments)
+    return out
+
+
+def argument_examples(decisions: list, sig: Signatures) -> list:
+    """The argument model's training rows: every argument of every teacher call with arguments."""
+    from .arguments import call_examples
+
+    rows = []
+    for d in decisions:
+        if d.label is not None and d.arguments is not None and sig.needs_arguments(d.label):
+            rows += call_examples(d.label, sig.params[d.label], d.candidates, d.arguments, d.task)
+    return rows
+
+
+def fit_arguments(decisions: list, sig: Signatures) -> Any:
+    """An argument model fit on the decisions' teacher calls (None when there are none to learn from)."""
+    from .arguments import ArgumentModel
+
+    rows = argument_examples(decisions, sig)
+    if not rows or not any(d.candidates for d in decisions):
+        return None
+    return ArgumentModel().fit(rows)

@@ -1,0 +1,334 @@
+"""The router: walks the ladder of rungs (compiler, specialists, LLM tiers) for one decision; the first
+rung that answers wins; every decision leaves a receipt."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..errors import ZcError
+from ..receipts import Receipt, ReceiptWriter
+from ..runtime import LegalSet, Policy, Reason
+from ..state import StateError
+from ..tools import tool_schemas
+from .rung import SPECIALIST, Answer, Catalog, CompilerRung, SpecialistRung, Step, abstain, as_rung, bare, stamped, timed
+from .shadow import RECEIPT_ARGUMENTS, Monitor, shadow_answers
+
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The router's answer: `action` is None only when every rung abstained and the fallback is not legal.
+
+    Attributes:
+        action: the action to take.
+        tier: who answered: compiler | specialist | a tier name | fallback | none.
+        confidence: the answering rung's confidence.
+        legal: the LegalSet of the state.
+        rungs: what each rung asked did, in order (`Answer`s; the compiler only when it answered or
+            handed on).
+        receipt: the receipt written for this decision.
+        arguments: the call's arguments, when the answer is a complete call.
+        kind: "call" (complete, checked), "name" (a bare name), "reply" (a text reply), "none".
+        text: the reply's text (kind "reply").
+        legal_ms: the time the compiler took for the legal set (validation included).
+    """
+
+    action: str | None
+    tier: str
+    confidence: float | None
+    legal: LegalSet
+    rungs: tuple[Answer, ...]
+    receipt: Receipt
+    arguments: dict[str, Any] | None = None
+    kind: str = "name"
+    text: str | None = None
+    legal_ms: float = 0.0
+
+    @property
+    def reasons(self) -> Mapping[str, tuple[Reason, ...]]:
+        """Why each other action was not legal (computed on first access)."""
+        return self.legal.removed
+
+    @property
+    def complete(self) -> bool:
+        return self.kind in ("call", "reply")
+
+
+class Router:
+    """Runs the ladder for one policy. Thread-safe: share one Router between threads.
+
+    Args:
+        policy: a loaded or compiled `zcompile.Policy`.
+        specialists: a specialist directory (classifier or pairwise), a loaded `Specialist` or
+            `PairwiseSpecialist`, or a sequence of them; asked in order on the `specialist` rung,
+            the first that answers wins. A pairwise specialist scores the legal actions against
+            their descriptions: the `tools` given to `decide`, else the policy's action
+            descriptions, else the action names.
+        tiers: tier name -> a rung (`zcompile.router.rung.Rung`, e.g. `zcompile.OpenAITier`) or an
+            object with `propose(state, legal, timeout_s=…, intent=…, descriptions=…)` returning a
+            `zcompile.tiers.TierAnswer`. Names must match the policy's `tier` declarations; routes
+            name the ladder.
+        receipts: where each decision's receipt goes: a path (appended, JSON Lines), a
+            `ReceiptWriter`, a callable taking a `Receipt`, or None.
+        deadline_ms: overall budget per decision; rungs left when it runs out are skipped.
+        shadow: specialists (as for `specialists`) asked beside the ladder on every decision with
+            two or more legal actions; what they would have done goes into the receipt
+            (`meta.shadow`), never into the decision.
+        monitor: the demotion rule for promoted specialists (`zcompile.router.shadow.Monitor`);
+            outcomes reach it through `record_outcome`.
+    """
+
+    def __init__(self, policy: Policy, specialists: Any = None, tiers: Mapping[str, Any] | None = None,
+                 receipts: str | Path | ReceiptWriter | Callable[[Receipt], None] | None = None,
+                 deadline_ms: float | None = None, *, shadow: Any = None, monitor: Monitor | None = None) -> None:
+        self.policy = policy
+        self.tiers = dict(tiers or {})
+        declared = {t.name: t for t in policy.ir.tiers}
+        unknown = [n for n in self.tiers if n not in declared]
+        if unknown:
+            raise ZcError(f"tier `{unknown[0]}` is not declared by policy `{policy.name}` "
+                          f"(declared: {', '.join(declared) or 'none'})")
+        self._declared = declared
+        self.deadline_ms = deadline_ms
+        self.catalog = Catalog(policy)
+        self._compiler = CompilerRung()
+        self._specialists = SpecialistRung(load_specialists(specialists, policy))
+        self._shadow = tuple(load_specialists(shadow, policy))
+        self._tier_rungs = {name: as_rung(name, t) for name, t in self.tiers.items()}
+        self.monitor = monitor if monitor is not None else Monitor()
+        self.demoted: dict[str, str] = {}  # specialist name -> why it was demoted
+        self._lock = threading.Lock()
+        self._own_writer = None
+        if receipts is None:
+            self._sink: Callable[[Receipt], None] | None = None
+        elif isinstance(receipts, ReceiptWriter):
+            self._sink = receipts.append
+        elif callable(receipts):
+            self._sink = receipts
+        else:
+            self._own_writer = ReceiptWriter(receipts)
+            self._sink = self._own_writer.append
+
+    @property
+    def specialists(self) -> tuple[Any, ...]:
+        """The promoted specialists, in the order they are asked."""
+        return self._specialists.specialists
+
+    @property
+    def shadow(self) -> tuple[Any, ...]:
+        """The shadow specialists (demoted ones join them)."""
+        return self._shadow
+
+    def close(self) -> None:
+        if self._own_writer is not None:
+            self._own_writer.close()
+
+    def __enter__(self) -> Router:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def ladder(self, legal: LegalSet) -> tuple[str | None, tuple[str, ...]]:
+        """(route name, rung names) for a legal set's state: the first holding route, else every rung."""
+        route = self.policy.route_of(legal)
+        if route is not None:
+            return route.name, route.tiers
+        return None, (SPECIALIST, *self.tiers)
+
+    def decide(self, state: Any, intent: str | None = None, *, task: str = "",
+               meta: Mapping[str, Any] | None = None, tools: Any = None) -> Decision:
+        """Decide one step. Raises StateError for an invalid state (never guesses), before any rung runs.
+
+        `tools`: the tool schemas (`{name, description, parameters}`, a list or a dict by name)
+        offered at this step, for pairwise specialists; classifiers and tiers do not read them. The
+        receipt keeps them (`meta.tools`), so a later distillation describes actions as this step did.
+        Raises ZcError when `tools` is not tool schemas (the message names the `$.tools` path), or
+        when the state, `meta` or `tools` cannot be written as JSON (the receipt could not be).
+        """
+        t0 = time.perf_counter()
+        if tools is not None:
+            tools = tool_schemas(tools)  # refuses anything but tool schemas, naming the $.path
+        if not isinstance(state, Mapping):
+            raise StateError(f"$: expected a JSON object, got {type(state).__name__}")
+        receipt_state = json_copy(state, "$")  # refused here, before any rung runs: no decision without its receipt
+        if meta is not None and not isinstance(meta, Mapping):
+            raise ZcError(f"$.meta: expected an object, got {type(meta).__name__}")
+        receipt_meta = json_copy(dict(meta or {}), "$.meta")
+        receipt_tools = json_copy(list(tools.values()), "$.tools") if tools is not None else None
+        t1 = time.perf_counter()
+        legal = self.policy.legal(state, intent)
+        legal_ms = (time.perf_counter() - t1) * 1000
+        step = Step(self.policy, state, legal, intent, tools, self.catalog)
+        answers, chosen, route_name, cost = self._walk(step, t0)
+        if chosen is not None:
+            action, tier, confidence, kind = chosen.action, chosen.rung, chosen.confidence, chosen.kind
+            arguments, text, model = chosen.arguments, chosen.text, chosen.model
+        else:
+            fb = self.policy.ir.fallback
+            found = fb in legal.actions
+            action, tier, confidence = (fb, "fallback", None) if found else (None, "none", None)
+            kind, arguments, text, model = (bare(step, fb) if found else "none"), None, None, None
+            if kind == "call":
+                arguments = {}
+        shadow = shadow_answers(self._shadow, step, action, arguments) if len(legal.actions) > 1 else []
+        receipt_meta.update({"route": route_name, "fallback": legal.fallback, "kind": kind,
+                             "rungs": [a.to_dict() for a in answers]})
+        if arguments is not None and not RECEIPT_ARGUMENTS:
+            receipt_meta["arguments"] = arguments
+        if text is not None:
+            receipt_meta["text"] = text
+        if receipt_tools is not None:
+            receipt_meta["tools"] = receipt_tools
+        if shadow:
+            receipt_meta["shadow"] = shadow
+        extra = {"arguments": arguments} if RECEIPT_ARGUMENTS and arguments is not None else {}
+        receipt = Receipt(
+            id=os.urandom(16).hex(), task=task, state=receipt_state, tier=tier, ts=time.time(),
+            policy=self.policy.sha256, intent=intent, legal=legal.actions, model=model, action=action,
+            confidence=confidence if confidence is not None and 0.0 <= confidence <= 1.0 else None,
+            latency_ms=round((time.perf_counter() - t0) * 1000, 4), cost=cost, meta=receipt_meta, **extra)
+        if self._sink is not None:
+            self._sink(receipt)  # if it raises, no decision is returned
+        return Decision(action, tier, confidence, legal, tuple(answers), receipt, arguments, kind, text, legal_ms)
+
+    def _walk(self, step: Step, t0: float) -> tuple[list[Answer], Answer | None, str | None, float]:
+        """(what each rung did, the answer that won or None, the route's name, the tiers' cost)."""
+        answers: list[Answer] = []
+        handed = False
+        if len(step.legal.actions) == 1:  # the compiler's rung: it abstains otherwise (not recorded)
+            first = timed(self._compiler, "compiler", step, None)
+            if first.answered:
+                return [first], first, None, 0.0
+            answers.append(first)
+            handed = first.cause == "handed_on"
+        route_name, names = self.ladder(step.legal)
+        deadline = None if self.deadline_ms is None else t0 + self.deadline_ms / 1000
+        cost = 0.0
+        for name in names:
+            rung = self._specialists if name == SPECIALIST else self._tier_rungs.get(name)
+            left = None if deadline is None else deadline - time.perf_counter()
+            if left is not None and left <= 0:
+                ans = _skipped(name, "overall deadline reached")
+            elif rung is None:
+                ans = _skipped(name, "no endpoint bound to this tier")
+            elif rung is self._specialists and not rung.specialists:
+                ans = _skipped(name, "no specialist loaded")
+            elif handed and not rung.writes_text:
+                ans = _skipped(name, "handed on to a rung that writes text")
+            else:
+                ans = timed(rung, name, step, self._budget(name, left))
+                if name in self._tier_rungs:
+                    cost += float(self._declared[name].cost or 0)
+            answers.append(ans)
+            if ans.answered:
+                return answers, ans, route_name, cost
+            handed = handed or ans.cause == "handed_on"
+        return answers, None, route_name, cost
+
+    def _budget(self, name: str, left: float | None) -> float | None:
+        declared = self._declared[name].max_ms if name in self._tier_rungs else None
+        budgets = [b for b in (declared / 1000 if declared else None, left) if b is not None]
+        return min(budgets) if budgets else None
+
+    async def adecide(self, state: Any, intent: str | None = None, *, task: str = "",
+                      meta: Mapping[str, Any] | None = None, tools: Any = None) -> Decision:
+        """`decide` for asyncio harnesses: runs in a worker thread, never blocks the event loop."""
+        return await asyncio.to_thread(self.decide, state, intent, task=task, meta=meta, tools=tools)
+
+    # ---- live outcomes and demotion -------------------------------------------------------------
+    def record_outcome(self, receipt: Receipt | Decision, *, correct: bool | None = None,
+                       action: str | None = None, arguments: Mapping[str, Any] | None = None) -> list[str]:
+        """Record the verified outcome of one decision, for the promoted and shadow specialists whose
+        answers its receipt holds; demote a promoted specialist whose window of outcomes no longer
+        certifies its target (see `Monitor`). Returns the names demoted by this outcome.
+
+        Give the label (`action`, with `arguments` for a call: the teacher's or a verified answer),
+        or only `correct` (whether the decision's own answer was right: it judges the specialists
+        that answered the same; a different answer is wrong when the decision was right, and unjudged
+        otherwise).
+        """
+        if isinstance(receipt, Decision):
+            receipt = receipt.receipt
+        verdicts = self.monitor.judge(receipt, correct=correct, action=action, arguments=arguments)
+        demoted = []
+        with self._lock:
+            for name, ok in verdicts:
+                why = self.monitor.add(name, ok, self._target(name))
+                if why and name in {sp.name for sp in self._specialists.specialists}:
+                    sp = next(s for s in self._specialists.specialists if s.name == name)
+                    self._specialists = SpecialistRung(tuple(s for s in self._specialists.specialists
+                                                             if s is not sp))
+                    self._shadow = (*self._shadow, sp)
+                    self.demoted[name] = why
+                    demoted.append(name)
+        return demoted
+
+    def _target(self, name: str) -> float | None:
+        for sp in (*self._specialists.specialists, *self._shadow):
+            if sp.name == name:
+                m = getattr(sp, "manifest", None)
+                return m.threshold.target_precision if m is not None else None
+        return None
+
+
+_ENCODER = msgspec.json.Encoder()
+
+
+@functools.cache
+def _skipped(name: str, detail: str) -> Answer:
+    """A skipped rung's record (immutable, so one per rung and cause)."""
+    return stamped(abstain("skipped", detail), name, 0.0)
+
+
+def json_copy(value: Any, path: str) -> Any:
+    """`value` as plain JSON (a copy), or a ZcError naming the `$.path` of what cannot be written."""
+    try:
+        return msgspec.json.decode(_ENCODER.encode(value))
+    except (TypeError, ValueError, OverflowError, RecursionError, msgspec.MsgspecError) as exc:
+        where, why = _unencodable(value, path, exc)
+        raise StateError(f"{where}: cannot be written to the receipt as JSON ({why})", where) from None
+
+
+def _unencodable(value: Any, path: str, exc: Exception, depth: int = 0) -> tuple[str, str]:
+    """The deepest path under `value` that does not encode, and why."""
+    children = ()
+    if isinstance(value, Mapping):
+        children = [(f"{path}.{k}" if isinstance(k, str) else f"{path}[{k!r}]", v) for k, v in value.items()]
+    elif isinstance(value, (list, tuple)):
+        children = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+    if depth < 64:
+        for where, child in children:
+            try:
+                _ENCODER.encode(child)
+            except (TypeError, ValueError, OverflowError, RecursionError, msgspec.MsgspecError) as inner:
+                return _unencodable(child, where, inner, depth + 1)
+    if isinstance(exc, RecursionError):
+        return path, "nested too deeply"
+    return path, str(exc) or type(exc).__name__
+
+
+def load_specialists(spec: Any, policy: Policy | None) -> list[Any]:
+    """Specialists from directories or loaded objects (one, or a sequence), in order."""
+    if spec is None:
+        return []
+    items: Sequence[Any] = spec if isinstance(spec, (list, tuple)) else [spec]
+    out = []
+    for item in items:
+        if isinstance(item, (str, Path)):
+            from ..qroute import load_specialist
+
+            out.append(load_specialist(item, policy))
+        else:
+            out.append(item)
+    return out

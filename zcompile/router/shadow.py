@@ -1,0 +1,123 @@
+"""Shadow mode and demotion: specialists asked beside the ladder, and the live window of verified
+outcomes that demotes a promoted specialist whose precision bound falls below its target."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from ..receipts import Receipt
+from .rung import SPECIALIST, Step, ask, timed
+
+RECEIPT_ARGUMENTS = "arguments" in Receipt.__struct_fields__  # else the router writes `meta.arguments`
+
+
+def receipt_arguments(r: Receipt) -> Any:
+    """The arguments of the call a receipt recorded (None: a bare name, or not recorded)."""
+    return getattr(r, "arguments", None) if RECEIPT_ARGUMENTS else r.meta.get("arguments")
+
+
+def same_call(action: str | None, arguments: Any, other_action: str | None, other_arguments: Any) -> bool:
+    """Equal names, and equal arguments as JSON (key order ignored) when both give them."""
+    if action != other_action:
+        return False
+    if arguments is None or other_arguments is None:
+        return arguments is None and other_arguments is None
+    return msgspec.json.encode(arguments, order="sorted") == msgspec.json.encode(other_arguments, order="sorted")
+
+
+class _Ask:
+    """One shadow specialist as a rung."""
+
+    writes_text = False
+
+    def __init__(self, sp: Any) -> None:
+        self.sp, self.name = sp, sp.name
+
+    def answer(self, step: Step, timeout_s: float | None):
+        return ask(self.sp, step)
+
+
+def shadow_answers(specialists: Sequence[Any], step: Step, action: str | None, arguments: Any) -> list[dict]:
+    """What each shadow specialist would have done (`meta.shadow` of the receipt): its answer as a rung
+    record, its name, and whether it is the decision's own answer (`same`)."""
+    out = []
+    for sp in specialists:
+        ans = timed(_Ask(sp), SPECIALIST, step, None)
+        record = ans.to_dict()
+        del record["tier"]
+        record["specialist"] = sp.name
+        record["same"] = ans.answered and same_call(ans.action, ans.arguments, action, arguments)
+        out.append(record)
+    return out
+
+
+class Monitor:
+    """The demotion rule for promoted specialists, over live verified or teacher-labelled outcomes.
+
+    Each specialist keeps its last `window` judged answers. Once it has at least `min_outcomes`
+    (default: `window`), it is demoted when the one-sided (1 − alpha) Clopper–Pearson lower bound
+    of its precision over the window falls below the target precision of its manifest: the live
+    evidence no longer certifies what its threshold promised. A demoted specialist moves to the
+    shadow rung, where it keeps answering into receipts and never into decisions.
+
+    Args:
+        window: judged answers kept per specialist.
+        min_outcomes: judged answers needed before the rule applies.
+        alpha: 1 − the confidence of the bound.
+    """
+
+    def __init__(self, window: int = 300, min_outcomes: int | None = None, alpha: float = 0.05) -> None:
+        if window < 1:
+            raise ValueError("window must be at least 1")
+        self.window = window
+        self.min_outcomes = window if min_outcomes is None else min_outcomes
+        self.alpha = alpha
+        self._seen: dict[str, deque[bool]] = {}
+
+    def judge(self, receipt: Receipt, *, correct: bool | None = None, action: str | None = None,
+              arguments: Mapping[str, Any] | None = None) -> list[tuple[str, bool]]:
+        """(specialist, right) for each specialist answer the receipt holds, judged by the label
+        (`action`, `arguments`) or, without one, by `correct` (see `Router.record_outcome`)."""
+        if action is None and correct is None:
+            raise ValueError("record_outcome needs the label (action=…) or correct=True/False")
+        answers = []
+        args = receipt_arguments(receipt)
+        if receipt.tier == SPECIALIST and receipt.model:
+            answers.append((receipt.model, receipt.action, args, True))
+        for s in receipt.meta.get("shadow") or ():
+            if isinstance(s, Mapping) and s.get("outcome") == "answered":
+                answers.append((str(s.get("specialist")), s.get("action"), s.get("arguments"), bool(s.get("same"))))
+        out = []
+        for name, a, a_args, same in answers:
+            if action is not None:
+                label_args = dict(arguments) if arguments is not None else None
+                out.append((name, a == action if a_args is None else same_call(a, a_args, action, label_args)))
+            elif same:
+                out.append((name, bool(correct)))
+            elif correct:
+                out.append((name, False))
+        return out
+
+    def add(self, name: str, right: bool, target: float | None) -> str | None:
+        """Record one judged answer; why the specialist is to be demoted, or None."""
+        seen = self._seen.setdefault(name, deque(maxlen=self.window))
+        seen.append(right)
+        if target is None or len(seen) < self.min_outcomes:
+            return None
+        k, n, bound = self.figures(name)
+        if bound < target:
+            return (f"live precision {k}/{n}: one-sided {1 - self.alpha:.0%} Clopper–Pearson lower bound "
+                    f"{bound:.3f} < target {target:.3f}")
+        return None
+
+    def figures(self, name: str) -> tuple[int, int, float]:
+        """(right, judged, lower bound) over the specialist's window."""
+        from .. import stats
+
+        seen = self._seen.get(name, ())
+        k, n = sum(seen), len(seen)
+        return k, n, stats.lower_bound(k, n, self.alpha)

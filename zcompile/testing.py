@@ -1,0 +1,517 @@
+"""`zc test`: policy unit tests (`*.test.yaml` / `*.test.json`), their runner and rule coverage."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from . import ast as A
+from . import interp
+from .errors import ZcError, did_you_mean
+from .runtime import Policy
+
+VERSION = 1
+SUFFIXES = (".test.yaml", ".test.yml", ".test.json")
+
+
+# ---- the format ------------------------------------------------------------------------------
+class Call(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A proposed call: the action and its arguments."""
+
+    name: str
+    arguments: dict[str, Any] = {}
+
+
+class Case(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One test case: a state (and intent), then either the expected legal set or a call's verdict.
+
+    A legal-set case gives `legal` (the set of legal actions, order free) and optionally `fallback`
+    and `removed` (for each action listed, exactly the rules that remove it; `intent` for one
+    outside the intent's `allow`; actions not listed are not checked). A call case gives
+    `call` and `allowed`, and optionally `reasons` (every rule that blocks it, exactly; `schema` for
+    a signature mismatch).
+    """
+
+    name: str
+    state: dict[str, Any]
+    intent: str | None = None
+    legal: list[str] | None = None
+    fallback: bool | None = None
+    removed: dict[str, list[str]] | None = None
+    call: Call | None = None
+    allowed: bool | None = None
+    reasons: list[str] | None = None
+
+
+class Suite(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A test file: its format version, the policy it tests (default: the `.zc` of the same stem
+    beside it) and its cases."""
+
+    version: int
+    cases: list[Case]
+    policy: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedSuite:
+    """A validated test file: where it is, the policy it tests, its cases and their lines."""
+
+    path: Path
+    policy: Path
+    cases: tuple[Case, ...]
+    lines: tuple[int | None, ...]  # 1-based line of each case, when known
+
+
+# ---- reading ---------------------------------------------------------------------------------
+def _yaml_loader():
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        """YAML 1.2 scalars: only true/false are booleans (an enum member `no` stays a string), and
+        dates stay strings."""
+
+    drop = {"tag:yaml.org,2002:bool", "tag:yaml.org,2002:timestamp"}
+    Loader.yaml_implicit_resolvers = {
+        k: [(tag, rx) for tag, rx in v if tag not in drop]
+        for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    Loader.add_implicit_resolver("tag:yaml.org,2002:bool",
+                                 re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+    return Loader
+
+
+def _compose(text: str, name: str):
+    """(data, node tree) of a YAML (or JSON) document; ZcError with line:column otherwise."""
+    import yaml
+
+    loader = _yaml_loader()(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise ZcError(f"{name}: empty test file, expected a mapping with `version` and `cases`")
+        _no_duplicate_keys(node, name)
+        return loader.construct_document(node), node
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
+        raise ZcError(f"{where}: invalid YAML: {exc.problem or exc.context}") from None
+    except yaml.YAMLError as exc:
+        raise ZcError(f"{name}: invalid YAML: {exc}") from None
+    except RecursionError:
+        raise ZcError(f"{name}: the document is nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
+class _Refused(ZcError):
+    """A well-formed document this format refuses (duplicate keys, aliases)."""
+
+
+def _no_duplicate_keys(node, name: str) -> None:
+    """Refuse duplicate keys (YAML would keep the last silently) and aliases."""
+    import yaml
+
+    stack, seen_nodes = [node], set()
+    while stack:
+        n = stack.pop()
+        if id(n) in seen_nodes:  # an alias: expanded, a few could stand for billions of values
+            raise _Refused(f"{name}:{n.start_mark.line + 1}:{n.start_mark.column + 1}: "
+                           "YAML anchors and aliases (`&`, `*`) are not supported in test files")
+        seen_nodes.add(id(n))
+        if isinstance(n, yaml.MappingNode):
+            seen: set[str] = set()
+            for k, v in n.value:
+                if isinstance(k, yaml.ScalarNode) and k.value in seen:
+                    raise _Refused(f"{name}:{k.start_mark.line + 1}:{k.start_mark.column + 1}: "
+                                   f"duplicate key `{k.value}`")
+                if isinstance(k, yaml.ScalarNode):
+                    seen.add(k.value)
+                stack.append(v)
+        elif isinstance(n, yaml.SequenceNode):
+            stack.extend(n.value)
+
+
+def _locate(node, path: str) -> tuple[int, int] | None:
+    """The 1-based (line, column) of the node at a msgspec `$.a[0].b` path, as deep as it goes."""
+    import yaml
+
+    where = (node.start_mark.line + 1, node.start_mark.column + 1)
+    for key, index in re.findall(r"\.([^.\[]+)|\[(\d+)\]", path):
+        if key and isinstance(node, yaml.MappingNode):
+            hit = next(((k, v) for k, v in node.value if k.value == key), None)
+            if hit is None:
+                break
+            node = hit[1]
+            where = (hit[0].start_mark.line + 1, hit[0].start_mark.column + 1)
+        elif index and isinstance(node, yaml.SequenceNode) and int(index) < len(node.value):
+            node = node.value[int(index)]
+            where = (node.start_mark.line + 1, node.start_mark.column + 1)
+        else:
+            break
+    return where
+
+
+def _problem(path: Path, node, at: str, problem: str) -> ZcError:
+    where = _locate(node, at) if node is not None else None
+    loc = f"{path}:{where[0]}:{where[1]}" if where else str(path)
+    return ZcError(f"{loc}: {at}: {problem}")
+
+
+def load_suite(path: str | Path, text: str | None = None) -> LoadedSuite:
+    """Read (or take the `text` of) and validate a test file; ZcError naming the file, line and
+    `$.path` otherwise."""
+    p = Path(path)
+    if text is None:
+        try:
+            text = p.read_bytes().decode("utf-8")
+        except OSError as exc:
+            raise ZcError(f"{p}: cannot read test file: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise ZcError(f"{p}: test file is not UTF-8 text (byte {exc.start})") from None
+    if p.name.endswith(".json"):
+        try:
+            data = msgspec.json.decode(text.encode("utf-8"))
+        except msgspec.DecodeError as exc:
+            m = re.search(r"\(byte (\d+)\)", str(exc))
+            if m:
+                head = text.encode("utf-8")[: int(m.group(1))]
+                line, col = head.count(b"\n") + 1, len(head) - (head.rfind(b"\n") + 1) + 1
+                raise ZcError(f"{p}:{line}:{col}: invalid JSON: {str(exc).split(' (byte')[0]}") from None
+            raise ZcError(f"{p}: invalid JSON: {exc}") from None
+        except RecursionError:
+            raise ZcError(f"{p}: the document is nested too deeply") from None
+        try:  # JSON is (almost) YAML: the node tree gives line numbers to validation errors
+            node = _compose(text, str(p))[1]
+        except _Refused:  # a duplicate key: JSON decoding kept the last one silently
+            raise
+        except ZcError:
+            node = None
+    else:
+        data, node = _compose(text, str(p))
+    try:
+        suite = msgspec.convert(data, Suite)
+    except msgspec.ValidationError as exc:
+        msg, _, at = str(exc).rpartition(" - at `")
+        at = at.rstrip("`") if msg else "$"
+        raise _problem(p, node, at, (msg or str(exc))[0].lower() + (msg or str(exc))[1:]) from None
+    if suite.version != VERSION:
+        raise _problem(p, node, "$.version", f"unsupported test file version {suite.version} "
+                                             f"(this zc reads version {VERSION})")
+    names: set[str] = set()
+    for i, case in enumerate(suite.cases):
+        at = f"$.cases[{i}]"
+        if (case.legal is None) == (case.call is None):
+            raise _problem(p, node, at, "a case gives either `legal` (the expected legal set) or "
+                                        "`call` (a proposed call) and `allowed`")
+        if case.call is not None and case.allowed is None:
+            raise _problem(p, node, at + ".call", "a call case needs `allowed: true|false`")
+        for key, wrong in (("fallback", case.call is not None), ("removed", case.call is not None),
+                           ("allowed", case.legal is not None), ("reasons", case.legal is not None)):
+            if wrong and getattr(case, key) is not None:
+                kind = "call" if case.call is not None else "legal-set"
+                raise _problem(p, node, f"{at}.{key}", f"`{key}` does not belong in a {kind} case")
+        if case.name in names:
+            raise _problem(p, node, f"{at}.name", f"duplicate case name `{case.name}`")
+        names.add(case.name)
+    stem = p.name[: -len(next(s for s in SUFFIXES if p.name.endswith(s)))] \
+        if p.name.endswith(SUFFIXES) else p.stem
+    policy = (p.parent / suite.policy) if suite.policy else p.parent / f"{stem}.zc"
+    if not policy.exists():
+        raise _problem(p, node, "$.policy" if suite.policy else "$",
+                       f"policy `{policy}` not found" + ("" if suite.policy else
+                                                         " (name it with `policy:`)"))
+    lines = tuple(_locate(node, f"$.cases[{i}]")[0] if node is not None else None
+                  for i in range(len(suite.cases)))
+    return LoadedSuite(p, policy, tuple(suite.cases), lines)
+
+
+def suite_files(paths: Iterable[str | Path]) -> list[Path]:
+    """Expand directories to the test files inside them (sorted), and a policy to its own."""
+    out: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*") if f.name.endswith(SUFFIXES) and f.is_file())
+            if not found:
+                raise ZcError(f"{p}: no test files (`*.test.yaml`, `*.test.json`) in this directory")
+            out.extend(found)
+        elif p.is_file() and p.suffix == ".zc":  # a policy: the test files beside it
+            found = [p.with_name(p.stem + s) for s in SUFFIXES if p.with_name(p.stem + s).is_file()]
+            if not found:
+                raise ZcError(f"{p}: no test file beside this policy (`{p.stem}.test.yaml`)")
+            out.extend(found)
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise ZcError(f"{p}: no such file or directory")
+    return out
+
+
+# ---- running ---------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class CaseResult:
+    """The outcome of one case: passed, or the differences (and errors) that failed it."""
+
+    name: str
+    passed: bool
+    diff: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class Compiled:
+    """A policy compiled for testing: the runtime, the checked AST (for coverage) and its source."""
+
+    policy: Policy
+    checked: Any
+    path: Path
+
+
+def compile_policy(path: Path) -> Compiled:
+    """Compile a policy for its tests; ZcError (with its diagnostics) when it has errors."""
+    from .driver import check_source, read_source
+    from .lower import lower
+
+    source = read_source(path)
+    checked = check_source(source)
+    return Compiled(Policy(lower(checked, source)), checked, path)
+
+
+def _names_problem(policy: Policy, names: Iterable[str], what: str) -> list[str]:
+    out = []
+    for n in names:
+        if n not in policy.actions:
+            hint = did_you_mean(n, policy.actions)
+            out.append(f"unknown action `{n}` in {what}" + (f" ({hint})" if hint else ""))
+    return out
+
+
+def _why(reasons) -> str:
+    return "; ".join(f"`{r.rule}`: {r.message}" for r in reasons) or "no reason"
+
+
+def run_case(compiled: Compiled, case: Case) -> CaseResult:
+    """Run one case against a compiled policy."""
+    policy = compiled.policy
+    t0 = time.perf_counter()
+    flat = _flat_keys(case.state, set(compiled.checked.fields))
+    if flat:
+        return CaseResult(case.name, False, tuple(flat), time.perf_counter() - t0)
+    try:
+        diff = _legal_diff(policy, case) if case.legal is not None else _call_diff(policy, case)
+    except ZcError as exc:  # an invalid state, an unknown intent or action: the case is wrong
+        diff = [f"error: {exc}"]
+    return CaseResult(case.name, not diff, tuple(diff), time.perf_counter() - t0)
+
+
+def _flat_keys(state: Mapping[str, Any], fields: set[str], prefix: str = "") -> list[str]:
+    """A state key written flat (`"user.role": …`) would be ignored: say how to nest it."""
+    out = []
+    for key, value in state.items():
+        path = prefix + key
+        if "." in key and path in fields:
+            parts = key.split(".")
+            nested = ": {".join(parts) + ": …" + "}" * (len(parts) - 1)
+            out.append(f"error: state key `{path}` is written flat: dotted fields are nested "
+                       f"objects (`{nested}`)")
+        elif isinstance(value, Mapping):
+            out.extend(_flat_keys(value, fields, path + "."))
+    return out
+
+
+def _legal_diff(policy: Policy, case: Case) -> list[str]:
+    bad = _names_problem(policy, case.legal, "`legal`") + \
+        _names_problem(policy, (case.removed or {}), "`removed`")
+    if bad:
+        return bad
+    got = policy.legal(case.state, case.intent)
+    removed = got.removed
+    diff = []
+    for a in policy.actions:  # declaration order
+        want_in, got_in = a in case.legal, a in got.actions
+        if want_in and not got_in:
+            diff.append(f"- {a}: expected legal, but removed: {_why(removed.get(a, ()))}")
+        elif got_in and not want_in:
+            diff.append(f"+ {a}: legal, but expected removed")
+    if case.fallback is not None and got.fallback != case.fallback:
+        diff.append(f"fallback: expected {str(case.fallback).lower()}, got {str(got.fallback).lower()}")
+    if case.removed is not None:
+        for a in (a for a in policy.actions if a in case.removed):
+            want = sorted(case.removed[a])
+            have = sorted(r.rule for r in removed.get(a, ()))
+            if want != have:
+                diff.append(f"removed {a}: expected rules {_list(want)}, got {_list(have)}"
+                            + (f" ({_why(removed[a])})" if a in removed else ""))
+    return diff
+
+
+def _call_diff(policy: Policy, case: Case) -> list[str]:
+    call = case.call
+    bad = _names_problem(policy, [call.name], "`call.name`")
+    if bad:
+        return bad
+    verdict = policy.check(case.state, call.name, call.arguments, case.intent)
+    diff = []
+    if verdict.allowed != case.allowed:
+        diff.append(f"{call.name}: expected {'allowed' if case.allowed else 'blocked'}, got "
+                    + ("allowed" if verdict.allowed else f"blocked: {_why(verdict.reasons)}"))
+    if case.reasons is not None:
+        have = sorted(r.rule for r in verdict.reasons)
+        if sorted(case.reasons) != have:
+            diff.append(f"reasons: expected {_list(sorted(case.reasons))}, got {_list(have)}"
+                        + (f" ({_why(verdict.reasons)})" if verdict.reasons else ""))
+    return diff
+
+
+def _list(names: list[str]) -> str:
+    return "[" + ", ".join(names) + "]"
+
+
+# ---- coverage --------------------------------------------------------------------------------
+@dataclass(slots=True)
+class Coverage:
+    """What the cases of one policy exercised: per rule, whether it removed and kept an action;
+    per condition leaf (a comparison, a bare boolean, `a in history` of `after`), its outcomes."""
+
+    compiled: Compiled
+    rules: dict[str, set[bool]] = field(default_factory=dict)  # rule -> {removed?} seen
+    leaves: dict[tuple[str, int], set[Any]] = field(default_factory=dict)  # (rule, i) -> values
+
+    def add(self, case: Case) -> None:
+        """Record the rules and leaves one case exercises (a case whose state is invalid adds none)."""
+        checked = self.compiled.checked
+        try:
+            self.compiled.policy.legal(case.state, case.intent)
+        except ZcError:
+            return
+        state = _flat(checked, case.state)
+        if case.call is not None:
+            if case.call.name not in checked.costs:
+                return
+            judged = [(case.call.name, interp.typed_args(checked.params.get(case.call.name),
+                                                         case.call.arguments)[0])]
+        else:
+            judged = [(a.name.text, None) for a in checked.actions]
+        for rule in checked.policy.rules:
+            reads_args = interp.reads_args(rule)
+            for action, args in judged:
+                if action not in checked.targets[rule.name.text] or (reads_args and args is None):
+                    continue
+                cost = checked.costs[action]
+                keeps = interp.keeps(rule, state, action, cost, args)
+                self.rules.setdefault(rule.name.text, set()).add(not keeps)
+                for i, leaf in enumerate(_leaves(rule)):
+                    value = (leaf.text in (state.get("history") or ())) if isinstance(leaf, A.Ident) \
+                        else interp.evaluate(leaf, state, action, cost, args)
+                    self.leaves.setdefault((rule.name.text, i), set()).add(value)
+
+    def gaps(self) -> list[str]:
+        """One line per rule outcome and leaf outcome that no case exercised, in source order."""
+        out = []
+        for rule in self.compiled.checked.policy.rules:
+            name = rule.name.text
+            seen = self.rules.get(name, set())
+            where = rule.span.location() if rule.span else name
+            if True not in seen:
+                out.append(f"{where}: rule `{name}` never removed an action")
+            if False not in seen:
+                out.append(f"{where}: rule `{name}` never kept an action")
+            for i, leaf in enumerate(_leaves(rule)):
+                values = self.leaves.get((name, i), set())
+                missing = [w for w, v in (("true", True), ("false", False)) if v not in values]
+                if missing:
+                    text = f"{leaf.text} in history" if isinstance(leaf, A.Ident) else leaf.span.text
+                    loc = leaf.span.location() if leaf.span else where
+                    out.append(f"{loc}: `{text}` in rule `{name}` was never {' or '.join(missing)}")
+        return out
+
+    def totals(self) -> tuple[int, int]:
+        """(outcomes exercised, outcomes there are): two per rule and two per leaf."""
+        have = total = 0
+        for rule in self.compiled.checked.policy.rules:
+            name = rule.name.text
+            have += len(self.rules.get(name, set()) & {True, False})
+            total += 2
+            for i, _ in enumerate(_leaves(rule)):
+                have += len(self.leaves.get((name, i), set()) & {True, False})
+                total += 2
+        return have, total
+
+
+def _leaves(rule: A.RuleDecl) -> list:
+    """The atomic conditions of a rule: every maximal sub-expression that is not and/or/not."""
+    if rule.kind == "after":
+        return list(rule.after)
+    out, stack = [], [rule.cond]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, (A.And, A.Or)):
+            stack.extend(reversed(e.operands))
+        elif isinstance(e, A.Not):
+            stack.append(e.operand)
+        else:
+            out.append(e)
+    return out
+
+
+def _flat(checked, state: Mapping[str, Any]) -> dict[str, Any]:
+    """The interpreter's reading of a state: field path -> value (defaults applied, None absent)."""
+    out = {}
+    for path, info in checked.fields.items():
+        node: Any = state
+        for part in path.split("."):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if node is None:
+            node = info.default if info.has_default else None
+        if info.kind == "set" and node is not None:
+            node = frozenset(node)
+        out[path] = node
+    return out
+
+
+@dataclass(slots=True)
+class SuiteRun:
+    """One test file run: its cases' results, or the error that stopped it (bad file or policy)."""
+
+    path: Path
+    results: list[CaseResult] = field(default_factory=list)
+    lines: tuple[int | None, ...] = ()
+    error: ZcError | None = None
+    coverage: Coverage | None = None
+
+
+def run_suites(files: Iterable[Path], coverage: bool = False) -> list[SuiteRun]:
+    """Run every case of every test file; a file or policy that fails to load is one error."""
+    compiled: dict[Path, Compiled | ZcError] = {}
+    covers: dict[Path, Coverage] = {}
+    runs = []
+    for f in files:
+        run = SuiteRun(f)
+        runs.append(run)
+        try:
+            suite = load_suite(f)
+        except ZcError as exc:
+            run.error = exc
+            continue
+        key = suite.policy.resolve()
+        if key not in compiled:
+            try:
+                compiled[key] = compile_policy(suite.policy)
+            except ZcError as exc:
+                compiled[key] = exc
+        target = compiled[key]
+        if isinstance(target, ZcError):
+            run.error = target
+            continue
+        run.lines = suite.lines
+        run.results = [run_case(target, c) for c in suite.cases]
+        if coverage:
+            run.coverage = covers.setdefault(key, Coverage(target))
+            for c in suite.cases:
+                run.coverage.add(c)
+    return runs
