@@ -15,8 +15,8 @@ from click.testing import CliRunner
 import zcompile
 from zcompile import ZcError
 from zcompile.cli import main
-from zcompile.receipts import (ReadStats, Receipt, ReceiptError, ReceiptWriter, default_extract,
-                               import_chat, load_extractor, read, write_file)
+from zcompile.receipts import (EXTRACT_VERSION, SHAPES, ReadStats, Receipt, ReceiptError, ReceiptWriter,
+                               default_extract, import_chat, load_extractor, read, write_file)
 
 ROOT = Path(__file__).parents[1]
 AIRLINE = ROOT / "policies" / "airline_chat.zc"
@@ -142,7 +142,7 @@ def test_crash_mid_append_then_a_new_writer_loses_nothing(tmp_path):
         w.append(receipt(4))
     stats = ReadStats()
     assert [r.id for r in read(path, skip_invalid=True, stats=stats)] == ["r0", "r1", "r2", "r4"]
-    assert stats.skipped == 1 and stats.problems[0].startswith(f"{path}:4: $: invalid JSON")
+    assert stats.skipped == 1 and stats.problems[0].startswith(f"{path}:4: $: torn line (a writer stopped")
 
 
 def test_truncated_gzip_is_an_error(tmp_path):
@@ -169,7 +169,10 @@ def test_truncated_gzip_is_an_error(tmp_path):
      "$.latency_ms: expected `float` >= 0"),
     ('{"id": "a", "task": "t", "state": {}, "tier": "x", "verified": "yes"}',
      "$.verified: expected `bool | null`, got `str`"),
-    ('{"id": "a", "task": "t", "state": {}, "tier": "x", "extra": 1}', "$.extra: unknown field"),
+    ('{"id": "a", "task": "t", "state": {}, "tier": "x", "version": "1"}', "$.version: expected `str` matching"),
+    ('{"version": "2.0", "id": "a", "task": "t", "state": {}, "tier": "x"}',
+     "$.version: receipt format 2.0 is newer than this zc reads (1.x): upgrade zcompile"),
+    ('{"version": "9.3", "id": 5, "shape": "new"}', "$.version: receipt format 9.3 is newer than this zc reads"),
     ('["not", "an", "object"]', "$: expected `object`, got `array`"),
     ('{"id": "a",, }', "$: invalid JSON"),
 ])
@@ -314,27 +317,33 @@ CONVERSATION = {
 }
 
 
+NO_SHAPES = {"mentioned": dict.fromkeys(SHAPES, False), "reused": dict.fromkeys(SHAPES, False)}
+
+
 def test_default_extract_every_field():
     msgs = CONVERSATION["messages"]
     assert default_extract(msgs, 2, CONVERSATION) == {
         "prev": {"role": "user"},
-        "last": {"tool_error": False, "user_text": "I want to cancel."},
+        "last": {"tool_error": False, "user_text": "I want to cancel."}, "recent": {}, **NO_SHAPES,
         "turn": 0, "user_turns": 1, "tool_calls": 0, "history": []}
     assert default_extract(msgs, 6, CONVERSATION) == {
         "prev": {"role": "tool"},
-        "last": {"tool": "get_user_details", "tool_error": True, "user_text": "mia_1",
+        "last": {"tool": "get_user_details", "tool_error": True, "user_text": "mia_1", "result": "error",
                  "tool_text": "Error: user not found", "assistant_text": "Your user id?"},
+        "recent": {"action1": "get_user_details", "action2": "respond"}, **NO_SHAPES,
         "turn": 2, "user_turns": 2, "tool_calls": 1, "history": ["get_user_details"]}
     assert default_extract(msgs, 10, CONVERSATION) == {
         "prev": {"role": "tool"},
-        "last": {"tool": "get_reservation_details", "tool_error": True, "user_text": "mia_1",
+        "last": {"tool": "get_reservation_details", "tool_error": True, "user_text": "mia_1", "result": "error",
                  "tool_text": "{\"error\": \"x\"}", "assistant_text": "Your user id?"},
+        "recent": {"action1": "get_reservation_details", "action2": "get_user_details"}, **NO_SHAPES,
         "turn": 4, "user_turns": 2, "tool_calls": 3,
         "history": ["get_user_details", "get_reservation_details"]}
     assert default_extract(msgs, 14, CONVERSATION) == {
         "prev": {"role": "tool"},
-        "last": {"tool": "cancel_reservation", "tool_error": False, "user_text": "yes",
+        "last": {"tool": "cancel_reservation", "tool_error": False, "user_text": "yes", "result": "text",
                  "tool_text": "z" * 2000, "assistant_text": "Cancel ABC, yes?"},
+        "recent": {"action1": "cancel_reservation", "action2": "respond"}, **NO_SHAPES,
         "turn": 6, "user_turns": 3, "tool_calls": 4,
         "history": ["get_user_details", "get_reservation_details", "cancel_reservation"]}
 
@@ -379,7 +388,8 @@ def test_import_chat_receipts(tmp_path, airline):
     first = rs[0]
     assert first.id == "conv-1:2" and first.task == "airline-9" and first.tier == "remote"
     assert first.ts is None and first.model == "gpt-4o" and first.verified is True and first.gold is None
-    assert first.meta == {"conversation": "conv-1", "trial": 2, "reward": 1.0, "turn": 2}
+    assert first.meta == {"conversation": "conv-1", "trial": 2, "reward": 1.0, "turn": 2,
+                          "extractor": f"zcompile.receipts:default_extract@{EXTRACT_VERSION}"}
     assert first.policy == airline.sha256
     assert first.legal == airline.legal(first.state).actions
     assert first.state == default_extract(CONVERSATION["messages"], 2, CONVERSATION)

@@ -383,9 +383,15 @@ def receipts_check_cmd(paths: tuple[str, ...], policy_path: str | None, skip_inv
         _fail(exc)
     for problem in stats.problems:
         click.echo(problem, err=True)
-    if stats.skipped > len(stats.problems):
-        click.echo(f"... and {stats.skipped - len(stats.problems)} more problems "
+    foreign = sum(stats.foreign.values())
+    listed = stats.skipped - foreign + len(stats.foreign)  # a foreign policy's receipts are listed once
+    if listed > len(stats.problems):
+        click.echo(f"... and {listed - len(stats.problems)} more problems "
                    f"(the first {PROBLEMS_KEPT} are shown)", err=True)
+    if foreign:
+        click.echo(f"{foreign} receipt{'' if foreign == 1 else 's'} written for another policy "
+                   f"({len(stats.foreign)} identit{'y' if len(stats.foreign) == 1 else 'ies'}) do not match "
+                   f"`{policy.name}`: check them against the policy they were written for", err=True)
     click.echo(f"files: {stats.files}")
     click.echo(f"receipts: {stats.read} (valid {stats.valid}, skipped {stats.skipped})")
     click.echo(_count_line("tiers", tiers))
@@ -409,7 +415,7 @@ def receipts_check_cmd(paths: tuple[str, ...], policy_path: str | None, skip_inv
 @click.option("--policy", "policy_path", default=None, metavar="ARTIFACT",
               help="Validate states and actions against this policy and record legal sets (.zcp or .zc).")
 @click.option("--extract", "extract_spec", default=None, metavar="MODULE:FUNCTION",
-              help="State extractor to use instead of zcompile.receipts.default_extract.")
+              help="State extractor to use instead of zcompile.receipts.default_extract (docs/receipts.md).")
 def receipts_import_cmd(src: str, fmt: str, answers: str | None, out: str, policy_path: str | None,
                         extract_spec: str | None) -> None:
     """Convert a chat log into receipts, one per assistant message, or function-calling questions,
@@ -428,6 +434,7 @@ def receipts_import_cmd(src: str, fmt: str, answers: str | None, out: str, polic
     actions: Counter = Counter()
     removed: Counter = Counter()  # rule -> logged actions it removes
     outside = 0  # logged actions outside the legal set
+    calls = malformed = misfit = 0  # tool calls; with arguments kept as unknown; refused by the signature
     conversations: set[str] = set()
     try:
         policy = _load_policy(policy_path) if policy_path else None
@@ -436,7 +443,7 @@ def receipts_import_cmd(src: str, fmt: str, answers: str | None, out: str, polic
         _fail(exc)
 
     def counted():
-        nonlocal outside
+        nonlocal outside, calls, malformed, misfit
         for r in import_chat(src, extract=extract, policy=policy):
             actions[r.action] += 1
             conversations.add(r.meta.get("conversation", r.task))
@@ -444,6 +451,12 @@ def receipts_import_cmd(src: str, fmt: str, answers: str | None, out: str, polic
                 for reason in policy.legal(r.state, r.intent).removed.get(r.action, ()):
                     removed[reason.rule] += 1
                 outside += 1
+            if r.arguments is not None or "arguments_error" in r.meta:
+                calls += 1
+                malformed += "arguments_error" in r.meta
+                if policy is not None and r.arguments is not None:
+                    verdict = policy.check(r.state, r.action, r.arguments, r.intent)
+                    misfit += any(x.kind == "schema" for x in verdict.reasons)
             yield r
 
     n = _write_receipts(out, counted())
@@ -451,10 +464,16 @@ def receipts_import_cmd(src: str, fmt: str, answers: str | None, out: str, polic
     click.echo(f"imported {c} conversation{'' if c == 1 else 's'} from {src} -> "
                f"{n} receipt{'' if n == 1 else 's'} in {out}")
     click.echo(_count_line("actions", actions))
+    if malformed:
+        click.echo(f"tool calls with malformed arguments: {malformed} of {calls} (kept without arguments; "
+                   "meta.arguments_error says why)")
     if policy is not None:
         line = f"policy {policy.name}: {outside} of {n} logged actions are outside the legal set"
         click.echo(line + (" (" + ", ".join(f"{k} {v}" for k, v in removed.most_common()) + ")"
                            if removed else ""))
+        if misfit:
+            click.echo(f"policy {policy.name}: the arguments of {misfit} of {calls} tool calls do not fit "
+                       "the action's signature")
 
 
 def _import_bfcl(src: str, answers: str | None, out: str, policy_path: str | None,

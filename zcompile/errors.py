@@ -65,3 +65,48 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
     """A help text proposing the closest candidate, if any is close."""
     match = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
     return f"did you mean `{match[0]}`?" if match else None
+
+
+@dataclass(frozen=True, slots=True)
+class JsonProblem:
+    """A msgspec error as `$.path: problem`: the one translation every decoder uses.
+
+    `kind` is "missing" or "unknown" (a required or an undeclared field; `field` names it and
+    `path` ends with it), "json" (not valid JSON), "truncated" (the input ends mid-value), "depth"
+    (nested deeper than the decoder's recursion limit) or "invalid" (any other validation failure).
+    """
+
+    path: str
+    problem: str
+    kind: str
+    field: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.problem}"
+
+
+def json_problem(exc: Exception) -> JsonProblem:
+    """Translate a msgspec DecodeError or ValidationError (message `Problem - at `$.path``), or
+    the RecursionError msgspec raises for JSON nested about 1,000 levels deep."""
+    import re
+
+    import msgspec
+
+    text = str(exc)
+    if isinstance(exc, RecursionError):
+        return JsonProblem("$", "invalid JSON: nested too deeply (arrays and objects inside each other "
+                           "beyond the decoder's limit of about 1,000 levels)", "depth")
+    if not isinstance(exc, msgspec.ValidationError):
+        if "truncated" in text:
+            return JsonProblem("$", "invalid JSON: the input ends before the JSON value is complete", "truncated")
+        return JsonProblem("$", f"invalid JSON: {text.removeprefix('JSON is malformed: ')}", "json")
+    msg, sep, where = text.rpartition(" - at `")
+    path = where.rstrip("`") if sep else "$"
+    msg = msg if sep else text
+    if m := re.fullmatch(r"key` in `(.*)", path):  # a non-string key of an object
+        return JsonProblem(m.group(1), "object keys must be strings", "invalid")
+    if m := re.fullmatch(r"Object missing required field `(.*)`", msg):
+        return JsonProblem(f"{path}.{m.group(1)}", "required field is missing", "missing", m.group(1))
+    if m := re.fullmatch(r"Object contains unknown field `(.*)`", msg):
+        return JsonProblem(f"{path}.{m.group(1)}", "unknown field", "unknown", m.group(1))
+    return JsonProblem(path, (msg[:1].lower() + msg[1:]) or "invalid value", "invalid")

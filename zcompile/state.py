@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from . import ir
-from .errors import ZcError
+from .errors import ZcError, json_problem
 
 
 class StateError(ZcError):
@@ -89,19 +89,13 @@ class Schema:
         try:
             return msgspec.convert(obj, self.type, strict=True)
         except msgspec.ValidationError as exc:
-            raise self._error(str(exc)) from None
+            raise self._error(exc) from None
         except RecursionError:  # a Python object nested past the interpreter's limit
             raise StateError("$: state nested too deeply") from None
 
-    def _error(self, text: str) -> StateError:
-        msg, sep, where = text.rpartition(" - at `")
-        if not sep:
-            msg, where = text, "$`"
-        path = where.rstrip("`")
-        msg = msg[0].lower() + msg[1:] if msg else "invalid value"
-        key = re.match(r"key` in `(.*)", path)
-        if key:
-            path, msg = key.group(1), "object keys must be strings"
+    def _error(self, exc: msgspec.ValidationError) -> StateError:
+        p = json_problem(exc)
+        path, msg = p.path, p.problem
         if re.match(r"expected `float` [<>]=", msg):
             msg = "expected a finite number (NaN and infinity are refused)"
         elif re.match(r"expected `int` [<>]=", msg):
@@ -115,13 +109,7 @@ class Schema:
             shown = "|".join(allowed[:12]) + ("|…" if len(allowed) > 12 else "")
             value = bad.group(1).strip("'")
             msg = f"expected one of {shown}, got {msgspec.json.encode(value).decode()}"
-        m = re.match(r"object missing required field `(.*)`", msg)
-        if m:
-            path = f"{path}.{m.group(1)}"
-            msg = "required field is missing"
-        m = re.match(r"object contains unknown field `(.*)`", msg)
-        if m:
-            path = f"{path}.{m.group(1)}"
+        if p.kind == "unknown":
             msg = "unknown field (the policy's state schema does not declare it)"
         msg = msg.replace(" | null`", "`")
         return StateError(f"{path}: {msg}", path)

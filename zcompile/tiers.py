@@ -19,7 +19,7 @@ import httpcore
 import httpx
 import msgspec
 
-from .errors import ZcError, did_you_mean
+from .errors import ZcError, did_you_mean, json_problem
 
 __all__ = ["MODES", "OpenAITier", "Tier", "TierAnswer", "TierConfig", "load_tiers", "render_state",
            "tool_names"]
@@ -595,26 +595,18 @@ class TierConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     extra_body: dict[str, Any] | None = None
 
 
-_UNKNOWN = re.compile(r"Object contains unknown field `(.*)`")
-_MISSING = re.compile(r"Object missing required field `(.*)`")
-_AT = re.compile(r"^(.*?)(?: - at `\$((?:\.\w+|\[[^\]]*\])*)`)?$", re.S)
-
-
 def _config_error(file: str, where: str, table: dict, exc: msgspec.ValidationError) -> ZcError:
-    text = str(exc)
-    if m := _UNKNOWN.fullmatch(text.split(" - at ")[0]):
+    p = json_problem(exc)
+    if p.kind == "unknown":
         fields = msgspec.structs.fields(TierConfig)
         unset = [f.name for f in fields if f.name not in table]
         required = [f.name for f in fields if f.required and f.name not in table]  # those first
-        hint = did_you_mean(m.group(1), required) or did_you_mean(m.group(1), unset)
-        return ZcError(f'{file}: {where} unknown key "{m.group(1)}"' + (f" ({hint})" if hint else ""))
-    if m := _MISSING.fullmatch(text.split(" - at ")[0]):
-        return ZcError(f'{file}: {where} missing key "{m.group(1)}"')
-    m = _AT.match(text)
-    problem, path = m.group(1), (m.group(2) or "")
-    key = path.lstrip(".").split(".")[0].split("[")[0]
-    problem = problem[:1].lower() + problem[1:]
-    return ZcError(f'{file}: {where} key "{key}": {problem}' if key else f"{file}: {where} {problem}")
+        hint = did_you_mean(p.field, required) or did_you_mean(p.field, unset)
+        return ZcError(f'{file}: {where} unknown key "{p.field}"' + (f" ({hint})" if hint else ""))
+    if p.kind == "missing":
+        return ZcError(f'{file}: {where} missing key "{p.field}"')
+    key = p.path.removeprefix("$").lstrip(".").split(".")[0].split("[")[0]
+    return ZcError(f'{file}: {where} key "{key}": {p.problem}' if key else f"{file}: {where} {p.problem}")
 
 
 def load_tiers(path: str | os.PathLike) -> dict[str, OpenAITier]:
