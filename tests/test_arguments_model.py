@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from isolation import modules_after
 
+from zcompile.receipts.candidates import extract_candidates
 from zcompile.qroute.arguments import (
     ArgumentModel,
     ArgumentModelSpec,
@@ -18,7 +19,6 @@ from zcompile.qroute.arguments import (
     Candidate,
     _rows,
     call_examples,
-    extract_candidates,
     normalize,
     shape,
 )
@@ -241,5 +241,5 @@ def test_fit_rejects_unusable_input():
 
 
 def test_decision_time_needs_no_scikit_learn():
-    loaded = modules_after("from zcompile.qroute.arguments import ArgumentScorer, extract_candidates")
+    loaded = modules_after("from zcompile.qroute.arguments import ArgumentScorer; from zcompile.receipts.candidates import extract_candidates")
     assert not any(m == "sklearn" or m.startswith("sklearn.") for m in loaded)

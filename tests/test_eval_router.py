@@ -36,7 +36,7 @@ class Rule:
                   threshold=NS(tau=0.5, target_precision=0.95), gate=NS(promoted=False),
                   splits=NS(train=NS(tasks=()), calibration=NS(tasks=()), test=NS(tasks=())))
 
-    def decide(self, state, legal):
+    def decide(self, state, legal, candidates=None):
         prev = (state.get("prev") or {}).get("role")
         last = (state.get("last") or {}).get("tool")
         if prev == "user" and "get_user_details" in legal and state.get("tool_calls", 0) == 0:

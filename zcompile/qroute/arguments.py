@@ -1,9 +1,7 @@
-"""Call arguments: candidates seen before a decision, and a model that picks each argument's value or abstains.
+"""The argument model: which of the candidates seen before a decision each argument of a call takes, or abstain.
 
-`extract_candidates(messages)` turns the conversation before a decision (OpenAI chat format, system
-prompt excluded) into a bounded list of typed `Candidate` values: spans of user messages, scalar
-leaves of tool outputs (with their JSON key) and arguments of earlier calls (with their name).
-`ArgumentModel` learns, from teacher calls, which candidate each argument of an action takes;
+Candidates (`Candidate`, `extract_candidates`) live in `zcompile.receipts.candidates`: receipts
+store them and the gateway computes them. `ArgumentModel` learns, from teacher calls, which candidate each argument of an action takes;
 `ArgumentModel.spec()` exports its parameters as plain data (`ArgumentModelSpec`) and
 `ArgumentScorer(spec).propose(action, params, candidates)` answers at decision time with numpy only.
 """
@@ -16,187 +14,23 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 import numpy as np
 
-SPEC_VERSION = 1
-Scalar = str | int | float | bool
-Source = Literal["user", "tool", "call", "constant"]
+from ..receipts.candidates import Candidate, Scalar, normalize
 
-LIMIT = 256  # candidates kept per decision (the most recent)
-MAX_CHARS = 200_000  # characters of one message read (a longer one is cut)
-MAX_DEPTH = 32  # JSON nesting followed in a tool output or call
-MAX_LEAVES = 2_000  # scalar leaves read from one tool output or call
-MAX_VALUE_CHARS = 100  # longer strings are not candidates (free text, not a value to copy)
+SPEC_VERSION = 1
+
 MAX_CONSTANTS = 8  # training values offered per argument as `constant` candidates
 MIN_CONSTANT_GROUPS = 2  # ... when seen in at least this many groups (conversations or tasks)
 MIN_CONSTANT_SHARE = 0.1  # ... and in at least this share of the argument's training values
 
-# user spans: emails, then identifier-like runs of letters/digits joined by `_`, `-` or `.` (this
-# covers words, numbers, decimals, ISO dates, ids such as `mia_li_3668`, `8JX2WO`, `HAT069`)
-_SPAN = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|[A-Za-z0-9]+(?:[_.\-][A-Za-z0-9]+)*")
 _INT = re.compile(r"0|[1-9][0-9]{0,17}")
 _FLOAT = re.compile(r"(?:0|[1-9][0-9]{0,17})\.[0-9]{1,12}")
 _SEGMENT = re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9]")
 _KEY_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
-
-
-class Candidate(msgspec.Struct, frozen=True, array_like=True):
-    """A value available at decision time. Encoded as a JSON array `[value, source, key, age, count]`."""
-
-    value: Scalar
-    source: Source  # user: a span of a user message; tool: a leaf of a tool output; call: an
-    # argument of an earlier call; constant: a value often seen for this argument in training
-    key: str = ""  # the JSON key of a tool output leaf; `action.argument` of a call argument (the
-    # leaf's own key inside a nested argument); "" for user spans and non-JSON text
-    age: int = 0  # messages ago it was last seen (1: the last message; 0: not from the conversation)
-    count: int = 1  # times seen
-
-
-def normalize(value: Any) -> str:
-    """A value's canonical JSON: keys sorted, integral floats as integers (1 == 1.0), bool kept apart."""
-    if isinstance(value, (str, int, float)):
-        return _normalize_scalar(value)
-    return json.dumps(_canonical(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-@lru_cache(maxsize=8192, typed=True)  # typed: True, 1 and 1.0 are cached apart
-def _normalize_scalar(value: Scalar) -> str:
-    return json.dumps(_canonical(value), ensure_ascii=False)
-
-
-def _canonical(value: Any) -> Any:
-    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
-        return value
-    if isinstance(value, float):
-        return int(value) if value.is_integer() and abs(value) < 2**63 else value
-    if isinstance(value, Mapping):
-        return {str(k): _canonical(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_canonical(v) for v in value]
-    raise TypeError(f"not a JSON value: {type(value).__name__}")
-
-
-# ---------------------------------------------------------------------------------------------
-# candidates
-
-
-def extract_candidates(messages: Sequence[Mapping[str, Any]], limit: int = LIMIT) -> list[Candidate]:
-    """The typed values a call's arguments may copy, from the conversation before the decision.
-
-    Reads messages newest first; a value is one candidate per (value, source, key) with the age of
-    its latest sighting and its count over the whole conversation. Deterministic, linear in the
-    size of the messages (each read up to `MAX_CHARS`, `MAX_LEAVES` leaves, `MAX_DEPTH` levels),
-    and at most `limit` candidates, the most recent kept, ordered by age then first sighting.
-    System (and developer) messages and assistant text are skipped.
-
-    Args:
-        messages: OpenAI chat messages (`role`, `content`, `tool_calls`), oldest first.
-        limit: the most candidates returned.
-    """
-    seen: dict[tuple[str, str, str], list[Any]] = {}  # (normalized, source, key) -> [value, age, count]
-    total = len(messages)
-    for i in range(total - 1, -1, -1):
-        m = messages[i]
-        if not isinstance(m, Mapping):
-            continue
-        age = total - i
-        role = m.get("role")
-        if role == "user":
-            found = [(v, "user", "") for v in _spans(_text(m.get("content")))]
-        elif role == "tool":
-            found = [(v, "tool", k) for k, v in _tool_leaves(_text(m.get("content")))]
-        elif role == "assistant":
-            found = [(v, "call", k) for k, v in _call_leaves(m.get("tool_calls"))]
-        else:
-            continue
-        for value, source, key in found:
-            ident = (normalize(value), source, key)
-            hit = seen.get(ident)
-            if hit is not None:
-                hit[2] += 1
-            elif len(seen) < limit:
-                seen[ident] = [value, age, 1]
-    # insertion order is newest first already; the sort only makes ties explicit
-    out = [Candidate(v, s, k, a, c) for (_, s, k), (v, a, c) in seen.items()]
-    return sorted(out, key=lambda c: c.age)
-
-
-def _text(content: Any) -> str:
-    """A message's text: a string, or the text parts of a content list; cut at `MAX_CHARS`."""
-    if isinstance(content, str):
-        return content[:MAX_CHARS]
-    if isinstance(content, list):
-        parts = [p.get("text") for p in content if isinstance(p, Mapping)]
-        return "\n".join(p for p in parts if isinstance(p, str))[:MAX_CHARS]
-    return ""
-
-
-def _spans(text: str) -> list[Scalar]:
-    """Emails and identifier-like spans of a text, digits typed as numbers."""
-    out: list[Scalar] = []
-    for span in _SPAN.findall(text):
-        if len(span) > MAX_VALUE_CHARS:
-            continue
-        if _INT.fullmatch(span):
-            out.append(int(span))
-        elif _FLOAT.fullmatch(span):
-            out.append(float(span))
-        else:
-            out.append(span)
-    return out
-
-
-def _tool_leaves(text: str) -> list[tuple[str, Scalar]]:
-    """Scalar leaves of a JSON tool output with their keys; a non-JSON output gives its spans."""
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        return [("", v) for v in _spans(text)]
-    return _leaves(data, "")
-
-
-def _call_leaves(calls: Any) -> list[tuple[str, Scalar]]:
-    """Scalar leaves of the arguments of an assistant message's tool calls, keyed `action.argument`."""
-    out: list[tuple[str, Scalar]] = []
-    if not isinstance(calls, list):
-        return out
-    for call in calls:
-        fn = call.get("function") if isinstance(call, Mapping) else None
-        args = fn.get("arguments") if isinstance(fn, Mapping) else None
-        if isinstance(args, str):
-            try:
-                args = json.loads(args[:MAX_CHARS])
-            except (ValueError, RecursionError):
-                continue
-        if isinstance(args, Mapping):
-            action = fn.get("name") if isinstance(fn.get("name"), str) else ""
-            out += [(f"{action}.{k}", v) for k, v in _leaves(args, "")]
-    return out
-
-
-def _leaves(data: Any, key: str) -> list[tuple[str, Scalar]]:
-    """Scalar leaves in document order with the nearest object key (list items keep their list's key)."""
-    out: list[tuple[str, Scalar]] = []
-    stack: list[tuple[Any, str, int]] = [(data, key, 0)]
-    while stack and len(out) < MAX_LEAVES:
-        node, k, depth = stack.pop()
-        if isinstance(node, Mapping):
-            if depth < MAX_DEPTH:
-                stack += [(v, str(kk), depth + 1) for kk, v in reversed(list(node.items()))]
-        elif isinstance(node, list):
-            if depth < MAX_DEPTH:
-                stack += [(v, k, depth + 1) for v in reversed(node)]
-        elif isinstance(node, str):
-            if node and len(node) <= MAX_VALUE_CHARS:
-                out.append((k, node))
-        elif isinstance(node, bool) or isinstance(node, int):
-            out.append((k, node))
-        elif isinstance(node, float) and math.isfinite(node):
-            out.append((k, int(node) if node.is_integer() and abs(node) < 2**63 else node))
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,7 +139,7 @@ def call_examples(action: str, params: Mapping[str, Any], candidates: Sequence[C
                             name in required, group) for name, schema in props.items()]
 
 
-def _fit_value(value: Scalar, schema: Mapping[str, Any]) -> tuple[Scalar, bool] | None:
+def fit_value(value: Scalar, schema: Mapping[str, Any]) -> tuple[Scalar, bool] | None:
     """The candidate as a value of the declared type (and whether it was converted), or None if it cannot be."""
     kind = schema.get("type")
     enum = schema.get("enum")
@@ -417,7 +251,7 @@ def _rows(action: str, argument: str, schema: Mapping[str, Any], candidates: Seq
     pool = list(candidates) + [Candidate(v, "constant", argument, 0, 1) for v in stats.constants]
     fitted = []
     for c in pool:
-        fit = _fit_value(c.value, schema)
+        fit = fit_value(c.value, schema)
         if fit is not None:
             fitted.append((c, fit[0], fit[1]))
     if not fitted:
@@ -506,7 +340,7 @@ class ArgumentModel:
         for e in examples:
             target = normalize(e.value) if e.present else None
             reached = e.present and any(
-                (f := _fit_value(c.value, e.schema)) is not None and normalize(f[0]) == target for c in e.candidates)
+                (f := fit_value(c.value, e.schema)) is not None and normalize(f[0]) == target for c in e.candidates)
             by_action[(e.action, e.argument)].add(e.group, e.present, e.value, reached)
             by_name[e.argument].add(e.group, e.present, e.value, reached)
         xs, ys = [], []

@@ -35,7 +35,8 @@ from .gate import gate, selection_key
 from .manifest import MANIFEST_VERSION, Calibration, Calls, Gate, Manifest, Model, Threshold, decode, encode
 from .metrics import call_figures, evaluate, risky_actions
 from .recipes import AUTO, ClassifierRecipe, recipe
-from .specialist import as_candidates, call_confidence
+from ..receipts.candidates import as_candidates
+from .specialist import call_confidence
 from .report import render
 from .threshold import DELTA, GUARANTEES, NEVER, abstention_floor, choose
 
@@ -113,11 +114,12 @@ def distill(paths: Sequence[str | Path], policy: Any, out: str | Path, settings:
                 counts=dict(counts), splits=D.seal_all(parts), seed=s.seed)
     with staged(out, "specialist directory", is_specialist_dir) as work:
         candidates = []
+        shared: dict[bytes, Arguments] = {}  # argument models by folds: every candidate reuses them
         for kind in kinds:
             if len(kinds) > 1:
                 report.step(f"== {kind}")
             (work / kind).mkdir()
-            candidates.append(_candidate(kind, work / kind, parts, policy, spec, s, head, len(kinds), report))
+            candidates.append(_candidate(kind, work / kind, parts, policy, spec, s, head, len(kinds), report, shared))
         best = max(candidates, key=lambda c: selection_key(c.manifest.threshold, c.oof))
         if len(kinds) > 1:
             report.step(f"   kept {best.kind} (out-of-fold evidence: " + ", ".join(
@@ -152,8 +154,9 @@ def _warn_thin(parts: dict[str, list[D.Decision]], pairwise: bool, report: D.Rep
 
 
 def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.Decision]], policy: Any, spec: F.FeatureSpec,
-               s: Settings, head: dict[str, Any], n_candidates: int, report: D.Report) -> Candidate:
-    """Steps 3–8 for one recipe."""
+               s: Settings, head: dict[str, Any], n_candidates: int, report: D.Report,
+               shared: dict[bytes, Any]) -> Candidate:
+    """Steps 3–8 for one recipe (`shared`: argument models already fit on the same folds)."""
     rec = recipe(kind, s.seed, spec, policy, s.options, s.negatives)
     sig = Signatures(policy)
     pool = parts["train"] + parts["calibration"]
@@ -162,7 +165,10 @@ def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.Decision]], policy
     x = {p: rec.inputs(report.bar(parts[p], f"{rec.reading} {p}", len(parts[p]))) for p in D.PARTS}
     model, oof_raw, oof, folds = _train(rec, parts, x, s, report)
     with_calls = policy is not None and isinstance(rec, ClassifierRecipe) and sig.any
-    arguments = _arguments(pool, folds, sig, report) if with_calls else None
+    arguments = None
+    if with_calls:
+        arguments = shared.get(folds.tobytes()) or _arguments(pool, folds, sig, report)
+        shared[folds.tobytes()] = arguments
     report.step("5/10 exporting to ONNX and checking parity")
     test = parts["test"] or parts["train"]
     x_test = x["test"] if parts["test"] else x["train"]

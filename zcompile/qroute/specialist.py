@@ -18,6 +18,7 @@ import msgspec
 import numpy as np
 
 from ..errors import ZcError
+from ..receipts.candidates import as_candidates
 from .features import Featurizer
 from .manifest import Manifest, decode
 
@@ -116,18 +117,6 @@ def call_confidence(c: float, temperature: float, bias: float) -> float:
     if c <= 0:
         return 0.0
     return 1.0 / (1.0 + math.exp(-(math.log(c) / temperature + bias)))
-
-
-def as_candidates(candidates: Sequence[Any]) -> list[Any]:
-    """Candidates as `Candidate` structs (receipts hold them as JSON arrays)."""
-    from .arguments import Candidate
-
-    if all(isinstance(c, Candidate) for c in candidates):
-        return list(candidates)
-    try:
-        return msgspec.convert(list(candidates), list[Candidate])
-    except msgspec.ValidationError as exc:
-        raise ZcError(f"$.candidates: {exc}") from None
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import msgspec
 
 from ..errors import ZcError, json_problem
+from .candidates import extract_candidates
 from .format import Receipt, ReceiptError
 from .io import decoded_lines
 
@@ -299,7 +300,8 @@ def import_chat(src_path: str | os.PathLike, *, extract: Callable[[list[dict], i
 
     The action is `tool_calls[0].function.name`, or `respond` for a text reply; `arguments` are
     that call's arguments (None for a text reply; a malformed arguments string gives None and
-    `meta.arguments_error` says why). The task is the conversation's `task` (so every trial of one
+    `meta.arguments_error` says why); `candidates` the values of the messages before it that a
+    call's arguments may copy (`receipts.candidates.extract_candidates`). The task is the conversation's `task` (so every trial of one
     scenario lands in the same split), else its id. `verified` is True for reward 1.0, None
     otherwise. With `policy`, each receipt carries the policy's identity and the legal set of its
     state, and a state or action the policy does not know is an error. `meta.extractor` names the
@@ -339,6 +341,7 @@ def import_chat(src_path: str | os.PathLike, *, extract: Callable[[list[dict], i
                 raise ReceiptError(f"{where}: the state extractor returned "
                                    f"{type(state).__name__}, expected a dict")
             arguments, bad_arguments = call_arguments(call.arguments) if call is not None else (None, None)
+            candidates = tuple(extract_candidates(messages[:i]))
             legal = None
             if policy is not None:
                 if action not in actions:
@@ -357,4 +360,5 @@ def import_chat(src_path: str | os.PathLike, *, extract: Callable[[list[dict], i
             yield Receipt(
                 id=f"{conv.id}:{i}", task=conv.task if conv.task is not None else conv.id,
                 state=state, tier="remote", ts=None, policy=sha, legal=legal, model=conv.model,
-                action=action, arguments=arguments, verified=_verified(conv.reward), gold=None, meta=meta)
+                action=action, arguments=arguments, candidates=candidates, verified=_verified(conv.reward),
+                gold=None, meta=meta)

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import msgspec
 
 from ..errors import ZcError
+from .candidates import Candidate
 
 __all__ = ["FORMAT_MAJOR", "FORMAT_VERSION", "Receipt", "ReceiptError", "newer_major"]
 
@@ -15,8 +16,9 @@ __all__ = ["FORMAT_MAJOR", "FORMAT_VERSION", "Receipt", "ReceiptError", "newer_m
 # minor version (msgspec schema evolution). A new major version changes meaning: it is refused.
 # 1.0: the first format (no `version` field: a receipt without one is 1.0).
 # 1.1: `version` and `arguments` (the call's arguments).
+# 1.2: `candidates` (values seen before the decision that a call's arguments may copy).
 FORMAT_MAJOR = 1
-FORMAT_VERSION = "1.1"
+FORMAT_VERSION = "1.2"
 
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 Probability = Annotated[float, msgspec.Meta(ge=0, le=1)]
@@ -39,6 +41,8 @@ class Receipt(msgspec.Struct, frozen=True, omit_defaults=True):
         action: the action taken; None when the rung abstained.
         arguments: the call's arguments (a JSON object); None for a text reply, an abstention,
             or when they are not known.
+        candidates: the values seen before the decision that a call's arguments may copy
+            (`receipts.candidates`: `[value, source, key, age, count]` each); None: not recorded.
         confidence: the rung's confidence in `action`, in [0, 1].
         latency_ms: time taken by the rung.
         cost: the rung's cost for this decision.
@@ -61,6 +65,7 @@ class Receipt(msgspec.Struct, frozen=True, omit_defaults=True):
     model: str | None = None
     action: str | None = None
     arguments: dict[str, Any] | None = None
+    candidates: tuple[Candidate, ...] | None = None
     confidence: Probability | None = None
     latency_ms: NonNegative = 0.0
     cost: NonNegative = 0.0

@@ -17,6 +17,7 @@ import msgspec
 
 from ..errors import ZcError
 from ..receipts import Receipt, ReceiptWriter
+from ..receipts.candidates import as_candidates
 from ..runtime import LegalSet, Policy, Reason
 from ..state import StateError
 from ..tools import tool_schemas
@@ -171,10 +172,11 @@ class Router:
             raise ZcError(f"$.meta: expected an object, got {type(meta).__name__}")
         receipt_meta = json_copy(dict(meta or {}), "$.meta")
         receipt_tools = json_copy(list(tools.values()), "$.tools") if tools is not None else None
+        cands = as_candidates(candidates)
         t1 = time.perf_counter()
         legal = self.policy.legal(state, intent)
         legal_ms = (time.perf_counter() - t1) * 1000
-        step = Step(self.policy, state, legal, intent, tools, self.catalog, tuple(candidates or ()))
+        step = Step(self.policy, state, legal, intent, tools, self.catalog, cands)
         answers, chosen, route_name, cost = self._walk(step, t0)
         if chosen is not None:
             action, tier, confidence, kind = chosen.action, chosen.rung, chosen.confidence, chosen.kind
@@ -202,7 +204,8 @@ class Router:
             id=os.urandom(16).hex(), task=task, state=receipt_state, tier=tier, ts=time.time(),
             policy=self.policy.sha256, intent=intent, legal=legal.actions, model=model, action=action,
             confidence=confidence if confidence is not None and 0.0 <= confidence <= 1.0 else None,
-            latency_ms=round((time.perf_counter() - t0) * 1000, 4), cost=cost, meta=receipt_meta, **extra)
+            latency_ms=round((time.perf_counter() - t0) * 1000, 4), cost=cost, meta=receipt_meta,
+            candidates=cands or None, **extra)
         if self._sink is not None:
             self._sink(receipt)  # if it raises, no decision is returned
         return Decision(action, tier, confidence, legal, tuple(answers), receipt, arguments, kind, text, legal_ms)
