@@ -1,3 +1,5 @@
+"""`python -m zcompile`: the `zc` command line."""
+
 from .cli import main
 
 main()

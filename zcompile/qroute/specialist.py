@@ -119,7 +119,7 @@ def call_confidence(c: float, temperature: float, bias: float) -> float:
     return 1.0 / (1.0 + math.exp(-(math.log(c) / temperature + bias)))
 
 
-def _softmax(logits: np.ndarray) -> np.ndarray:
+def softmax(logits: np.ndarray) -> np.ndarray:
     z = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)
     e = np.exp(z)
     return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
@@ -235,7 +235,7 @@ class Specialist:
         out = []
         for i in range(0, len(texts), TEXT_BATCH):
             enc = encode_batch([e.ids for e in self.tokenizer.encode_batch(list(texts[i:i + TEXT_BATCH]))])
-            out.append(_softmax(self._session.run([self._output], {k: enc[k] for k in self._inputs})[0]))
+            out.append(softmax(self._session.run([self._output], {k: enc[k] for k in self._inputs})[0]))
         return np.concatenate(out) if out else np.zeros((0, len(self.model_classes)), np.float32)
 
     def state_probabilities(self, states: Sequence[Any], legals: Sequence[Sequence[str]]) -> np.ndarray:
@@ -256,7 +256,7 @@ class Specialist:
         feed = {"input_ids": np.array([ids], np.int64), "attention_mask": np.ones((1, len(ids)), np.int64),
                 "token_type_ids": np.zeros((1, len(ids)), np.int64)}
         logits = self._session.run([self._output], {k: feed[k] for k in self._inputs})[0]
-        return _softmax(logits)[0].tolist()
+        return softmax(logits)[0].tolist()
 
     def decide(self, state: Any, legal: Sequence[str], candidates: Sequence[Any] | None = None) -> Answer:
         """Answer with the most likely legal action, or abstain below its threshold.

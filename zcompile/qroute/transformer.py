@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ZcError
-from .specialist import TOKENIZER_FILE, _softmax, encode_batch, load_tokenizer
+from .specialist import TOKENIZER_FILE, softmax, encode_batch, load_tokenizer
 
 # offline before transformers or huggingface_hub is imported (they read these once, at import)
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -244,7 +244,7 @@ class TransformerClassifier:
 
     def predict_proba(self, texts: Sequence[str], batch: int = 32) -> np.ndarray:
         """Reference probabilities over `classes_` (softmax of `logits`)."""
-        return _softmax(self.logits(texts, batch))
+        return softmax(self.logits(texts, batch))
 
     def export(self, directory: Path, step: Callable[[str], None] | None = None,
                quantization: str = "int8") -> dict[str, str]:
@@ -356,7 +356,7 @@ class TransformerEnsemble:
         return np.mean([m.logits(texts, batch) for m in self.members], axis=0)
 
     def predict_proba(self, texts: Sequence[str], batch: int = 32) -> np.ndarray:
-        return _softmax(self.logits(texts, batch))
+        return softmax(self.logits(texts, batch))
 
     def export(self, directory: Path, step: Callable[[str], None] | None = None,
                quantization: str = "int8") -> dict[str, str]:

@@ -1,0 +1,83 @@
+"""The package's shape: no import cycle in zcompile/, no module importing another's private names,
+every module opening with a one-line docstring."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).parents[1] / "zcompile"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in PKG.rglob("*.py"):
+        parts = p.relative_to(PKG.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return out
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[str, list[str]]]:
+    """(imported zcompile module, names taken from it) for every import in the file, lazy ones included."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text())
+    typing_only = {id(n) for i in ast.walk(tree) if isinstance(i, ast.If) and "TYPE_CHECKING" in ast.unparse(i.test)
+                   for b in i.body for n in ast.walk(b)}  # annotations only: no import at run time
+    out = []
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("zcompile"):
+                continue
+            names = [a.name for a in node.names]
+            subs = [f"{target}.{n}" for n in names if f"{target}.{n}" in modules]
+            out += [(s, []) for s in subs]
+            out.append((target, [n for n in names if f"{target}.{n}" not in modules]))
+        elif isinstance(node, ast.Import):
+            out += [(a.name, []) for a in node.names if a.name.startswith("zcompile")]
+    return [(t, n) for t, n in out if t in modules]
+
+
+def test_no_import_cycle():
+    modules = _modules()
+    graph = {m: {t for t, _ in _imports(m, p, modules) if t != m} for m, p in modules.items()}
+    # a package's __init__ re-exporting its modules is not a cycle through them
+    for m in graph:
+        graph[m] = {t for t in graph[m] if not (m.startswith(t + ".") and modules[t].name == "__init__.py")}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for t in sorted(graph[m]):
+            if state.get(t) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(t):] + [t]))
+            if t not in state:
+                visit(t)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+
+
+def test_no_module_imports_another_modules_private_names():
+    modules = _modules()
+    bad = [f"{m} imports {n} from {t}" for m, p in modules.items() for t, names in _imports(m, p, modules)
+           for n in names if n.startswith("_") and not n.startswith("__") and t != m]
+    assert not bad, bad
+
+
+def test_every_module_opens_with_a_one_line_docstring():
+    missing = [str(p.relative_to(PKG)) for p in PKG.rglob("*.py")
+               if not (ast.get_docstring(ast.parse(p.read_text())) or "").strip()]
+    assert not missing, missing
