@@ -41,7 +41,8 @@ demo: venv
 	  echo "re-imported $(CHAT): identical to the bundled receipts/"; \
 	else echo "($(CHAT) is not here: using the bundled receipts/)"; fi
 	$(ZC) receipts check receipts/ --policy build/airline_chat.zcp
-	$(ZC) distill --from receipts/ --policy build/airline_chat.zcp -o build/specialists/airline_chat
+	@# conformal selection: Learn-then-Test certifies nothing on these 1,368 decisions (README, Distillation)
+	$(ZC) distill --from receipts/ --policy build/airline_chat.zcp --guarantee conformal -o build/specialists/airline_chat
 	$(ZC) eval --policy build/airline_chat.zcp --specialists build/specialists/airline_chat --receipts receipts/ \
 	  --json build/eval.json --html build/eval.html
 

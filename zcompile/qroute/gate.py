@@ -10,17 +10,18 @@ from .threshold import NEVER
 
 def selection_key(threshold: Threshold, oof: dict[str, Any]) -> tuple[float, ...]:
     """How `--model auto` ranks candidates, from non-test evidence only (the test split never
-    chooses): certified or not, the out-of-fold coverage at the certified τ, then how well the
-    out-of-fold confidence ranks correctness (lower AURC is better)."""
-    certified = threshold.tau < NEVER
-    coverage = threshold.calibration_answered / threshold.n if threshold.n else 0.0
+    chooses): certified or not, the out-of-fold coverage at the certified thresholds, then how well
+    the out-of-fold confidence ranks correctness (lower AURC is better)."""
+    answered = oof.get("answered", threshold.calibration_answered)
+    certified = answered > 0
+    coverage = answered / oof["n"] if oof.get("n") else 0.0
     return (float(certified), round(coverage, 6), -round(oof.get("aurc") or 1.0, 6))
 
 
 def gate(metrics: dict[str, Any], threshold: Threshold, min_coverage: float, max_ms: float | None,
-         abstention: tuple[float, bool] | None = None) -> Gate:
+         abstention: tuple[float, bool] | None = None, others: tuple[Threshold | None, ...] = ()) -> Gate:
     """Promote only if, lexicographically: no illegal or dangerous selection on the sealed test
-    split; τ certified (the threshold's guarantee holds for it); the test split does not refute
+    split; a τ certified (for calls, risky calls or replies: `others`); the test split does not refute
     the target (its one-sided 95% upper bound on precision is not below it); for pairwise
     specialists, abstention where no offered action fits certified as well (`abstention` =
     (target, certified)); test coverage ≥ the minimum; latency within the tier's budget.
@@ -30,12 +31,13 @@ def gate(metrics: dict[str, Any], threshold: Threshold, min_coverage: float, max
     the test split can only refuse (the report says how many test answers a lower-bound check
     would need)."""
     target = threshold.target_precision
+    thresholds = [threshold, *(t for t in others if t is not None)]  # calls, risky calls, replies
     bad = metrics["illegal_selected"] + metrics["dangerous_selected"]
     upper = metrics["precision_upper_one_sided"]
     p50_ms = metrics["latency_us"]["p50"] / 1000.0
     checks = [
         (bad == 0, f"{bad} illegal or dangerous selections on the test split"),
-        (threshold.tau < NEVER, f"no τ is certified ({threshold.statement})"),
+        (any(t.tau < NEVER for t in thresholds), f"no τ is certified ({threshold.statement})"),
         (upper >= target, f"the sealed test split refutes the target: {metrics['correct']} of {metrics['answered']} "
                           f"answered right, one-sided 95% upper bound {upper:.3f} < {target:g}"),
     ]

@@ -123,7 +123,7 @@ def distill(paths: Sequence[str | Path], policy: Any, out: str | Path, settings:
         best = max(candidates, key=lambda c: selection_key(c.manifest.threshold, c.oof))
         if len(kinds) > 1:
             report.step(f"   kept {best.kind} (out-of-fold evidence: " + ", ".join(
-                f"{c.kind} {c.manifest.threshold.calibration_answered}/{c.manifest.threshold.n} certified"
+                f"{c.kind} {c.oof['answered']}/{c.oof['n']} answered at the certified τ"
                 for c in candidates) + ")")
         manifest, text = _gate_and_write(best, work, policy, s, report)
     return Result(manifest, Path(out), text)
@@ -406,7 +406,8 @@ def _gate_and_write(best: Candidate, work: Path, policy: Any, s: Settings, repor
     abstention = None
     if m.threshold.target_abstention and m.threshold.calibration_none_fits:
         abstention = (m.threshold.target_abstention, bool(best.oof["abstention_certified"]))
-    verdict = gate(m.metrics, m.threshold, s.min_coverage, tier.max_ms if tier else None, abstention)
+    others = (m.calls.risky_threshold, m.calls.reply_threshold) if m.calls is not None else ()
+    verdict = gate(m.metrics, m.threshold, s.min_coverage, tier.max_ms if tier else None, abstention, others)
     m = msgspec.structs.replace(m, gate=verdict)
     report.step("10/10 writing the specialist")
     for f in best.directory.iterdir():

@@ -36,13 +36,19 @@ def _model_line(m: Manifest) -> str:
 
 
 def threshold_line(m: Manifest) -> str:
-    """τ, its guarantee and the evidence it was chosen on, in words."""
-    th = m.threshold
+    """τ (each, with complete calls: calls, risky calls, replies), its guarantee and evidence, in words."""
+    if m.calls is None:
+        return _one_threshold(m.threshold)
+    parts = [("Calls", m.threshold), ("Calls of risky actions", m.calls.risky_threshold),
+             ("Text replies (handed to a text tier)", m.calls.reply_threshold)]
+    return "\n".join(f"- {name}: {_one_threshold(th)}" for name, th in parts if th is not None)
+
+
+def _one_threshold(th) -> str:
     where = ("scored out of fold (K task-grouped folds over the train and calibration splits)"
              if th.source == "cross-fitted" else "held out from training (the calibration split)")
     if th.tau >= NEVER:
-        return (f"No τ qualifies: the specialist abstains on everything. Tested on {th.n} decisions {where}: "
-                f"{th.statement}.")
+        return f"no τ qualifies, so none of these is answered. Tested on {th.n} decisions {where}: {th.statement}."
     text = (f"τ = {th.tau:.4f}, certified: {th.statement}, on {th.n} decisions {where}. At τ "
             f"{th.calibration_correct} of {th.calibration_answered} answered right (one-sided "
             f"{1 - th.alpha:.1%} Clopper–Pearson bound {th.calibration_lower_bound:.3f}).")
@@ -77,6 +83,15 @@ def render(m: Manifest) -> str:
         f"bound of {m.threshold.target_precision:g} would need at least {need} answers, all right "
         f"(this split gave {t['answered']}).", "",
     ]
+    if "calls" in t:
+        c, r = t["calls"], t["replies"]
+        lines += [f"Complete calls (name and arguments, JSON-normalised): {c['answered']} of the {c['n']} tool-call "
+                  f"decisions answered, {c['correct']} right (precision {_f(c['precision'])} "
+                  f"[{c['precision_ci'][0]:.3f}, {c['precision_ci'][1]:.3f}]); teacher calls removed: "
+                  f"{t['teacher_calls_removed']}. Text replies: {r['handed_to_text_tier']} of {r['n']} recognised "
+                  f"and handed to a text tier, {r['correct']} right (precision {_f(r['precision'])} "
+                  f"[{r['precision_ci'][0]:.3f}, {r['precision_ci'][1]:.3f}]). Calls whose arguments could not "
+                  f"be completed (abstained): {t['names_incomplete']}.", ""]
     if t.get("n_none_fits"):
         f_lo, f_hi = t["precision_where_fits_ci"]
         a_lo, a_hi = t["abstained_where_none_fits_ci"]
