@@ -109,7 +109,7 @@ def test_fine_tune_export_int8_parity_and_decide(trained, policy):
     ans = sp.decide({"channel": "chat", "verified": False, "request": "refund order #5678 please"}, legal)
     assert ans.best in legal and (ans.action is None or ans.action in legal)
     ans = sp.decide({"channel": "chat", "request": "anything"}, ["escalate"])  # a class never trained on
-    assert ans == type(ans)(None, 0.0, None)
+    assert ans == type(ans)(None, 0.0, None, None, "name")
 
 
 def test_single_decision_agrees_with_batch(trained, policy):
@@ -164,6 +164,12 @@ def test_tampered_tokenizer_or_model_refused(trained, policy, tmp_path):
     raw = json.loads((copy / "manifest.json").read_text())
     raw["model"]["files"] = {"../tokenizer.json": raw["model"]["files"]["tokenizer.json"]}
     (copy / "manifest.json").write_text(json.dumps(raw))
+    with pytest.raises(ZcError, match="manifest does not match its sha256"):  # any edit breaks the seal
+        Specialist(copy, policy)
+    # re-sealed by hand, the path is still refused
+    from zcompile.qroute.manifest import Manifest, encode
+
+    (copy / "manifest.json").write_bytes(encode(msgspec.json.decode(json.dumps(raw), type=Manifest)))
     with pytest.raises(ZcError, match=r"\$.model.files: `../tokenizer.json` is not a plain file name"):
         Specialist(copy, policy)
 
