@@ -25,12 +25,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
+from zcompile.receipts.candidates import extract_candidates  # noqa: E402
 from zcompile.qroute.arguments import (  # noqa: E402
     ArgumentModel,
     ArgumentScorer,
-    _fit_value,
+    fit_value,
     call_examples,
-    extract_candidates,
     normalize,
 )
 from zcompile.stats import lower_bound, wilson  # noqa: E402
@@ -63,7 +63,7 @@ def reachable(call: dict) -> bool:
     props = call["params"].get("properties") or {}
     for name, value in call["arguments"].items():
         target = normalize(value)
-        if not any((f := _fit_value(c.value, props.get(name) or {})) is not None and normalize(f[0]) == target
+        if not any((f := fit_value(c.value, props.get(name) or {})) is not None and normalize(f[0]) == target
                    for c in call["candidates"]):
             return False
     return True
