@@ -21,6 +21,13 @@ def lower_bound(k: int, n: int, alpha: float = 0.05) -> float:
     return float(_st.beta.ppf(alpha, k, n - k + 1))
 
 
+def upper_bound(k: int, n: int, alpha: float = 0.05) -> float:
+    """One-sided (1 - alpha) Clopper–Pearson upper bound on a proportion (1 when n == 0)."""
+    if n == 0 or k == n:
+        return 1.0
+    return float(_st.beta.ppf(1 - alpha, k + 1, n - k))
+
+
 def brier(probs: np.ndarray, labels: np.ndarray) -> float:
     """Multi-class Brier score: mean over rows of the squared distance to the one-hot label."""
     if len(labels) == 0:

@@ -20,6 +20,7 @@ import httpx
 import msgspec
 
 from .errors import ZcError, did_you_mean, json_problem
+from .tools import signature_schema
 
 __all__ = ["MODES", "OpenAITier", "Tier", "TierAnswer", "TierConfig", "load_tiers", "render_state",
            "tool_names"]
@@ -159,7 +160,6 @@ class _Offer:
 
 
 REPLY_TEXT = "the reply to the user, in full"
-_JSON_TYPE = {"bool": "boolean", "int": "integer", "float": "number", "text": "string", "list": "array"}
 
 
 def _parameters(reply: bool, params: Any) -> dict[str, Any]:
@@ -168,13 +168,9 @@ def _parameters(reply: bool, params: Any) -> dict[str, Any]:
     if reply:
         return {"type": "object", "properties": {"text": {"type": "string", "description": REPLY_TEXT}},
                 "required": ["text"], "additionalProperties": False}
-    if not params:
-        return {"type": "object", "properties": {}} if params is None else \
-            {"type": "object", "properties": {}, "additionalProperties": False}
-    props = {p.name: ({"type": "string", "enum": list(p.members)} if p.kind == "enum" else {"type": _JSON_TYPE[p.kind]})
-             for p in params}
-    return {"type": "object", "properties": props, "required": [p.name for p in params if not p.optional],
-            "additionalProperties": False}
+    if params is None:
+        return {"type": "object", "properties": {}}
+    return signature_schema(params)
 
 
 class _Malformed(Exception):

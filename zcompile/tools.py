@@ -37,3 +37,18 @@ def policy_tools(policy: Any) -> dict[str, dict[str, str]]:
     decision offers no tools, in training and at decision time (an action without a description is
     left out: it reads as its name)."""
     return {a.name: {"name": a.name, "description": a.description} for a in policy.ir.actions if a.description}
+
+
+REPLY_TAG = "reply"  # an action tagged `reply` is a text reply: only a rung that writes text answers it
+_JSON_TYPE = {"bool": "boolean", "int": "integer", "float": "number", "text": "string", "list": "array",
+              "enum": "string"}
+
+
+def signature_schema(params: Sequence[Any]) -> dict[str, Any]:
+    """The JSON schema of a declared signature (`ir.ParamDef`s): a closed object whose required
+    properties are the non-optional parameters (no `required` key for an empty signature)."""
+    props = {p.name: ({"type": "string", "enum": list(p.members)} if p.kind == "enum" else {"type": _JSON_TYPE[p.kind]})
+             for p in params}
+    required = [p.name for p in params if not p.optional]
+    return {"type": "object", "properties": props, **({"required": required} if params else {}),
+            "additionalProperties": False}

@@ -5,23 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-REPLY_TAG = "reply"  # an action tagged `reply` is a text reply: only a tier that writes text answers it
-
-_JSON_TYPES = {"text": "string", "int": "integer", "float": "number", "bool": "boolean", "list": "array",
-               "enum": "string"}
-
+from ..tools import REPLY_TAG, signature_schema
 
 def params_schema(action: Any) -> dict[str, Any] | None:
     """The JSON-schema `parameters` object of an `ir.ActionDef` (None: no signature)."""
-    if action.params is None:
-        return None
-    props: dict[str, Any] = {}
-    for p in action.params:
-        schema: dict[str, Any] = {"type": _JSON_TYPES[p.kind]}
-        if p.kind == "enum":
-            schema["enum"] = list(p.members)
-        props[p.name] = schema
-    return {"type": "object", "properties": props, "required": [p.name for p in action.params if not p.optional]}
+    return None if action.params is None else signature_schema(action.params)
 
 
 class Signatures:

@@ -52,7 +52,7 @@ def evaluate(best: Sequence[str | None], conf: np.ndarray, correct: np.ndarray, 
         "coverage": m / n if n else 0.0,
         "precision": k / m if m else None,
         "precision_ci": list(stats.wilson(k, m)),
-        "precision_upper_one_sided": upper_bound(k, m),
+        "precision_upper_one_sided": stats.upper_bound(k, m),
         "label_not_legal": sum(1 for d in decisions if d.label is not None and d.label not in d.legal),
         "illegal_selected": sum(1 for i in np.flatnonzero(answered) if best[i] not in decisions[i].legal),
         "dangerous_selected": sum(1 for i in np.flatnonzero(answered) if best[i] in risky and not correct[i]),
@@ -76,15 +76,6 @@ def evaluate(best: Sequence[str | None], conf: np.ndarray, correct: np.ndarray, 
         valid = labels >= 0
         out["brier"] = stats.brier(probs[valid], labels[valid])
     return out
-
-
-def upper_bound(k: int, n: int, alpha: float = 0.05) -> float:
-    """One-sided (1 - alpha) Clopper–Pearson upper bound on a proportion (1 when n == 0)."""
-    if n == 0 or k == n:
-        return 1.0
-    from scipy.stats import beta
-
-    return float(beta.ppf(1 - alpha, k + 1, n - k))
 
 
 def answers_needed(target: float, alpha: float = 0.05) -> int:

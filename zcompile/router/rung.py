@@ -21,11 +21,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
-from ..tools import policy_tools
+from ..tools import REPLY_TAG, policy_tools
 
 KINDS = ("call", "name", "reply", "abstain")
 CAUSES = ("below_threshold", "declined", "timeout", "illegal", "error", "skipped", "handed_on")
-REPLY_TAG = "reply"  # an action with this tag is answered by a text reply
 SPECIALIST = "specialist"  # the rung name of the specialists in a policy's routes
 
 
