@@ -229,13 +229,14 @@ class LegalProgram:
     """The generated legal-set evaluator of a policy (`_eval`, `_route`) and what explains it.
 
     `_eval(st, removed)` appends the index of every group that fires to the list it returns and
-    sets `removed[i] = 1` for each action it removes: work grows with the groups tested and the
-    actions they touch, never with the width of the policy.
+    sets `removed[i] = 1` for each action it removes. Groups of any rules whose conditions are
+    equal share one test, so work grows with the distinct conditions tested and the actions
+    they touch, never with the width of the policy.
     """
 
     gen: Gen
     groups: tuple[Group, ...]
-    tests: dict[int, str]  # group index -> its statements (constant groups have none)
+    conds: dict[int, tuple[bool, Test]]  # group index -> (keep if, its condition); not constants
     static: frozenset[int]  # actions removed whatever the state (constant groups)
     source: str
 
@@ -243,7 +244,8 @@ class LegalProgram:
         """(source of an `_eval` over only the groups that can remove action `action`, those group
         indices): what `check` runs for one proposed action."""
         groups = tuple(g for g, group in enumerate(self.groups) if action in group.targets)
-        body = ["    fired = []"] + [self.tests[g] for g in groups if g in self.tests]
+        body = ["    fired = []"] + [_fire(self.gen, self.conds[g], (g,), self.groups[g].targets)
+                                     for g in groups if g in self.conds]
         return function("_eval", "st, removed", self.gen, body, "return fired"), groups
 
 
@@ -251,22 +253,32 @@ def legal_program(p: ir.PolicyIR, gen: Gen, index: dict[str, int],
                   skip: frozenset[int]) -> LegalProgram:
     """Specialise each rule (but those in `skip`) per target, group equal residual conditions,
     fold the constant ones, and generate `_eval(st, removed) -> fired groups` and
-    `_route(st) -> index of the first route that holds, or -1`."""
+    `_route(st) -> index of the first route that holds, or -1`.
+
+    A condition without `self` or `cost` is generated once for all its targets, and equal
+    conditions of different rules are tested once in `_eval`: load stays linear in the rules."""
     groups: list[Group] = []
-    tests: dict[int, str] = {}
+    conds: dict[int, tuple[bool, Test]] = {}
     static: set[int] = set()
-    body = ["    fired = []"]
+    memo: dict[ir.Expr, Test] = {}  # action-free condition -> its test (same Gen, same text)
+    # (keep if, setup, text) of a test -> (keep if and test, its groups, the targets they remove)
+    shared: dict[tuple, tuple[tuple[bool, Test], list[int], dict[int, None]]] = {}
     for ri, rule in enumerate(p.rules, start=1):
         if ri - 1 in skip:
             continue
         by_test: dict[tuple[bool, Test], list[int]] = {}  # (keep if, condition) -> targets
-        for name in rule.targets:
-            if rule.kind == "after":
-                key = (True, gen.history_test(rule.after))
-            else:
+        if rule.kind == "after":
+            by_test[(True, gen.history_test(rule.after))] = [index[n] for n in rule.targets]
+        elif (test := memo.get(rule.cond)) is not None or not _reads_action(rule.cond):
+            if test is None:
+                test = memo[rule.cond] = gen.test(rule.cond, None)
+            by_test[(rule.kind != "forbid_when", test)] = [index[n] for n in rule.targets]
+        else:
+            for name in rule.targets:
                 key = (rule.kind != "forbid_when", gen.test(rule.cond, p.actions[index[name]]))
-            by_test.setdefault(key, []).append(index[name])
-        for (keep_if, test), targets in by_test.items():
+                by_test.setdefault(key, []).append(index[name])
+        for key, targets in by_test.items():
+            keep_if, test = key
             if not test.reads:
                 if gen.fold(test) is not keep_if:  # unknown removes too (fail closed)
                     static.update(targets)
@@ -274,10 +286,13 @@ def legal_program(p: ir.PolicyIR, gen: Gen, index: dict[str, int],
                 continue
             g = len(groups)
             groups.append(Group(ri, tuple(targets)))
-            store = f"removed[{targets[0]}] = 1" if len(targets) == 1 else \
-                f"for i in {gen.const(tuple(targets))}: removed[i] = 1"
-            tests[g] = test.statements(f"fired.append({g})\n{store}", keep_if)
-            body.append(tests[g])
+            conds[g] = key
+            _, fired, removes = shared.setdefault((keep_if, test.setup, test.code.text),
+                                                  (key, [], {}))
+            fired.append(g)
+            removes.update(dict.fromkeys(targets))
+    body = ["    fired = []"] + [_fire(gen, key, tuple(fired), tuple(removes))
+                                 for key, fired, removes in shared.values()]
     route_body = []
     for i, route in enumerate(p.routes):
         if route.when is None:
@@ -286,7 +301,27 @@ def legal_program(p: ir.PolicyIR, gen: Gen, index: dict[str, int],
         route_body.append(gen.test(route.when, None).statements(f"return {i}", None))
     source = (function("_eval", "st, removed", gen, body, "return fired") + "\n"
               + function("_route", "st", gen, route_body, "return -1"))
-    return LegalProgram(gen, tuple(groups), tests, frozenset(static), source)
+    return LegalProgram(gen, tuple(groups), conds, frozenset(static), source)
+
+
+def _fire(gen: Gen, key: tuple[bool, Test], fired: tuple[int, ...], targets: tuple[int, ...]) -> str:
+    """Statements recording `fired` groups and removing `targets` when the condition goes against."""
+    keep_if, test = key
+    note = f"fired.append({fired[0]})" if len(fired) == 1 else f"fired += {gen.const(fired)}"
+    store = f"removed[{targets[0]}] = 1" if len(targets) == 1 else \
+        f"for i in {gen.const(targets)}: removed[i] = 1"
+    return test.statements(f"{note}\n{store}", keep_if)
+
+
+def _reads_action(e: ir.Expr) -> bool:
+    """Whether a condition reads `self` or `cost` (its code then differs per target)."""
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ir.Self, ir.Cost)):
+            return True
+        stack.extend(ir.children(node))
+    return False
 
 
 def check_program(p: ir.PolicyIR, gen: Gen, action: ir.ActionDef, rules: tuple[int, ...]) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import sys
 from collections.abc import Iterator
@@ -234,8 +236,21 @@ def loads(data: bytes, path: str = "<artifact>") -> tuple[PolicyIR, str]:
     JSON nested past the decoder's recursion limit is refused as corrupt; the IR's own nesting
     is checked exactly by `verify` (MAX_DEPTH operators).
     """
-    with too_deep(f"{path}: corrupt artifact"):
+    with too_deep(f"{path}: corrupt artifact"), no_gc():
         return _loads(data, path)
+
+
+@contextlib.contextmanager
+def no_gc() -> Iterator[None]:
+    """The cyclic collector paused: decoding and loading allocate many long-lived objects and free
+    none, so its passes (most of a big artifact's decode time) would find nothing."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _loads(data: bytes, path: str) -> tuple[PolicyIR, str]:

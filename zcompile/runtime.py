@@ -2,7 +2,7 @@
 
 At load the IR is verified (verify.py), every rule is specialised per target action (`self` and
 `cost` become constants), actions whose residual conditions are equal share a group, and the
-whole policy becomes one generated Python function (codegen.py) that evaluates each group once,
+whole policy becomes one generated Python function (codegen.py) that evaluates each distinct condition once,
 in Kleene logic, and ORs precomputed action bitmasks. Reasons are assembled lazily from the
 groups that fired.
 
@@ -108,6 +108,10 @@ class Policy:
     """A loaded policy: `legal(state, intent)` answers which actions are legal and why not."""
 
     def __init__(self, policy: ir.PolicyIR) -> None:
+        with ir.no_gc():
+            self._setup(policy)
+
+    def _setup(self, policy: ir.PolicyIR) -> None:
         self.ir = policy
         self.name = policy.name
         self.actions = tuple(a.name for a in policy.actions)

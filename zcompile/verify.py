@@ -46,6 +46,9 @@ class _Verifier:
         self.fields = {f.path: f for f in p.fields}
         self.actions = {a.name: a for a in p.actions}
         self.rule: ir.RuleDef | None = None
+        # argument-free condition -> the fields it reads, entered once it typed as boolean (which
+        # no rule can change): equal conditions of many rules are checked once
+        self._typed: dict[ir.Expr, tuple[str, ...]] = {}
 
     def run(self) -> None:
         p = self.p
@@ -135,8 +138,9 @@ class _Verifier:
         where = f"rule `{r.name}`"
         if not r.targets:
             raise _bad(f"{where} has no target")
-        for t in (*r.targets, *r.after):
-            self._known(t, where)
+        if not self.actions.keys() >= {*r.targets, *r.after}:
+            for t in (*r.targets, *r.after):
+                self._known(t, where)
         if (r.kind == "after") != (r.cond is None) or (r.kind == "after") != bool(r.after):
             raise _bad(f"{where} has a malformed condition")
         if r.kind == "after":
@@ -145,21 +149,27 @@ class _Verifier:
             if r.reads != ("history",) or r.args:
                 raise _bad(f"{where} reads {list(r.reads)}, expected ['history']")
             return
-        fields, args = self._scan(r.cond, where)
-        for name in sorted(args):
-            kinds = set()
-            for t in r.targets:
-                params = {prm.name: prm for prm in self.actions[t].params or ()}
-                if name not in params:
-                    raise _bad(f"{where} reads argument `{name}` that `{t}` does not declare")
-                kinds.add((params[name].kind, params[name].members))
-            if len(kinds) > 1:
-                raise _bad(f"{where}: argument `{name}` has different types in its targets")
-        self._typed_bool(r.cond, where)
-        if tuple(sorted(fields)) != r.reads:
-            raise _bad(f"{where} reads {sorted(fields)} but lists {list(r.reads)}")
-        if tuple(sorted(args)) != r.args:
-            raise _bad(f"{where} reads arguments {sorted(args)} but lists {list(r.args)}")
+        reads = self._typed.get(r.cond)
+        args: tuple[str, ...] = ()
+        if reads is None:
+            fields, used = self._scan(r.cond, where)
+            for name in sorted(used):
+                kinds = set()
+                for t in r.targets:
+                    params = {prm.name: prm for prm in self.actions[t].params or ()}
+                    if name not in params:
+                        raise _bad(f"{where} reads argument `{name}` that `{t}` does not declare")
+                    kinds.add((params[name].kind, params[name].members))
+                if len(kinds) > 1:
+                    raise _bad(f"{where}: argument `{name}` has different types in its targets")
+            self._typed_bool(r.cond, where)
+            reads, args = tuple(sorted(fields)), tuple(sorted(used))
+            if not args:
+                self._typed[r.cond] = reads
+        if reads != r.reads:
+            raise _bad(f"{where} reads {list(reads)} but lists {list(r.reads)}")
+        if args != r.args:
+            raise _bad(f"{where} reads arguments {list(args)} but lists {list(r.args)}")
 
     # ---- expressions: a type per node ----------------------------------------------------------
     def _scan(self, e: ir.Expr, where: str) -> tuple[set[str], set[str]]:
