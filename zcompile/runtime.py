@@ -2,9 +2,9 @@
 
 At load the IR is verified (verify.py), every rule is specialised per target action (`self` and
 `cost` become constants), actions whose residual conditions are equal share a group, and the
-whole policy becomes one generated Python function (codegen.py) that evaluates each distinct condition once,
-in Kleene logic, and ORs precomputed action bitmasks. Reasons are assembled lazily from the
-groups that fired.
+whole policy becomes one generated Python function (codegen.py) that tests each distinct
+condition once, in Kleene logic, and flags the actions of the groups that fire as removed.
+Reasons are assembled lazily from the groups that fired.
 
 Rules that read the proposed call's arguments (`args.*`) are left out of that function: `legal`
 cannot know arguments. `check(state, action, args)` judges one proposed call: the argument schema,
