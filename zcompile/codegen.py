@@ -239,11 +239,12 @@ class LegalProgram:
     conds: dict[int, tuple[bool, Test]]  # group index -> (keep if, its condition); not constants
     static: frozenset[int]  # actions removed whatever the state (constant groups)
     source: str
+    by_action: dict[int, list[int]]  # action index -> the groups that can remove it
 
     def restricted(self, action: int) -> tuple[str, tuple[int, ...]]:
         """(source of an `_eval` over only the groups that can remove action `action`, those group
         indices): what `check` runs for one proposed action."""
-        groups = tuple(g for g, group in enumerate(self.groups) if action in group.targets)
+        groups = tuple(self.by_action.get(action, ()))
         body = ["    fired = []"] + [_fire(self.gen, self.conds[g], (g,), self.groups[g].targets)
                                      for g in groups if g in self.conds]
         return function("_eval", "st, removed", self.gen, body, "return fired"), groups
@@ -301,7 +302,11 @@ def legal_program(p: ir.PolicyIR, gen: Gen, index: dict[str, int],
         route_body.append(gen.test(route.when, None).statements(f"return {i}", None))
     source = (function("_eval", "st, removed", gen, body, "return fired") + "\n"
               + function("_route", "st", gen, route_body, "return -1"))
-    return LegalProgram(gen, tuple(groups), conds, frozenset(static), source)
+    by_action: dict[int, list[int]] = {}
+    for g, group in enumerate(groups):
+        for i in group.targets:
+            by_action.setdefault(i, []).append(g)
+    return LegalProgram(gen, tuple(groups), conds, frozenset(static), source, by_action)
 
 
 def _fire(gen: Gen, key: tuple[bool, Test], fired: tuple[int, ...], targets: tuple[int, ...]) -> str:
