@@ -85,6 +85,11 @@ class LegalSet:
         return f"LegalSet(actions={self.actions!r}, fallback={self.fallback})"
 
     @property
+    def policy(self) -> Policy:
+        """The policy that computed this set."""
+        return self._policy
+
+    @property
     def root(self) -> Any:
         """The validated state this set was computed from (pass it on instead of validating again)."""
         return self._root

@@ -13,11 +13,18 @@ Version 2, in order, for each state field of the policy (declaration order, `his
   first and last 400 characters), each bucket log(1 + count), then log(1 + number of characters),
   then an `absent` indicator;
 then the legal set, multi-hot over the policy's actions. Hashing is crc32: stable across runs.
+
+A row is made in one pass over the fields: the columns that are 1, the numbers, and every text
+field's token columns are collected (tokens built by C-level string methods and `map`, each
+token's column memoised per field, crc32 only for a token not seen before), then a handful of
+numpy calls write them: one `bincount` for the buckets of all text fields.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 import re
 import zlib
 from collections.abc import Sequence
@@ -88,7 +95,8 @@ def fit_scaling(spec: FeatureSpec, values: dict[str, list[float]]) -> FeatureSpe
 
 _SHAPE = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
                        "A" * 26 + "a" * 26 + "9" * 10)
-CACHE_TOKENS = 200_000  # token -> bucket memo per featurizer; cleared when full
+_CUT = operator.itemgetter(slice(None, 12))  # a shape is cut at 12 characters
+CACHE_TOKENS = 200_000  # token -> column memo per text field; cleared when full
 
 
 def text_tokens(text: str) -> list[str]:
@@ -104,27 +112,27 @@ def text_tokens(text: str) -> list[str]:
         return []
     joined = " ".join(words)
     lower = joined.lower().split(" ")
-    tokens = lower + [a + " " + b for a, b in zip(lower, lower[1:])]
-    tokens += ["~" + s[:12] for s in joined.translate(_SHAPE).split(" ")]
-    tokens.append("^" + lower[0])
-    return tokens
+    return [*lower, *map(" ".join, zip(lower, lower[1:])),
+            *map("~".__add__, map(_CUT, joined.translate(_SHAPE).split(" "))), "^" + lower[0]]
 
 
-def text_buckets(text: str, dim: int, cache: dict[str, int] | None = None) -> np.ndarray:
-    """Hashed log-counts of a text's tokens. `cache` memoises token -> bucket."""
+def text_columns(text: str, first: int, dim: int, cache: dict[str, int]) -> list[int]:
+    """The column of each hashed token of a text whose `dim` buckets start at column `first`;
+    `cache` memoises token -> column for that field."""
     tokens = text_tokens(text)
-    if cache is None:
-        idx = [zlib.crc32(t.encode()) % dim for t in tokens]
-    else:
-        get = cache.get
-        idx = [get(t) for t in tokens]
-        if None in idx:
-            if len(cache) >= CACHE_TOKENS:
-                cache.clear()
-            for i, t in enumerate(tokens):
-                if idx[i] is None:
-                    idx[i] = cache[t] = zlib.crc32(t.encode()) % dim
-    return np.log1p(np.bincount(idx, minlength=dim).astype(np.float32))
+    cols = list(map(cache.get, tokens))
+    if None in cols:
+        if len(cache) >= CACHE_TOKENS:
+            cache.clear()
+        for i, t in enumerate(tokens):
+            if cols[i] is None:
+                cols[i] = cache[t] = first + zlib.crc32(t.encode()) % dim
+    return cols
+
+
+def text_buckets(text: str, dim: int) -> np.ndarray:
+    """Hashed log-counts of a text's tokens (`dim` buckets)."""
+    return np.log1p(np.bincount(text_columns(text, 0, dim, {}), minlength=dim).astype(np.float32))
 
 
 INT_BUCKETS = ("<=0", "1", "2", "3-4", "5-8", "9-16", ">16")
@@ -136,8 +144,21 @@ def _int_bucket(v: int) -> int:
     return 3 if v <= 4 else 4 if v <= 8 else 5 if v <= 16 else 6
 
 
+_ENUM, _BOOL, _NUM, _SET, _TEXT = range(5)
+
+
+def _getter(indices: list[int]):
+    """A function taking a tuple to the tuple of its items at `indices`."""
+    if len(indices) > 1:
+        return operator.itemgetter(*indices)
+    if indices:
+        return lambda t, i=indices[0]: (t[i],)
+    return lambda t: ()
+
+
 class Featurizer:
-    """Applies a FeatureSpec to validated states."""
+    """Applies a FeatureSpec to validated states: one pass over the fields, collecting the columns
+    that are 1, the numbers and the texts, then a handful of numpy calls."""
 
     def __init__(self, spec: FeatureSpec) -> None:
         if spec.version != VERSION:
@@ -147,48 +168,100 @@ class Featurizer:
         self.schema = Schema(spec.fields, spec.actions, strict=False)
         self.index = {a: i for i, a in enumerate(spec.actions)}
         self.dim = spec.dim
-        self._cache: dict[str, int] = {}
+        self._plan: list[tuple] = []  # per field: (kind, first column, extra, absent column or -1,
+        #                                            default)
+        j = 0
+        for f in spec.fields:
+            if f.kind == "enum":
+                plan, width = (_ENUM, j, {m: j + i for i, m in enumerate(f.members)}), len(f.members)
+            elif f.kind == "bool":
+                plan, width = (_BOOL, j, None), 1
+            elif f.kind in ("int", "float"):
+                scale = (spec.mean.get(f.path, 0.0), spec.std.get(f.path, 1.0), f.kind == "int")
+                plan, width = (_NUM, j, scale), 1 + (len(INT_BUCKETS) if f.kind == "int" else 0)
+            elif f.kind == "set":
+                plan, width = (_SET, j, None), len(spec.actions)
+            else:  # extra: the field's token -> column memo
+                plan, width = (_TEXT, j, {}), spec.text_dim + 1
+            j += width
+            absent = -1
+            if f.may_be_absent or f.kind == "text":
+                absent, j = j, j + 1
+            self._plan.append((*plan, absent, f.default if f.has_default else None))
+        self.legal_offset = j
+        # bools without an absent column whose default is not true, and enums with a default (a
+        # value read as None is the default: see read_path), read together: most fields are such
+        plain = [i for i, (kind, *_rest, absent, default) in enumerate(self._plan)
+                 if absent < 0 and (kind == _BOOL and not default or kind == _ENUM and default is not None)]
+        self._bools = [i for i in plain if self._plan[i][0] == _BOOL]
+        self._enums = [i for i in plain if self._plan[i][0] == _ENUM]
+        self._bool_cols = [self._plan[i][1] for i in self._bools]
+        self._enum_maps = [{**self._plan[i][2], None: self._plan[i][2][self._plan[i][4]]}
+                           for i in self._enums]
+        self._get_bools, self._get_enums = _getter(self._bools), _getter(self._enums)
+        self._rest = [(i, self._plan[i]) for i in range(len(self._plan)) if i not in set(plain)]
+        self._paths = [".".join(self.schema.attrs[f.path]) for f in spec.fields]
+        self._read = operator.attrgetter(*self._paths) if len(self._paths) > 1 else \
+            (lambda root, g=operator.attrgetter(*self._paths): (g(root),)) if self._paths else \
+            (lambda root: ())
 
     def one(self, state: Any, legal: Sequence[str]) -> np.ndarray:
         """The feature row of one state (a dict, validated here) and its legal set."""
         root = self.schema.convert(state)
         return self.row(root, legal)
 
+    def values(self, root: Any) -> tuple:
+        """Every field's value in a converted state, in spec order (defaults applied)."""
+        try:
+            return self._read(root)
+        except AttributeError:  # an optional parent object is absent: read field by field
+            return tuple(read_path(self.schema, root, f.path) for f in self.spec.fields)
+
     def row(self, root: Any, legal: Sequence[str]) -> np.ndarray:
-        spec, index = self.spec, self.index
-        x = np.zeros(self.dim, dtype=np.float32)
-        j = 0
-        for f in spec.fields:
-            v = read_path(self.schema, root, f.path)
-            if f.kind == "enum":
+        """The feature row of a converted state (this spec's schema, or a policy's with the same fields)."""
+        ones: list[int] = []
+        cols: list[int] = []
+        nums: list[float] = []
+        buckets: list[int] = []  # text token columns, repeated per occurrence
+        dim = self.spec.text_dim
+        index = self.index
+        values = self.values(root)
+        ones.extend(itertools.compress(self._bool_cols, self._get_bools(values)))
+        ones.extend(map(operator.getitem, self._enum_maps, self._get_enums(values)))
+        for i, (kind, j, extra, absent, default) in self._rest:
+            v = values[i]
+            if v is None:
+                v = default
+            if kind == _ENUM:
                 if v is not None:
-                    x[j + f.members.index(v)] = 1.0
-                j += len(f.members)
-            elif f.kind == "bool":
-                x[j] = 1.0 if v else 0.0
-                j += 1
-            elif f.kind in ("int", "float"):
-                if v is not None:
-                    x[j] = (v - spec.mean.get(f.path, 0.0)) / spec.std.get(f.path, 1.0)
-                j += 1
-                if f.kind == "int":
-                    if v is not None:
-                        x[j + _int_bucket(v)] = 1.0
-                    j += len(INT_BUCKETS)
-            elif f.kind == "set":
-                for a in v or ():
-                    x[j + index[a]] = 1.0
-                j += len(spec.actions)
-            elif f.kind == "text":
+                    ones.append(extra[v])
+            elif kind == _BOOL:
                 if v:
-                    x[j : j + spec.text_dim] = text_buckets(v, spec.text_dim, self._cache)
-                    x[j + spec.text_dim] = math.log1p(len(v))
-                j += spec.text_dim + 1
-            if f.may_be_absent or f.kind == "text":
-                x[j] = 1.0 if v is None else 0.0
-                j += 1
-        for a in legal:
-            x[j + index[a]] = 1.0
+                    ones.append(j)
+            elif kind == _NUM:
+                if v is not None:
+                    cols.append(j)
+                    nums.append((v - extra[0]) / extra[1])
+                    if extra[2]:
+                        ones.append(j + 1 + _int_bucket(v))
+            elif kind == _SET:
+                if v:
+                    ones.extend([j + index[a] for a in v])
+            elif v:
+                buckets += text_columns(v, j, dim, extra)
+                cols.append(j + dim)
+                nums.append(math.log1p(len(v)))
+            if absent >= 0 and v is None:
+                ones.append(absent)
+        off = self.legal_offset
+        ones.extend([off + index[a] for a in legal])
+        if buckets:
+            x = np.log1p(np.bincount(buckets, minlength=self.dim).astype(np.float32))
+        else:
+            x = np.zeros(self.dim, np.float32)
+        x[ones] = 1.0
+        if cols:
+            x[cols] = nums
         return x
 
     def matrix(self, states: Sequence[Any], legals: Sequence[Sequence[str]]) -> np.ndarray:

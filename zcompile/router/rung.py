@@ -263,10 +263,9 @@ def ask(sp: Any, step: Step) -> Answer:
     legal = step.legal.actions
     if getattr(sp, "pairwise", False):
         raw = sp.decide(step.state, legal, step.tools if step.tools is not None else step.catalog.tools)
-    elif step.candidates:
-        raw = sp.decide(step.state, legal, step.candidates)
-    else:
-        raw = sp.decide(step.state, legal)
+    else:  # a zc Specialist takes the LegalSet itself: its validated state is not validated again
+        given = step.legal if getattr(sp, "takes_legal_set", False) else legal
+        raw = sp.decide(step.state, given, step.candidates) if step.candidates else sp.decide(step.state, given)
     conf = float(raw.confidence) if raw.confidence is not None else None
     if raw.action is None:
         best = raw.best if raw.best in legal else None
