@@ -990,7 +990,7 @@ def render(results: list[dict], checks: list[dict], command: str, mode: str, loa
             L.append(f"Issue 16 target, `compile_text` at {n:,} actions ≤ {most:g} s and ≤ {ratio:g}× Cedar: "
                      f"{r['zc_compile_s']:.2f} s, {got:.1f}× — "
                      f"**{'met' if r['zc_compile_s'] <= most and got <= ratio else 'missed'}** "
-                     "(parsing with lark is most of what remains; see the profile in the pull request).")
+                     "(by stage at 1,000 actions: parsing with lark ~0.4 s, lints ~0.2 s, the rest of checking, lowering, verifying and loading ~0.15 s).")
     L.append("")
     slow = max(results, key=lambda r: r["n"])
     L.append("Ratios below 1 mean zc is faster. Medians are of the samples listed (n); the p99 of a small n is "
