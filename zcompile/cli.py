@@ -312,7 +312,10 @@ def distill_cmd(sources, policy_path, out, model, guarantee, folds, negatives, t
                 min_coverage, seed, skip_invalid, epochs, max_steps, max_length, batch_size, ensemble,
                 quantization) -> None:
     """Distil receipts into an ONNX specialist that answers with a certified confidence or abstains."""
-    from .qroute import Report, Settings, distill
+    try:
+        from .qroute import Report, Settings, distill
+    except ZcError as exc:  # the `distill` extra is not installed
+        _fail(exc)
 
     options = {k: v for k, v in (("epochs", epochs), ("max_steps", max_steps), ("max_length", max_length),
                                  ("batch_size", batch_size), ("ensemble", ensemble), ("quantization", quantization))
