@@ -39,7 +39,7 @@ demo: venv
 	  echo "re-imported $(CHAT): identical to the bundled receipts/"; \
 	else echo "($(CHAT) is not here: using the bundled receipts/)"; fi
 	$(ZC) receipts check receipts/ --policy build/airline_chat.zcp
-	@# conformal selection: Learn-then-Test certifies nothing on these 1,368 decisions (README, Distillation)
+	@# conformal selection: Learn-then-Test certifies nothing on these 1,368 decisions (docs/results.md)
 	$(ZC) distill --from receipts/ --policy build/airline_chat.zcp --guarantee conformal -o build/specialists/airline_chat
 	$(ZC) eval --policy build/airline_chat.zcp --specialists build/specialists/airline_chat --receipts receipts/ \
 	  --json build/eval.json --html build/eval.html

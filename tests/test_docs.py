@@ -206,3 +206,25 @@ def test_the_runner_runs_blocks(tmp_path, monkeypatch):
             run_block(b, {}, tmp_path)
     run_block(Block("x.md", 7, "yaml", "a: [1, 2]\n", "file", "sub/f.yaml"), {}, tmp_path)
     assert (tmp_path / "sub" / "f.yaml").read_text() == "a: [1, 2]\n"
+
+
+def test_cli_reference_names_every_command_and_option():
+    """docs/cli.md lists every `zc` command, and every long option appears on some page."""
+    import click
+
+    cli, docs = (ROOT / "docs" / "cli.md").read_text(), "\n".join(p.read_text() for p in DOCS)
+
+    def commands(cmd, prefix):
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                yield from commands(sub, prefix + [name])
+        else:
+            yield " ".join(["zc", *prefix]), cmd
+
+    found = list(commands(main, []))
+    assert len(found) >= 11
+    for name, cmd in found:
+        assert f"{name} " in cli, name
+        for p in cmd.params:
+            for opt in getattr(p, "opts", ()):
+                assert opt == "--help" or not opt.startswith("--") or opt in docs, (name, opt)
