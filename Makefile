@@ -20,7 +20,7 @@ test: venv
 
 # the documentation site, built as the tests build it: every warning is an error
 docs: venv
-	$(VENV)/bin/mkdocs build --strict --site-dir build/site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
 
 CHAT   := ../shared/data/receipts/tau-airline-gpt4o.chat.jsonl
 TAU    := ../shared/data/tau
