@@ -1,5 +1,5 @@
 """The wheel: every subpackage, the grammar and the LICENSE; and the core install, from a fresh virtual
-environment, checks, compiles, judges and decides without the `distill` extra."""
+environment, checks, compiles, judges, decides and evaluates without the `distill` extra."""
 
 from __future__ import annotations
 
@@ -96,6 +96,9 @@ def test_core_wheel_in_a_fresh_venv(wheel, tmp_path):
     decide = subprocess.run([str(py), "-c", DECIDE, str(ROOT)], cwd=work, capture_output=True, text=True)
     assert decide.returncode == 0, decide.stderr
     assert "handed_on" in json.loads(decide.stdout)  # the tabular specialist decided (replies go to a text tier)
+    zc("eval", "--policy", "build/airline_chat.zcp", "--specialists", str(ROOT / "specialists" / "airline_chat"),
+       "--receipts", str(ROOT / "receipts"), "--html", "eval.html")
+    assert (work / "eval.html").exists()
     distill = subprocess.run([zc_bin, "distill", "--from", str(ROOT / "receipts"), "--policy", "build/airline_chat.zcp",
                               "-o", "sp"], cwd=work, capture_output=True, text=True)
     assert distill.returncode == 1 and "pip install 'zcompile[distill]'" in distill.stderr
