@@ -611,6 +611,38 @@ def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, spl
     click.echo(evals.render_text(rep))
 
 
+@main.command("promote")
+@click.argument("specialist_dir", type=click.Path(), metavar="SPECIALIST")
+@click.option("--policy", "policy_path", required=True, type=click.Path(), metavar="ARTIFACT",
+              help="The policy (.zcp, or a .zc source) the specialist was distilled for.")
+@click.option("--receipts", "sources", multiple=True, required=True, type=click.Path(), metavar="PATH",
+              help="Receipts written with the specialist in shadow mode (Router(shadow=…)); repeat for more.")
+@click.option("--dry-run", is_flag=True, help="Print the verdict; change nothing.")
+@click.option("--skip-invalid", is_flag=True, help="Skip invalid receipt lines (counted) instead of refusing.")
+def promote_cmd(specialist_dir, policy_path, sources, dry_run, skip_invalid) -> None:
+    """Re-gate a specialist on its shadow answers in live receipts of tasks it never trained on.
+
+    Promoted when no shadow answer was illegal or dangerous and the one-sided 95% Clopper–Pearson
+    lower bound of its live precision (whole outputs: a call with its arguments) reaches the
+    manifest's target; otherwise not promoted (a promoted specialist is demoted). The manifest
+    (re-sealed) and report.md are rewritten in place unless --dry-run. Exit 0 when promoted, 1 when not."""
+    from .qroute.promote import promote
+
+    try:
+        m, ev = promote(specialist_dir, _load_policy(policy_path), list(sources), dry_run=dry_run,
+                        skip_invalid=skip_invalid)
+    except ZcError as exc:
+        _fail(exc)
+    p = m.metrics["promotion"]
+    click.echo(f"{m.name}: {ev.answered} of {ev.asked} shadow records answered on {ev.tasks} unseen tasks, "
+               f"{ev.right} right (one-sided 95% lower bound {p['lower_bound']:.3f}, target "
+               f"{p['target_precision']:g}; {p['answers_needed']} answers, all right, are needed); "
+               f"illegal {ev.illegal}, dangerous {ev.dangerous}")
+    click.echo(("would be " if dry_run else "") + ("promoted" if m.gate.promoted else
+                                                   "NOT promoted: " + "; ".join(m.gate.reasons)))
+    sys.exit(0 if m.gate.promoted else 1)
+
+
 @main.command("route")
 @click.option("--policy", "policy_path", required=True, type=click.Path(), help="Compiled policy (.zcp) or .zc source.")
 @click.option("--specialists", "specialists", multiple=True, type=click.Path(file_okay=False),

@@ -3,13 +3,14 @@ complete calls, agreement, dangerous actions, latency, cost, risk–coverage, li
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from .. import stats
-from ..router.shadow import receipt_arguments, same_call
+from ..router.shadow import committed, label_of, record_right, same_call
 from .replay import Recorded, Replay
 
 
@@ -97,6 +98,21 @@ def calls(rows: Sequence[Replay]) -> dict[str, Any]:
             "precision": p["rate"], "precision_ci": p["ci"]}
 
 
+def power(answered: int, n: int, target: float, alpha: float = 0.05, power: float = 0.8) -> dict[str, Any]:
+    """Whether `answered` answers of `n` decisions can support a precision claim at `target`: the answers
+    (all right) a Wilson 95% lower bound ≥ target needs, the decisions that takes at this coverage, and
+    the smallest precision difference (near the target, over these answers) and coverage difference
+    (over these n) between two specialists a two-sided level-`alpha` test detects with `power`."""
+    need = stats.answers_needed(target)
+    coverage = answered / n if n else 0.0
+    return {"answered": answered, "n": n, "target": target, "answers_needed": need,
+            "enough": answered >= need,
+            "decisions_needed": math.ceil(need / coverage) if coverage else None,
+            "detectable_precision_difference": stats.detectable_difference(target, answered, alpha, power),
+            "detectable_coverage_difference": stats.detectable_difference(coverage, n, alpha, power),
+            "alpha": alpha, "power": power}
+
+
 def curve(rows: Sequence[Replay], tau: float, points: int = 50) -> dict[str, Any]:
     """The specialist's risk–coverage curve on the decisions it was asked about, and the point at τ."""
     asked = [r for r in rows if r.consulted]
@@ -136,30 +152,30 @@ def cost(rows: Sequence[Replay], policy: Any) -> dict[str, Any]:
 
 
 def shadow(rec: Recorded) -> dict[str, Any]:
-    """Live agreement of each shadow specialist with the decision recorded in its receipts (gold when
-    present, else the action taken; receipts judged wrong are left out): asked, answered, coverage,
-    agreement with its Wilson 95% interval and its one-sided Clopper–Pearson 95% lower bound."""
+    """Live agreement of each shadow specialist with the decision recorded in its receipts (`shadow.label_of`:
+    gold when present, else the action taken; receipts judged wrong are left out): asked, answered,
+    coverage (answers include replies handed on to a text tier), agreement by name with its Wilson 95% interval and its one-sided Clopper–Pearson 95% lower
+    bound, and answers right as whole outputs (`shadow.record_right`: a call with its arguments)."""
     out: dict[str, dict[str, Any]] = {}
     tally: dict[str, list[int]] = {}
     for r, records in rec.shadow:
-        if r.verified is False:
+        judged = label_of(r)
+        if judged is None:
             continue
-        label = r.gold if r.gold is not None else r.action
-        label_args = receipt_arguments(r) if r.gold is None else None
+        label, label_args = judged
         for s in records:
-            t = tally.setdefault(str(s.get("specialist")), [0, 0, 0, 0])  # asked, answered, agree, calls agree
+            t = tally.setdefault(str(s.get("specialist")), [0, 0, 0, 0])  # asked, answered, agree, right
             t[0] += 1
-            if s.get("outcome") != "answered":
+            if not committed(s):
                 continue
             t[1] += 1
             t[2] += s.get("action") == label
-            t[3] += s.get("kind") == "call" and label_args is not None and same_call(
-                s.get("action"), s.get("arguments"), label, label_args)
-    for name, (asked, answered, agree, call_agree) in sorted(tally.items()):
+            t[3] += record_right(s, label, label_args)
+    for name, (asked, answered, agree, right) in sorted(tally.items()):
         a = rate(agree, answered)
         out[name] = {"asked": asked, "answered": answered, "coverage": answered / asked if asked else 0.0,
                      "agree": agree, "agreement": a["rate"], "agreement_ci": a["ci"],
-                     "lower_bound": stats.lower_bound(agree, answered), "calls_agree": call_agree}
+                     "lower_bound": stats.lower_bound(agree, answered), "right": right}
     return out
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 
+from ..qroute.manifest import identity
 from ..receipts import Receipt
 from .rung import SPECIALIST, Step, ask, timed
 
@@ -27,6 +28,31 @@ def same_call(action: str | None, arguments: Any, other_action: str | None, othe
     if arguments is None or other_arguments is None:
         return arguments is None and other_arguments is None
     return msgspec.json.encode(arguments, order="sorted") == msgspec.json.encode(other_arguments, order="sorted")
+
+
+def label_of(r: Receipt) -> tuple[str | None, Any] | None:
+    """What a receipt's decision is judged against: (gold, None) when gold is known, else (the action
+    taken, its arguments); None when the action taken was judged wrong and gold is unknown."""
+    if r.gold is not None:
+        return r.gold, None
+    if r.verified is False:
+        return None
+    return r.action, receipt_arguments(r)
+
+
+def committed(record: Mapping[str, Any]) -> bool:
+    """Whether a shadow record is an output the specialist stands by: a call (or name) it answered, or
+    a text reply it recognised and handed on to a rung that writes text (not an abstention)."""
+    return record.get("outcome") in ("answered", "handed_on") and record.get("action") is not None
+
+
+def record_right(record: Mapping[str, Any], label: str | None, label_arguments: Any) -> bool:
+    """Whether a shadow record's answer equals the label: a call needs equal arguments as well (a
+    label without recorded arguments never matches a call); a reply or a bare name, the same name."""
+    if record.get("kind") == "call":
+        return label_arguments is not None and same_call(record.get("action"), record.get("arguments"), label,
+                                                         label_arguments)
+    return record.get("action") == label
 
 
 class _Ask:
@@ -50,6 +76,7 @@ def shadow_answers(specialists: Sequence[Any], step: Step, action: str | None, a
         record = ans.to_dict()
         del record["tier"]
         record["specialist"] = sp.name
+        record["version"] = identity(sp.manifest)  # which version answered: evidence for it alone
         record["same"] = ans.answered and same_call(ans.action, ans.arguments, action, arguments)
         out.append(record)
     return out
