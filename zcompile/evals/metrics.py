@@ -3,7 +3,6 @@ complete calls, agreement, dangerous actions, latency, cost, risk–coverage, li
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -46,12 +45,13 @@ def agreement(answered: Sequence[Replay], declined: Sequence[Replay], who: str) 
 
 
 def figures(handed: Sequence[Replay], answered: Sequence[Replay], n: int, times: Sequence[float],
-            risky: frozenset[str]) -> dict[str, Any]:
+            risky: frozenset[str], hands_on: bool = False) -> dict[str, Any]:
     """For the decisions `handed` to a rung and those it `answered`: coverage of all n, precision
     (name level) with its Wilson 95% interval, complete outputs (checked calls and text replies) and
     how many are right, replies handed on to a text tier, agreement with the teacher and with gold,
     the share not answered where no offered action fits, dangerous actions exposed and selected,
-    latency p50/p99 (µs)."""
+    latency p50/p99 (µs). `hands_on`: this row counts the replies the specialist handed on to a text
+    tier (the specialist's and the overall row; a tier reached afterwards does not count them again)."""
     m = len(answered)
     precision = rate(sum(r.action == r.label for r in answered), m)
     fit = [r for r in answered if r.label is not None]
@@ -74,7 +74,7 @@ def figures(handed: Sequence[Replay], answered: Sequence[Replay], n: int, times:
         "complete_coverage": len(complete) / n if n else 0.0,
         "complete_precision": complete_precision["rate"],
         "complete_precision_ci": complete_precision["ci"],
-        "handed_to_text_tier": sum(r.handed_on for r in handed),
+        "handed_to_text_tier": sum(r.handed_on for r in handed) if hands_on else 0,
         "agreement_teacher": agreement(answered, declined, "teacher"),
         "agreement_gold": agreement(answered, declined, "gold"),
         "precision_where_fits": rate(sum(r.action == r.label for r in fit), len(fit)),
@@ -107,7 +107,7 @@ def power(answered: int, n: int, target: float, alpha: float = 0.05, power: floa
     coverage = answered / n if n else 0.0
     return {"answered": answered, "n": n, "target": target, "answers_needed": need,
             "enough": answered >= need,
-            "decisions_needed": math.ceil(need / coverage) if coverage else None,
+            "decisions_needed": -(-need * n // answered) if answered else None,  # ceil, exactly
             "detectable_precision_difference": stats.detectable_difference(target, answered, alpha, power),
             "detectable_coverage_difference": stats.detectable_difference(coverage, n, alpha, power),
             "alpha": alpha, "power": power}

@@ -47,12 +47,12 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
                                                [r.compiler_us for r in rows], risky)
     per_rung["specialist"] = metrics.figures([r for r in rows if r.rung != "compiler"],
                                              [r for r in rows if r.rung == "specialist"], n,
-                                             [r.specialist_us for r in rows if r.consulted], risky)
+                                             [r.specialist_us for r in rows if r.consulted], risky, hands_on=True)
     for name in sorted({r.rung for r in rows} - {"compiler", "specialist", "remote"}):  # tiers, when given
         per_rung[name] = metrics.figures([r for r in rows if r.rung not in ("compiler", "specialist")],
                                          [r for r in rows if r.rung == name], n, [], risky)
     overall = metrics.figures(rows, [r for r in rows if r.rung != "remote"], n,
-                              [r.compiler_us + r.specialist_us for r in rows], risky)
+                              [r.compiler_us + r.specialist_us for r in rows], risky, hands_on=True)
     overall.pop("coverage_of_reached")
     calls, target = metrics.calls(rows), m.threshold.target_precision
     out = {

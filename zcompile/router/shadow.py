@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from ..qroute.manifest import identity
+from ..qroute.manifest import Manifest, identity
 from ..receipts import Receipt
 from .rung import SPECIALIST, Step, ask, timed
 
@@ -67,6 +67,21 @@ class _Ask:
         return ask(self.sp, step)
 
 
+_VERSIONS: dict[int, tuple[Any, str]] = {}
+
+
+def version(sp: Any) -> str | None:
+    """`manifest.identity` of a loaded specialist (computed once per manifest); None for a specialist
+    without a manifest (a harness's own rung)."""
+    m = getattr(sp, "manifest", None)
+    if not isinstance(m, Manifest):
+        return None
+    held = _VERSIONS.get(id(m))
+    if held is None or held[0] is not m:  # the manifest itself is kept, so its id is not reused
+        held = _VERSIONS[id(m)] = (m, identity(m))
+    return held[1]
+
+
 def shadow_answers(specialists: Sequence[Any], step: Step, action: str | None, arguments: Any) -> list[dict]:
     """What each shadow specialist would have done (`meta.shadow` of the receipt): its answer as a rung
     record, its name, and whether it is the decision's own answer (`same`)."""
@@ -76,7 +91,8 @@ def shadow_answers(specialists: Sequence[Any], step: Step, action: str | None, a
         record = ans.to_dict()
         del record["tier"]
         record["specialist"] = sp.name
-        record["version"] = identity(sp.manifest)  # which version answered: evidence for it alone
+        if (v := version(sp)) is not None:
+            record["version"] = v  # which version answered: evidence for it alone
         record["same"] = ans.answered and same_call(ans.action, ans.arguments, action, arguments)
         out.append(record)
     return out
