@@ -81,6 +81,33 @@ def _beta_ppf(q: float, a: float, b: float) -> float:
     return (lo + hi) / 2
 
 
+def answers_needed(target: float, confidence: float = 0.95, method: str = "wilson", limit: int = 100_000) -> int:
+    """The fewest answers, all right, whose lower bound reaches `target`: the two-sided Wilson interval's
+    at `confidence` (`wilson`), or the one-sided Clopper–Pearson bound at `confidence` (`clopper-pearson`)."""
+    def low(n: int) -> float:
+        return wilson(n, n, confidence)[0] if method == "wilson" else lower_bound(n, n, 1 - confidence)
+
+    lo, hi = 1, 1
+    while low(hi) < target and hi < limit:
+        lo, hi = hi, hi * 2
+    while lo < hi:  # the bound grows with n (all right): the first n that reaches the target
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if low(mid) < target else (lo, mid)
+    return hi
+
+
+def detectable_difference(p: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float | None:
+    """The smallest difference between two proportions near `p`, each measured on `n` independent
+    decisions, that a two-sided level-`alpha` z-test detects with probability `power` (normal
+    approximation: (z_{1-alpha/2} + z_power) * sqrt(2 p (1 - p) / n)); None when n is 0."""
+    from statistics import NormalDist
+
+    if n <= 0:
+        return None
+    z = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
+    return float(z * np.sqrt(2 * p * (1 - p) / n))
+
+
 def brier(probs: np.ndarray, labels: np.ndarray) -> float:
     """Multi-class Brier score: mean over rows of the squared distance to the one-hot label."""
     if len(labels) == 0:
