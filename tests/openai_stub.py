@@ -49,6 +49,8 @@ def offered(body: dict) -> list[str]:
     """The names a request offered: tool names, or the JSON-schema enum."""
     if "tools" in body:
         return [t["function"]["name"] for t in body["tools"]]
+    if "response_format" not in body:  # a chat request without tools (the gateway stripped them all)
+        return []
     schema = body["response_format"]["json_schema"]["schema"]
     return list(schema["properties"]["action"]["enum"])
 

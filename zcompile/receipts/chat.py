@@ -19,7 +19,7 @@ from .format import Receipt, ReceiptError
 from .io import decoded_lines
 
 __all__ = ["EXTRACT_VERSION", "RESPOND", "SHAPES", "TOOL_TEXT_LIMIT", "ChatSummary", "Decision", "call_arguments",
-           "decision", "default_extract", "extractor_name", "import_chat", "load_extractor"]
+           "decision", "decision_state", "default_extract", "extractor_name", "import_chat", "load_extractor"]
 
 EXTRACT_VERSION = 2  # 1: roles, last texts, counts, history; 2: + last.result, recent.*, mentioned.*, reused.*
 RESPOND = "respond"  # the action of an assistant message without a tool call (a text reply)
@@ -358,6 +358,19 @@ class Decision(msgspec.Struct, frozen=True):
     candidates: tuple[Any, ...]
 
 
+def decision_state(messages: list[dict], index: int, conversation: dict,
+                   extract: Callable[[list[dict], int, dict], dict] = default_extract, where: str = "$") -> dict:
+    """The state of the decision at `messages[index]` (`index == len(messages)`: the next one), from
+    `extract`. Raises ReceiptError (`where: problem`) when the extractor fails or returns a non-dict."""
+    try:
+        state = extract(messages, index, conversation)
+    except Exception as exc:  # noqa: BLE001 - a harness's extractor is user code
+        raise ReceiptError(f"{where}: the state extractor failed: {type(exc).__name__}: {exc}") from None
+    if not isinstance(state, dict):
+        raise ReceiptError(f"{where}: the state extractor returned {type(state).__name__}, expected a dict")
+    return state
+
+
 def decision(messages: list[dict], index: int, conversation: dict,
              extract: Callable[[list[dict], int, dict], dict] = default_extract, policy: Any = None,
              where: str = "$", state: dict | None = None) -> Decision:
@@ -379,12 +392,7 @@ def decision(messages: list[dict], index: int, conversation: dict,
     call = calls[0]["function"] if calls else None
     action = call["name"] if call is not None else RESPOND
     if state is None:
-        try:
-            state = extract(messages, index, conversation)
-        except Exception as exc:  # noqa: BLE001 - a harness's extractor is user code
-            raise ReceiptError(f"{where}: the state extractor failed: {type(exc).__name__}: {exc}") from None
-    if not isinstance(state, dict):
-        raise ReceiptError(f"{where}: the state extractor returned {type(state).__name__}, expected a dict")
+        state = decision_state(messages, index, conversation, extract, where)
     arguments, bad_arguments = call_arguments(call.get("arguments")) if call is not None else (None, None)
     legal = None
     if policy is not None:

@@ -1,0 +1,171 @@
+"""The upstream rung: forwards the harness's own conversation, with only the legal tools, and judges
+every tool call the upstream model returns with `Policy.check` (one re-ask with the reasons)."""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..receipts.chat import RESPOND, call_arguments
+from ..router.rung import Answer, Step, abstain, settle
+from ..tiers import OpenAITier
+
+REASK = ("Error: zc refused this call: {reasons}. It was not executed. Choose one of the offered tools "
+         "with valid arguments, or reply to the user.")
+
+
+@dataclass
+class Exchange:
+    """One chat-completions request as the upstream rung sees it, and what the rung did with it.
+
+    `body` is the harness's request with the legal tools only (`offered`); the rung fills in the
+    rest: the upstream's reply it accepted (`reply`, `message`), the calls it refused (`blocked`,
+    each `{action, arguments, reasons}`), how many requests it sent, and why it failed (`failure`:
+    `timeout` or `error`, with `detail`) when the upstream gave no usable reply.
+    """
+
+    body: dict[str, Any]
+    offered: list[Any]
+    reply: dict[str, Any] | None = None
+    message: dict[str, Any] | None = None
+    blocked: list[dict[str, Any]] = field(default_factory=list)
+    sent: int = 0
+    failure: str | None = None
+    detail: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)  # merged into the request's receipt (`meta.gateway`)
+
+
+CURRENT: contextvars.ContextVar[Exchange | None] = contextvars.ContextVar("zc_gateway_exchange", default=None)
+
+
+class UpstreamRung:
+    """A rung of the ladder bound to the upstream model (`zc serve --upstream URL --model NAME`).
+
+    Asked with a Step, it sends the current request's `Exchange.body` (set in `CURRENT` by the
+    gateway; `asyncio.to_thread` carries it into the router's thread) through the OpenAI-compatible
+    HTTP client of `zcompile.OpenAITier`, and settles the reply: a text reply is the `respond`
+    action, every tool call is judged by `settle` (legal set, arguments, `Policy.check`). A refused
+    call is answered back to the model once, as the tool's error with the reasons; a second refusal
+    is an `illegal` abstention (the router then answers with the policy's fallback). Timeouts and
+    bad replies are abstentions with their cause.
+    """
+
+    writes_text = True
+
+    def __init__(self, name: str, tier: OpenAITier) -> None:
+        self.name = name
+        self.tier = tier
+        self.model = tier.model
+
+    def answer(self, step: Step, timeout_s: float | None) -> Answer:
+        ex = CURRENT.get()
+        if ex is None:
+            return abstain("skipped", "no chat request to forward (the upstream answers only through zc serve)")
+        deadline = time.perf_counter() + (self.tier.timeout_ms / 1000 if timeout_s is None
+                                          else min(timeout_s, self.tier.timeout_ms / 1000))
+        body = dict(ex.body, model=self.model, stream=False)
+        for attempt in range(2):
+            outcome, reply, detail = self.tier.exchange(body, deadline)
+            ex.sent += 1
+            if outcome != "ok":
+                ex.failure, ex.detail = outcome, detail
+                return abstain(outcome, detail, model=self.model)
+            message, problem = _message(reply)
+            if message is None:
+                ex.failure, ex.detail = "error", f"malformed reply: {problem}"
+                return abstain("error", ex.detail, model=self.model)
+            model = reply.get("model") if isinstance(reply.get("model"), str) else self.model
+            ans, refused = judge(step, message, model)
+            if not refused:
+                ex.reply, ex.message = reply, message
+                return ans
+            ex.blocked.extend(refused)
+            if attempt == 0:  # re-ask once, with the reasons, as the refused calls' tool results
+                body = dict(body, messages=[*body["messages"], *reask(message, refused)])
+        return abstain("illegal", "the upstream proposed refused calls twice: "
+                       + "; ".join(f"`{b['action']}`: {'; '.join(b['reasons'])}" for b in ex.blocked),
+                       model=self.model)
+
+
+def _message(reply: Any) -> tuple[dict | None, str]:
+    """(choices[0].message, "") of a chat completion, or (None, what is wrong with it)."""
+    if not isinstance(reply, dict):
+        return None, f"expected a JSON object, got {type(reply).__name__}"
+    choices = reply.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return None, 'no "choices[0]" object'
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
+        return None, 'no "choices[0].message" object'
+    calls = message.get("tool_calls")
+    if calls is not None and not isinstance(calls, list):
+        return None, '"tool_calls" is not a list'
+    content = message.get("content")
+    if content is not None and not isinstance(content, (str, list)):
+        return None, '"content" is not a string'
+    return message, ""
+
+
+def judge(step: Step, message: dict, model: str | None) -> tuple[Answer, list[dict[str, Any]]]:
+    """(the answer of the message's first tool call or its text, every refused call) for one
+    upstream message: each tool call goes through `settle`, so through `Policy.check`."""
+    calls = message.get("tool_calls") or []
+    if not calls:
+        text = message.get("content")
+        text = text if isinstance(text, str) else "".join(
+            p.get("text", "") for p in text or () if isinstance(p, dict) and isinstance(p.get("text"), str))
+        ans = settle(step, RESPOND, text=text, model=model)
+        return ans, ([] if ans.answered else [_refusal(RESPOND, None, ans.detail)])
+    first: Answer | None = None
+    refused = []
+    for call in calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if not isinstance(name, str):
+            refused.append(_refusal(str(name), None, "a tool call without a function name"))
+            continue
+        arguments, problem = call_arguments(fn.get("arguments"))
+        if problem is not None:
+            refused.append(_refusal(name, None, f"malformed arguments: {problem}"))
+            continue
+        if name not in step.catalog.params:
+            refused.append(_refusal(name, arguments, f"`{name}` is not an action of policy `{step.policy.name}`"))
+            continue
+        ans = settle(step, name, arguments, model=model)
+        if ans.kind == "name" and step.catalog.params.get(name) is None:  # no signature: any arguments
+            verdict = step.policy.check(step.legal.root, name, arguments, step.intent)
+            ans = (Answer("call", action=name, arguments=arguments, model=model) if verdict.allowed else
+                   abstain("illegal", "; ".join(r.message for r in verdict.reasons[:3]), model=model))
+        if not ans.answered:  # every reason the policy gives, when it can judge the call
+            verdict = step.policy.check(step.legal.root, name, arguments, step.intent)
+            refused.append({"action": name, "arguments": arguments, "reasons":
+                            [r.message for r in verdict.reasons] or [ans.detail]})
+        first = first or ans
+    return (first if first is not None else abstain("illegal", "no acceptable tool call", model=model)), refused
+
+
+def _refusal(action: str, arguments: Any, why: str) -> dict[str, Any]:
+    return {"action": action, "arguments": arguments, "reasons": [why.removeprefix("call refused by the policy: ")]}
+
+
+def reask(message: dict, refused: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages that answer a refused upstream message: itself, then one tool result per call
+    (the reasons), so any OpenAI-compatible server accepts the continued conversation."""
+    calls = [dict(c, id=c.get("id") or f"call_{os.urandom(6).hex()}") for c in message.get("tool_calls") or []
+             if isinstance(c, dict)]
+    why = "; ".join(r for b in refused for r in b["reasons"])
+    if not calls:  # a refused text reply: say so as the user's turn
+        return [{"role": "assistant", "content": message.get("content") or ""},
+                {"role": "user", "content": REASK.format(reasons=why)}]
+    out: list[dict[str, Any]] = [{"role": "assistant", "content": message.get("content"), "tool_calls": calls}]
+    out += [{"role": "tool", "tool_call_id": c["id"], "content": REASK.format(reasons=why)} for c in calls]
+    return out
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text (tool-call arguments as OpenAI sends them)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
