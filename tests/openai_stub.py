@@ -22,6 +22,10 @@ Behaviours:
     refuse     content {"action": null}
     trickle    answer as "correct", but send the whole response (status line and headers first) one
                byte every `delay_ms`
+
+`script`, a list of dicts of these settings (`behaviour`, `answer`, `arguments`, `content`,
+`illegal_action`, `delay_ms`, `calls`), plays one entry per request, then the settings take over
+again; `calls`, a list of (name, arguments), answers several tool calls at once.
 """
 
 from __future__ import annotations
@@ -62,6 +66,11 @@ def _completion(body: dict, message: dict, finish: str = "stop") -> dict:
             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
 
 
+def _call(i: int, name: str, arguments: dict | str | None) -> dict:
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
+    return {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": args}}
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
@@ -87,7 +96,11 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = {"_unparsable": raw.decode("utf-8", "replace")}
         stub._record(self.path, dict(self.headers), body)
-        behaviour, delay_ms = stub.behaviour, stub.delay_ms
+        with stub._lock:
+            turn = {"behaviour": stub.behaviour, "answer": stub.answer, "arguments": stub.arguments,
+                    "content": stub.content, "illegal_action": stub.illegal_action, "delay_ms": stub.delay_ms,
+                    "calls": stub.calls, **(stub.script.pop(0) if stub.script else {})}
+        behaviour, delay_ms = turn["behaviour"], turn["delay_ms"]
         if self.path.rstrip("/") != stub.path:
             return self._send(404, json.dumps({"error": {"message": f"no route {self.path}"}}).encode())
         if behaviour == "drop":
@@ -103,7 +116,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(stub.status, json.dumps(err).encode())
         if behaviour == "malformed":
             return self._send(200, json.dumps({"id": "chatcmpl-stub", "object": "chat.completion"}).encode())
-        self._send(200, json.dumps(stub.reply(body, behaviour)).encode(),
+        self._send(200, json.dumps(stub.reply(body, behaviour, turn)).encode(),
                    trickle_s=delay_ms / 1000.0 if behaviour == "trickle" else 0.0)
 
     def _send(self, status: int, payload: bytes, ctype: str = "application/json", trickle_s: float = 0.0) -> None:
@@ -144,6 +157,8 @@ class OpenAIStub:
         self.illegal_action: str | None = None
         self.arguments: dict | str | None = None
         self.content: str | None = None
+        self.calls: list[tuple[str, dict | str]] | None = None
+        self.script: list[dict] = []
         self.delay_ms = 500.0
         self.status = 500
         self.path = path
@@ -198,33 +213,40 @@ class OpenAIStub:
         """Back to answering correctly, with nothing recorded (connections are still counted)."""
         with self._lock:
             self.behaviour, self.answer, self.illegal_action = behaviour, None, None
-            self.arguments, self.content = None, None
+            self.arguments, self.content, self.calls = None, None, None
+            self.script.clear()
             self.delay_ms, self.status = 500.0, 500
             self.requests.clear()
             self.headers.clear()
             self.paths.clear()
 
-    def reply(self, body: dict, behaviour: str) -> dict:
-        """The chat completion for a request that gets a well-formed reply."""
+    def reply(self, body: dict, behaviour: str, turn: dict | None = None) -> dict:
+        """The chat completion for a request that gets a well-formed reply (`turn`: this request's
+        settings, default the stub's own)."""
+        t = turn or {"answer": self.answer, "arguments": self.arguments, "content": self.content,
+                     "illegal_action": self.illegal_action, "calls": self.calls}
         names = offered(body)
         tools = "tools" in body
         if behaviour == "empty":
             return _completion(body, {"content": "", "tool_calls": []} if tools else {"content": ""})
-        if self.content is not None:
-            return _completion(body, {"content": self.content})
+        if t["content"] is not None:
+            return _completion(body, {"content": t["content"]})
         if behaviour == "refuse":
             return _completion(body, {"content": json.dumps({"action": None})})
+        if t["calls"]:
+            calls = [_call(i, n, a) for i, (n, a) in enumerate(t["calls"])]
+            return _completion(body, {"content": None, "tool_calls": calls}, "tool_calls")
         if behaviour == "illegal":
-            name = self.illegal_action or next(f"deploy{i or ''}" for i in range(len(names) + 1)
+            name = t["illegal_action"] or next(f"deploy{i or ''}" for i in range(len(names) + 1)
                                                if f"deploy{i or ''}" not in names)
-        elif isinstance(self.answer, int):
-            name = names[self.answer]
+        elif isinstance(t["answer"], int):
+            name = names[t["answer"]]
+        elif t["answer"] is None and not names:  # nothing offered: a text reply
+            return _completion(body, {"content": "stub reply"})
         else:
-            name = self.answer if self.answer is not None else names[0]
-        if tools:
-            args = self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments or {})
-            call = {"id": "call_0", "type": "function", "function": {"name": name, "arguments": args}}
-            return _completion(body, {"content": None, "tool_calls": [call]}, "tool_calls")
+            name = t["answer"] if t["answer"] is not None else names[0]
+        if tools or "response_format" not in body:
+            return _completion(body, {"content": None, "tool_calls": [_call(0, name, t["arguments"])]}, "tool_calls")
         return _completion(body, {"content": json.dumps({"action": name})})
 
     def _record(self, path: str, headers: dict, body: dict) -> None:
