@@ -23,6 +23,10 @@ Behaviours:
     trickle    answer as "correct", but send the whole response (status line and headers first) one
                byte every `delay_ms`
 
+A request with `"stream": true` gets its well-formed reply as server-sent events (`chat.completion.chunk`
+deltas: the text in pieces, each tool call's arguments in two fragments, then `[DONE]`); behaviour
+`cut` (streams only) sends the first half of those events, then closes the connection.
+
 `script`, a list of dicts of these settings (`behaviour`, `answer`, `arguments`, `content`,
 `illegal_action`, `delay_ms`, `calls`), plays one entry per request, then the settings take over
 again; `calls`, a list of (name, arguments), answers several tool calls at once.
@@ -64,6 +68,25 @@ def _completion(body: dict, message: dict, finish: str = "stop") -> dict:
             "model": body.get("model", "stub"),
             "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}],
             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+
+def _sse(done: dict) -> list[bytes]:
+    """A chat completion as the events of a stream."""
+    head = {"id": done["id"], "object": "chat.completion.chunk", "created": 0, "model": done["model"]}
+    message = done["choices"][0]["message"]
+    deltas: list[dict] = [{"role": "assistant", "content": ""}]
+    text = message.get("content") or ""
+    step = max(1, len(text) // 3)
+    deltas += [{"content": text[i:i + step]} for i in range(0, len(text), step)]
+    for i, call in enumerate(message.get("tool_calls") or ()):
+        args = call["function"]["arguments"]
+        half = len(args) // 2
+        deltas.append({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                       "function": {"name": call["function"]["name"], "arguments": args[:half]}}]})
+        deltas.append({"tool_calls": [{"index": i, "function": {"arguments": args[half:]}}]})
+    events = [{**head, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+    events.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": done["choices"][0]["finish_reason"]}]})
+    return [b"data: " + json.dumps(e).encode() + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
 
 
 def _call(i: int, name: str, arguments: dict | str | None) -> dict:
@@ -116,8 +139,25 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(stub.status, json.dumps(err).encode())
         if behaviour == "malformed":
             return self._send(200, json.dumps({"id": "chatcmpl-stub", "object": "chat.completion"}).encode())
+        if body.get("stream") is True:
+            return self._stream(_sse(stub.reply(body, behaviour, turn)), cut=behaviour == "cut")
         self._send(200, json.dumps(stub.reply(body, behaviour, turn)).encode(),
                    trickle_s=delay_ms / 1000.0 if behaviour == "trickle" else 0.0)
+
+    def _stream(self, events: list[bytes], cut: bool) -> None:
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for e in events[:len(events) // 2] if cut else events:
+                self.wfile.write(e)
+                self.wfile.flush()
+            if cut:
+                self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.close_connection = True
 
     def _send(self, status: int, payload: bytes, ctype: str = "application/json", trickle_s: float = 0.0) -> None:
         try:

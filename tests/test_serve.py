@@ -154,7 +154,40 @@ def test_streaming_forwards_a_judged_call(client, stub, airline):
     assert calls == [("get_reservation_details", {"reservation_id": "ABC123"})]
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
     assert chunks[-1].model_extra["x_zc"]["rung"] == "remote"
-    assert stub.requests[-1]["stream"] is False  # judged whole upstream, then streamed
+    assert stub.requests[-1]["stream"] is True  # streamed upstream; the call held until judged whole
+
+
+def test_streaming_passes_text_through_as_it_arrives(client, stub, served):
+    stub.content = "Let me look that up for you; one moment please."
+    before = len(receipts_of(served))
+    chunks = list(client.chat.completions.create(model="any", messages=START, tools=TOOLS, stream=True))
+    texts = [c.choices[0].delta.content for c in chunks if c.choices[0].delta.content]
+    assert len(texts) >= 3  # the upstream's own deltas (the stub sends three), not one synthesised piece
+    assert "".join(texts) == stub.content
+    assert len({c.id for c in chunks}) == 1 and chunks[-1].choices[0].finish_reason == "stop"
+    assert chunks[-1].model_extra["x_zc"]["rung"] == "remote"
+    assert len(receipts_of(served)) == before + 1 and receipts_of(served)[-1].action == "respond"
+
+
+def test_a_stream_cut_mid_call_never_delivers_the_call(client, stub, served):
+    before = len(receipts_of(served))
+    stub.behaviour, stub.answer, stub.arguments = "cut", "get_user_details", {"user_id": "mia_li_3668"}
+    with pytest.raises(openai.APIStatusError) as err:  # nothing had reached the harness: a plain 502
+        list(client.chat.completions.create(model="any", messages=START, tools=TOOLS, stream=True))
+    assert err.value.status_code == 502
+    assert len(receipts_of(served)) == before + 1
+
+
+def test_a_stream_cut_mid_text_ends_with_an_error_event(client, stub, served):
+    before = len(receipts_of(served))
+    stub.behaviour, stub.content = "cut", "A long answer, cut short by the upstream."
+    got = []
+    with pytest.raises(openai.APIError), \
+            client.chat.completions.create(model="any", messages=START, tools=TOOLS, stream=True) as stream:
+        for c in stream:
+            got.append(c)
+    assert got and not any(c.choices and c.choices[0].delta.tool_calls for c in got)
+    assert len(receipts_of(served)) == before + 1
 
 
 def test_streaming_never_carries_a_blocked_call(client, stub):

@@ -11,6 +11,7 @@ import threading
 import time
 import tomllib
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
@@ -353,10 +354,15 @@ class OpenAITier:
         except _Malformed as exc:
             return _Reply("error", detail=f"malformed reply: {exc}")
 
-    def exchange(self, body: dict[str, Any], deadline: float) -> tuple[str, Any, str]:
+    def exchange(self, body: dict[str, Any], deadline: float,
+                 on_event: Callable[[Any], None] | None = None) -> tuple[str, Any, str]:
         """POST one chat-completions `body`, ending by `deadline` (a `time.perf_counter()` second)
         whatever the server does: ("ok", the decoded JSON reply, "") or ("timeout" | "error", None,
-        the cause). Never raises for what the server does; the gateway (`zc serve`) forwards with it."""
+        the cause). Never raises for what the server does; the gateway (`zc serve`) forwards with it.
+
+        With `on_event` (for a body with `"stream": true`), a server-sent-events reply is read as it
+        arrives: each event's decoded JSON goes to `on_event`, and the reply is the list of events
+        (a plain JSON reply is returned as it is)."""
         budget = deadline - time.perf_counter()
         if budget <= 0:
             return "timeout", None, "no time left for this tier"
@@ -365,7 +371,9 @@ class OpenAITier:
         except (TypeError, ValueError) as exc:  # e.g. a non-JSON value in extra_body
             return "error", None, f"request not encodable: {exc}"
         try:
-            status, raw = self._post(content, deadline)
+            status, raw = self._post(content, deadline, on_event)
+        except _BadStream as exc:
+            return "error", None, f"malformed reply: {exc}"
         except httpx.TimeoutException as exc:
             return "timeout", None, f"timed out after {budget * 1000:.0f} ms ({_phase(exc)})"
         except httpx.ConnectError as exc:
@@ -380,19 +388,25 @@ class OpenAITier:
             return "error", None, f"tier unavailable: {exc}"
         if status != 200:
             return "error", None, f"HTTP {status}{_error_message(raw)}"
+        if isinstance(raw, list):  # the events of a stream
+            return "ok", raw, ""
         try:
             return "ok", json.loads(raw), ""
         except (ValueError, UnicodeDecodeError, RecursionError):
             return "error", None, f"malformed reply: body is not JSON: {_snippet(raw)}"
 
-    def _post(self, content: bytes, deadline: float) -> tuple[int, bytes]:
+    def _post(self, content: bytes, deadline: float,
+              on_event: Callable[[Any], None] | None = None) -> tuple[int, bytes | list]:
         """POST; every socket operation of the call is bounded by the time left until `deadline`
         (perf_counter seconds), so a server that trickles bytes cannot stretch it."""
         _DEADLINE.at = deadline
         try:
             timeout = httpx.Timeout(max(deadline - time.perf_counter(), 0.001))
             with self._client.stream("POST", self.url, content=content, timeout=timeout) as resp:
-                return resp.status_code, resp.read()
+                sse = resp.headers.get("content-type", "").startswith("text/event-stream")
+                if on_event is None or resp.status_code != 200 or not sse:
+                    return resp.status_code, resp.read()
+                return resp.status_code, _events(resp, on_event)
         finally:
             _DEADLINE.at = None
 
@@ -485,6 +499,28 @@ def _arguments(raw: Any) -> dict:
     if not isinstance(raw, dict):
         raise _Malformed('"tool_calls[0].function.arguments" is not a JSON object')
     return raw
+
+
+class _BadStream(Exception):
+    """A server-sent-events reply with an event that is not JSON, or that ends before `[DONE]`."""
+
+
+def _events(resp: httpx.Response, on_event: Callable[[Any], None]) -> list:
+    """The decoded `data:` events of an SSE reply up to `[DONE]`, each handed to `on_event` on arrival."""
+    out = []
+    for line in resp.iter_lines():
+        if not line.startswith("data:"):
+            continue  # comments, `event:` and `id:` lines, the blank lines between events
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return out
+        try:
+            event = json.loads(data)
+        except (ValueError, RecursionError):
+            raise _BadStream(f"an event is not JSON: {_snippet(data)}") from None
+        out.append(event)
+        on_event(event)
+    raise _BadStream(f"the stream ended before [DONE] after {len(out)} events (cut short?)")
 
 
 # ---- the whole-call deadline ---------------------------------------------------------------------

@@ -111,7 +111,7 @@ def agent(client: OpenAI, users: list[str], *, quiet: bool = False) -> None:
         msg, x = r.choices[0].message, r.model_extra["x_zc"]
         stripped = [*x["stripped"]["undeclared"], *x["stripped"]["illegal"]]
         where = "locally" if x["upstream_requests"] == 0 else f"after {x['upstream_requests']} upstream request(s)"
-        say(f"  [zc] answered by `{x['rung']}` {where}; legal tools offered: {', '.join(x['offered']) or 'none'}"
+        say(f"  [zc] answered by `{x['rung']}` {where}; legal tools: {', '.join(x['offered']) or 'none'}"
             + (f"; stripped: {', '.join(stripped)}" if stripped else ""))
         for b in x["blocked"]:
             say(f"  [zc] blocked {b['action']}({json.dumps(b['arguments'])}): {b['reasons'][0]}")

@@ -4,6 +4,7 @@ only legal tools, answers locally when a rung is sure, and lets no illegal call 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -101,8 +102,11 @@ class Gateway:
             self._writer.append(r)
 
     # ---- one request -------------------------------------------------------------------------
-    def decide(self, req: ChatRequest) -> tuple[int, dict[str, Any]]:
-        """(HTTP status, JSON body) for one validated request; runs in a worker thread."""
+    def decide(self, req: ChatRequest, sink: Callable[[bytes], None] | None = None) -> tuple[int, dict[str, Any], str]:
+        """(HTTP status, JSON body, the text already streamed) for one validated request; runs in a
+        worker thread. `sink` (a streamed request) takes the SSE events of the upstream's text as it
+        arrives, before the decision is complete."""
+        cid, created = replies.completion_id(), int(time.time())
         state, candidates = derive(req, self.extract)
         try:
             legal = self.policy.legal(state, req.intent)
@@ -117,6 +121,12 @@ class Gateway:
         undeclared = [n for n in names if n not in self.policy.actions]
         illegal = [n for n in names if n in self.policy.actions and n not in kept]
         ex = Exchange(forwarded(req, offered), offered)
+        if sink is not None:
+            def pass_on(text: str) -> None:
+                if ex.passed == text:  # the first text: the role first
+                    sink(replies.event(cid, created, self.model, {"role": "assistant", "content": ""}))
+                sink(replies.event(cid, created, self.model, {"content": text}))
+            ex.sink = pass_on
         ex.meta = {"conversation": req.task, "turn": len(req.messages), "extractor": self.extractor,
                    "gateway": {"offered": sorted(kept), "undeclared": undeclared, "illegal": illegal,
                                "stream": req.stream}}
@@ -128,21 +138,19 @@ class Gateway:
                 "legal": list(legal.actions), "offered": sorted(kept), "stripped": {"undeclared": undeclared,
                                                                                      "illegal": illegal},
                 "blocked": ex.blocked, "upstream_requests": ex.sent}
+        done = functools.partial(replies.completion, self.model, x_zc=x_zc, cid=cid, created=created)
         if d.tier == self.upstream_tier and ex.message is not None:  # the upstream's own judged reply
-            return 200, replies.completion(self.model, ex.message, x_zc, cid=ex.reply.get("id") if isinstance(
-                ex.reply.get("id"), str) else None, usage=ex.reply.get("usage"))
+            return 200, done(ex.message, usage=ex.reply.get("usage")), ex.passed
         if d.kind == "call":
-            message = {"content": None, "tool_calls": [replies.tool_call(d.action, d.arguments or {})]}
-            return 200, replies.completion(self.model, message, x_zc)
+            return 200, done({"content": None, "tool_calls": [replies.tool_call(d.action, d.arguments or {})]}), ex.passed
         if d.kind == "reply":
-            return 200, replies.completion(self.model, {"content": d.text}, x_zc)
+            return 200, done({"content": d.text}), ex.passed
         if ex.failure is not None and not ex.blocked:  # the upstream failed: say so, never guess
             status = 504 if ex.failure == "timeout" else 502
             return status, replies.error_body(status, f"upstream {ex.failure}: {ex.detail}",
-                                              code=f"upstream_{ex.failure}", x_zc=x_zc)
+                                              code=f"upstream_{ex.failure}", x_zc=x_zc), ex.passed
         x_zc["fallback"] = True  # nothing acceptable: the policy's fallback, as a documented reply
-        return 200, replies.completion(self.model, {"content": replies.FALLBACK_TEXT}, x_zc)
-
+        return 200, done({"content": replies.FALLBACK_TEXT}), ex.passed
 
 def _headers(body: dict[str, Any]) -> dict[str, str]:
     """The `x-zc-*` response headers: the rung, the receipt, and the reasons of refused calls (JSON)."""
@@ -159,6 +167,28 @@ def _headers(body: dict[str, Any]) -> dict[str, str]:
         out["x-zc-blocked"] = json.dumps([{"action": b["action"], "reasons": b["reasons"]} for b in x["blocked"]],
                                          ensure_ascii=True)
     return out
+
+
+async def _settled(task: asyncio.Future) -> tuple[int, dict[str, Any], str]:
+    """The decision's (status, body, text streamed), every failure as an error body."""
+    try:
+        return await task
+    except BadRequest as exc:
+        return exc.status, replies.error_body(exc.status, exc.message, code=exc.code, param=exc.param), ""
+    except TimeoutError:
+        return 504, replies.error_body(504, "no decision within the request's deadline", code="timeout"), ""
+    except ZcError as exc:  # e.g. the receipt could not be written: no answer without its receipt
+        return 500, replies.error_body(500, str(exc), code="internal_error"), ""
+
+
+def _respond(result: tuple[int, dict[str, Any], str], started: float, stream: bool) -> Response:
+    status, body, _ = result
+    headers = _headers(body)
+    headers["x-zc-latency-ms"] = f"{(time.perf_counter() - started) * 1000:.3f}"
+    if status == 200 and stream:
+        return StreamingResponse(iter(replies.chunks(body)), media_type="text/event-stream",
+                                 headers={**headers, "cache-control": "no-cache"})
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _error(status: int, message: str, code: str, param: str | None = None) -> JSONResponse:
@@ -186,20 +216,40 @@ def create_app(gateway: Gateway) -> Starlette:
         started = time.perf_counter()
         try:
             req = parse(await _body(request, gateway.max_body_bytes))
-            work = asyncio.to_thread(gateway.decide, req)  # carries this context into the thread
-            status, body = await asyncio.wait_for(work, gateway.timeout_ms / 1000 + GRACE_S)
         except BadRequest as exc:
             return _error(exc.status, exc.message, exc.code, exc.param)
-        except TimeoutError:
-            return _error(504, f"no decision within {gateway.timeout_ms:.0f} ms", "timeout")
-        except ZcError as exc:  # e.g. the receipt could not be written: no answer without its receipt
-            return _error(500, str(exc), "internal_error")
-        headers = _headers(body)
-        headers["x-zc-latency-ms"] = f"{(time.perf_counter() - started) * 1000:.3f}"
-        if status == 200 and req.stream:
-            return StreamingResponse(iter(replies.chunks(body)), media_type="text/event-stream",
-                                     headers={**headers, "cache-control": "no-cache"})
-        return JSONResponse(body, status_code=status, headers=headers)
+        if not req.stream:
+            return _respond(await _settled(_decision(req, None)), started, False)
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[bytes] = asyncio.Queue()
+        task = _decision(req, lambda b: loop.call_soon_threadsafe(events.put_nowait, b))
+        getter = asyncio.ensure_future(events.get())
+        await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+        if not getter.done():  # decided before any text streamed: answer whole (errors keep their status)
+            getter.cancel()
+            return _respond(await _settled(task), started, True)
+        return StreamingResponse(_through(getter.result(), events, task), media_type="text/event-stream",
+                                 headers={"x-zc-rung": gateway.upstream_tier, "cache-control": "no-cache"})
+
+    def _decision(req: ChatRequest, sink: Callable[[bytes], None] | None) -> asyncio.Future:
+        work = asyncio.to_thread(gateway.decide, req, sink)  # carries this context into the thread
+        return asyncio.ensure_future(asyncio.wait_for(work, gateway.timeout_ms / 1000 + GRACE_S))
+
+    async def _through(first: bytes, events: asyncio.Queue, task: asyncio.Future):
+        """A stream that began with the upstream's text: the rest of it, then the judged end."""
+        yield first
+        while True:
+            getter = asyncio.ensure_future(events.get())
+            await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+            if not getter.done():
+                getter.cancel()
+                break
+            yield getter.result()
+        while not events.empty():
+            yield events.get_nowait()
+        status, body, passed = await _settled(task)
+        for chunk in (replies.chunks(body, passed) if status == 200 else replies.error_event(body)):
+            yield chunk
 
     async def models(request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [

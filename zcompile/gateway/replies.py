@@ -38,25 +38,41 @@ def completion(model: str, message: dict[str, Any], x_zc: dict[str, Any], *, cid
     return out
 
 
-def chunks(done: dict[str, Any]) -> Iterator[bytes]:
+def event(cid: str, created: int, model: str, delta: dict[str, Any], finish: str | None = None,
+          **extra: Any) -> bytes:
+    """One SSE event: a `chat.completion.chunk` with one choice's `delta`."""
+    body = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+    return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+def chunks(done: dict[str, Any], passed: str = "") -> Iterator[bytes]:
     """The SSE events of a judged completion: the role, the text, each whole tool call, then the
     finish reason (with `x_zc`), then `[DONE]`. Tool calls are sent whole: a call is judged before
-    any of it reaches the harness."""
+    any of it reaches the harness. `passed`: the text the harness already has (streamed through
+    from the upstream, role included), left out."""
     choice = done["choices"][0]
     message = choice["message"]
-    head = {"id": done["id"], "object": "chat.completion.chunk", "created": done["created"], "model": done["model"]}
-
-    def event(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
-        body = {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
-        return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
-
-    yield event({"role": "assistant", "content": ""})
-    if message.get("content"):
-        yield event({"content": message["content"]})
+    head = (done["id"], done["created"], done["model"])
+    text = message.get("content") or ""
+    if not passed:
+        yield event(*head, {"role": "assistant", "content": ""})
+    rest = text[len(passed):] if text.startswith(passed) else text
+    if rest:
+        yield event(*head, {"content": rest})
     for i, call in enumerate(message.get("tool_calls") or ()):
-        yield event({"tool_calls": [{"index": i, **call}]})
-    yield event({}, choice["finish_reason"], x_zc=done["x_zc"], **({"usage": done["usage"]} if "usage" in done else {}))
-    yield b"data: [DONE]\n\n"
+        yield event(*head, {"tool_calls": [{"index": i, **call}]})
+    yield event(*head, {}, choice["finish_reason"], x_zc=done["x_zc"], **({"usage": done["usage"]} if "usage" in done else {}))
+    yield DONE
+
+
+def error_event(body: dict[str, Any]) -> Iterator[bytes]:
+    """An error after the stream began (an OpenAI client raises on an event with `error`)."""
+    yield b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
+    yield DONE
 
 
 def error_body(status: int, message: str, *, code: str, param: str | None = None,

@@ -7,6 +7,7 @@ import contextvars
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,11 +26,16 @@ class Exchange:
     `body` is the harness's request with the legal tools only (`offered`); the rung fills in the
     rest: the upstream's reply it accepted (`reply`, `message`), the calls it refused (`blocked`,
     each `{action, arguments, reasons}`), how many requests it sent, and why it failed (`failure`:
-    `timeout` or `error`, with `detail`) when the upstream gave no usable reply.
+    `timeout` or `error`, with `detail`) when the upstream gave no usable reply. With `sink` (the
+    harness asked for a stream), the first request streams upstream too, and its text deltas pass
+    on to the harness as they arrive until a tool call starts (`passed`); tool calls are held
+    until they are complete and judged.
     """
 
     body: dict[str, Any]
     offered: list[Any]
+    sink: Callable[[str], None] | None = None  # streaming: passes text deltas on to the harness
+    passed: str = ""  # the text already passed on
     reply: dict[str, Any] | None = None
     message: dict[str, Any] | None = None
     blocked: list[dict[str, Any]] = field(default_factory=list)
@@ -69,8 +75,11 @@ class UpstreamRung:
                                           else min(timeout_s, self.tier.timeout_ms / 1000))
         body = dict(ex.body, model=self.model, stream=False)
         for attempt in range(2):
-            outcome, reply, detail = self.tier.exchange(body, deadline)
+            relay = _relay(ex, RESPOND in step.legal.actions) if ex.sink is not None and attempt == 0 else None
+            outcome, reply, detail = self.tier.exchange(dict(body, stream=True) if relay else body, deadline, relay)
             ex.sent += 1
+            if isinstance(reply, list):
+                reply = assemble(reply)
             if outcome != "ok":
                 ex.failure, ex.detail = outcome, detail
                 return abstain(outcome, detail, model=self.model)
@@ -89,6 +98,61 @@ class UpstreamRung:
         return abstain("illegal", "the upstream proposed refused calls twice: "
                        + "; ".join(f"`{b['action']}`: {'; '.join(b['reasons'])}" for b in ex.blocked),
                        model=self.model)
+
+
+def _relay(ex: Exchange, text_ok: bool) -> Callable[[Any], None]:
+    """The `on_event` of a streamed upstream request: text deltas go on to the harness (when a text
+    reply is legal) until the first tool-call delta; everything else waits for the judgement."""
+    held = not text_ok
+
+    def on_event(event: Any) -> None:
+        nonlocal held
+        delta = _delta(event)
+        if delta.get("tool_calls"):
+            held = True
+        text = delta.get("content")
+        if not held and isinstance(text, str) and text:
+            ex.passed += text
+            ex.sink(text)
+
+    return on_event
+
+
+def _delta(event: Any) -> dict:
+    choices = event.get("choices") if isinstance(event, dict) else None
+    first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    return first.get("delta") if isinstance(first.get("delta"), dict) else {}
+
+
+def assemble(events: list[Any]) -> dict[str, Any]:
+    """The chat completion a stream of `chat.completion.chunk` events adds up to: the text deltas
+    joined, each tool call (by `index`) with its name and its argument fragments joined."""
+    content: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    head: dict[str, Any] = {}
+    for event in events:
+        if not isinstance(event, dict):
+            continue
+        for key in ("id", "model", "usage"):
+            if event.get(key) is not None:
+                head[key] = event[key]
+        delta = _delta(event)
+        if isinstance(delta.get("content"), str):
+            content.append(delta["content"])
+        for part in delta.get("tool_calls") or ():
+            if not isinstance(part, dict):
+                continue
+            call = calls.setdefault(part.get("index", len(calls)) if isinstance(part.get("index"), int) else len(calls),
+                                    {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+            call["id"] = part.get("id") or call["id"]
+            fn = part.get("function") if isinstance(part.get("function"), dict) else {}
+            for key in ("name", "arguments"):
+                if isinstance(fn.get(key), str):
+                    call["function"][key] += fn[key]
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(content) or None}
+    if calls:
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return {**head, "choices": [{"index": 0, "message": message}]}
 
 
 def _message(reply: Any) -> tuple[dict | None, str]:
