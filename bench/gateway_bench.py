@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             for p in procs:
                 p.terminate()
                 p.wait(timeout=10)
+    load1 = os.getloadavg()[0]
     receipts = {n: sum(1 for _ in open(tmp / f)) for n, f in (("forwarded", "f.jsonl"), ("local", "l.jsonl"))}
     stats = {n: (float(np.percentile(ts, 50)), float(np.percentile(ts, 99))) for n, ts in times.items()}
     names = list(stats)
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         "## The gateway: `zc serve` (`bench/gateway_bench.py`)", "",
         f"Command: `{cmd}`, run on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
         *machine_table(PACKAGES),
-        f"| load average (1 min): start / end | {load0:.2f} / {os.getloadavg()[0]:.2f} |", "",
+        f"| load average (1 min): start / end | {load0:.2f} / {load1:.2f} |", "",
         "Wall-clock time of one `POST /v1/chat/completions` (5 tools offered, the answer a tool call) from a "
         "keep-alive httpx client, interleaved over the three targets after 50 warm-up requests each; GC off "
         "in the client while timing. The upstream is the local stub (no model), so these are zc's own costs. "
@@ -142,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
         f"at p99** (the forwarded request also makes its own call to the same stub). A locally answered request: "
         f"{loc[0]:,.0f} µs p50 ({loc[0] / direct[0]:.2f}× a direct call to the stub, which answers instantly; a "
         "real model's call takes hundreds of milliseconds or more).", "",
+        *([f"The machine was busy (load average {max(load0, load1):.1f} on {os.cpu_count()} cores, shared "
+           "with other work): every figure above is inflated by waiting for a core; rerun on a quiet machine "
+           "for zc's own cost.", ""] if max(load0, load1) > (os.cpu_count() or 1) else []),
         f"Receipts written: {receipts['forwarded']:,} forwarded, {receipts['local']:,} local (warm-up included); "
         f"requests the stub received: {requests_seen:,}.",
     ]
