@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         "Each `zc serve` is its own process and appends one receipt per request.", "",
         "| target | n | p50 µs | p99 µs | inside zc serve: p50 µs | p99 µs |", "|---|---:|---:|---:|---:|---:|",
         *(f"| {n} | {len(times[n]):,} | {stats[n][0]:,.1f} | {stats[n][1]:,.1f} | " + (
-            f"{np.percentile(inside[n], 50):,.1f} | {np.percentile(inside[n], 99):,.1f} |" if inside[n] else "– | – |")
+            f"{np.percentile(inside[n], 50):,.1f} | {np.percentile(inside[n], 99):,.1f} |"
+            if inside[n] else "– | – |")
           for n in names), "",
         "*Inside zc serve* is the gateway's own `x-zc-latency-ms` header: from the start of the request "
         "handler to the reply built (body read, state, legal set, ladder, upstream call when forwarding, "

@@ -93,7 +93,8 @@ def test_the_forwarded_body_drops_zc_fields_and_unoffered_tool_choice():
 def test_a_stream_assembles_into_its_message():
     events = [{"id": "c", "model": "m", "choices": [{"delta": {"role": "assistant", "content": "Hel"}}]},
               {"choices": [{"delta": {"content": "lo"}}]},
-              {"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "t", "function": {"name": "f", "arguments": '{"a"'}}]}}]},
+              {"choices": [{"delta": {"tool_calls": [
+                  {"index": 0, "id": "t", "function": {"name": "f", "arguments": '{"a"'}}]}}]},
               {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]}}]},
               {"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}, "noise"]
     got = assemble(events)

@@ -148,7 +148,8 @@ def traffic(rng: random.Random) -> tuple[list[str], list[dict]]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None, help="directory for the receipts and the distillation (default: a temp dir)")
-    ap.add_argument("--conversations", type=int, default=120, help="scripted conversations after the first (default 120)")
+    ap.add_argument("--conversations", type=int, default=120,
+                    help="scripted conversations after the first (default 120)")
     args = ap.parse_args(argv)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="zc-gateway-"))
     out.mkdir(parents=True, exist_ok=True)

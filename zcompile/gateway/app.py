@@ -142,7 +142,8 @@ class Gateway:
         if d.tier == self.upstream_tier and ex.message is not None:  # the upstream's own judged reply
             return 200, done(ex.message, usage=ex.reply.get("usage")), ex.passed
         if d.kind == "call":
-            return 200, done({"content": None, "tool_calls": [replies.tool_call(d.action, d.arguments or {})]}), ex.passed
+            call = replies.tool_call(d.action, d.arguments or {})
+            return 200, done({"content": None, "tool_calls": [call]}), ex.passed
         if d.kind == "reply":
             return 200, done({"content": d.text}), ex.passed
         if ex.failure is not None and not ex.blocked:  # the upstream failed: say so, never guess

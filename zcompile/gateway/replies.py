@@ -65,7 +65,8 @@ def chunks(done: dict[str, Any], passed: str = "") -> Iterator[bytes]:
         yield event(*head, {"content": rest})
     for i, call in enumerate(message.get("tool_calls") or ()):
         yield event(*head, {"tool_calls": [{"index": i, **call}]})
-    yield event(*head, {}, choice["finish_reason"], x_zc=done["x_zc"], **({"usage": done["usage"]} if "usage" in done else {}))
+    usage = {"usage": done["usage"]} if "usage" in done else {}
+    yield event(*head, {}, choice["finish_reason"], x_zc=done["x_zc"], **usage)
     yield DONE
 
 

@@ -12,7 +12,7 @@ import msgspec
 
 from ..errors import ZcError, json_problem
 from ..receipts.candidates import extract_candidates
-from ..receipts.chat import _Message, decision_state
+from ..receipts.chat import ChatMessage, decision_state
 from ..runtime import tool_name
 
 
@@ -52,7 +52,7 @@ def parse(raw: bytes) -> ChatRequest:
     if not isinstance(messages, list) or not messages:
         raise BadRequest(400, "$.messages: expected a non-empty array of messages", "messages")
     try:
-        msgspec.convert(messages, list[_Message])
+        msgspec.convert(messages, list[ChatMessage])
     except msgspec.ValidationError as exc:
         p = json_problem(exc)
         where = p.path.replace("$", "$.messages", 1)

@@ -18,8 +18,8 @@ from .candidates import extract_candidates
 from .format import Receipt, ReceiptError
 from .io import decoded_lines
 
-__all__ = ["EXTRACT_VERSION", "RESPOND", "SHAPES", "TOOL_TEXT_LIMIT", "ChatSummary", "Decision", "call_arguments",
-           "decision", "decision_state", "default_extract", "extractor_name", "import_chat", "load_extractor"]
+__all__ = ["EXTRACT_VERSION", "RESPOND", "SHAPES", "TOOL_TEXT_LIMIT", "ChatMessage", "ChatSummary", "Decision",
+           "call_arguments", "decision", "decision_state", "default_extract", "extractor_name", "import_chat", "load_extractor"]
 
 EXTRACT_VERSION = 2  # 1: roles, last texts, counts, history; 2: + last.result, recent.*, mentioned.*, reused.*
 RESPOND = "respond"  # the action of an assistant message without a tool call (a text reply)
@@ -253,7 +253,9 @@ class _ToolCall(msgspec.Struct):
     function: _Function
 
 
-class _Message(msgspec.Struct):
+class ChatMessage(msgspec.Struct):
+    """One message of an OpenAI-format conversation, as the chat importer and the gateway validate it."""
+
     role: Literal["system", "user", "assistant", "tool"]
     content: str | list[Any] | None = None
     tool_calls: list[_ToolCall] | None = None
@@ -262,7 +264,7 @@ class _Message(msgspec.Struct):
 
 class _Conversation(msgspec.Struct):
     id: str
-    messages: list[_Message]
+    messages: list[ChatMessage]
     task: str | None = None
     trial: int | None = None
     reward: float | None = None
