@@ -316,3 +316,28 @@ def test_receipts_reimport_bit_for_bit(client, stub, served, airline, tmp_path):
         for f in fields:
             assert msgspec.json.encode(getattr(got, f)) == msgspec.json.encode(getattr(want, f)), f
         assert got.meta["turn"] == want.meta["turn"] and got.meta["extractor"] == want.meta["extractor"]
+
+
+def test_concurrent_requests_each_get_their_own_decision_and_receipt(client, stub, served):
+    from concurrent.futures import ThreadPoolExecutor
+
+    before = len(receipts_of(served))
+    stub.behaviour, stub.delay_ms, stub.answer = "slow", 150.0, "get_user_details"
+    users = [f"user_{i}_1000" for i in range(8)]
+
+    def ask(i: int):
+        messages = [START[0], {"role": "user", "content": f"I am {users[i]}."}]
+        return client.chat.completions.create(model="any", messages=messages, tools=TOOLS,
+                                              extra_body={"x_zc": {"task": f"t{i}"}})
+
+    stub.arguments = None  # the stub answers without arguments: every call is refused and re-asked
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(ask, range(8)))
+    got = {r.id: r for r in receipts_of(served)[before:]}
+    assert len(got) == 8
+    assert len(stub.requests) == 16  # each asked, and re-asked once
+    for i, r in enumerate(results):
+        x = r.model_extra["x_zc"]
+        assert got[x["receipt"]].task == f"t{i}"  # each receipt is its own request's
+        assert r.choices[0].message.tool_calls is None  # missing user_id: refused twice, the fallback
+        assert [b["action"] for b in x["blocked"]] == ["get_user_details"] * 2

@@ -101,3 +101,32 @@ def test_a_stream_assembles_into_its_message():
     assert got["id"] == "c" and got["model"] == "m"
     assert got["choices"][0]["message"] == {"role": "assistant", "content": "Hello", "tool_calls": [
         {"id": "t", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}]}
+
+
+def test_zc_serve_refuses_bad_setups_without_a_traceback():
+    from click.testing import CliRunner
+
+    from zcompile.cli import main
+
+    runner = CliRunner()
+    r = runner.invoke(main, ["serve", "--policy", str(ROOT / "policies" / "agent_core.zc"), "--upstream",
+                             "http://127.0.0.1:9/v1", "--model", "m"])
+    assert r.exit_code == 1 and "must declare `action respond" in r.output
+    r = runner.invoke(main, ["serve", "--policy", str(ROOT / "policies" / "airline_chat.zc"), "--upstream",
+                             "ftp://x", "--model", "m"])
+    assert r.exit_code == 1 and "base_url must start with http://" in r.output
+    r = runner.invoke(main, ["serve", "--policy", str(ROOT / "policies" / "airline_chat.zc"), "--upstream",
+                             "http://127.0.0.1:9/v1", "--model", "m", "--extract", "nope"])
+    assert r.exit_code == 1 and "module:function" in r.output
+    r = runner.invoke(main, ["serve", "--policy", str(ROOT / "policies" / "airline_chat.zc"), "--upstream",
+                             "http://127.0.0.1:9/v1", "--model", "m", "--upstream-tier", "specialist2"])
+    assert r.exit_code == 1 and "not declared" in r.output
+    assert runner.invoke(main, ["serve", "--model", "m"]).exit_code == 2  # usage: --policy, --upstream missing
+
+
+def test_a_failed_setup_leaves_no_receipts_file(tmp_path):
+    from zcompile.gateway import Gateway
+
+    with pytest.raises(ZcError, match="not declared"):
+        Gateway(POLICY, "http://127.0.0.1:9/v1", "m", upstream_tier="nope", receipts=tmp_path / "r.jsonl")
+    assert not (tmp_path / "r.jsonl").exists()

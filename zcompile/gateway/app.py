@@ -4,10 +4,12 @@ only legal tools, answers locally when a rung is sure, and lets no illegal call 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import json
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +54,14 @@ class Gateway:
         timeout_ms: the deadline of one request; the upstream is given what is left of it.
         max_body_bytes: larger request bodies are refused (413).
         api_key_env: the environment variable holding the upstream's API key.
+        workers: decisions run at once (each in a worker thread, upstream call included); more wait.
     """
 
     def __init__(self, policy: Policy, upstream: str, model: str, *, specialists: Any = None,
                  tiers: Mapping[str, Any] | None = None, upstream_tier: str | None = None,
                  extract: Callable[[list[dict], int, dict], dict] = default_extract,
                  receipts: str | Path | None = None, timeout_ms: float = TIMEOUT_MS,
-                 max_body_bytes: int = MAX_BODY_BYTES, api_key_env: str | None = None) -> None:
+                 max_body_bytes: int = MAX_BODY_BYTES, api_key_env: str | None = None, workers: int = 64) -> None:
         respond = next((a for a in policy.ir.actions if a.name == RESPOND), None)
         if respond is None or REPLY_TAG not in respond.tags:
             raise ZcError(f"policy `{policy.name}` must declare `action {RESPOND} tags(control, {REPLY_TAG})`: "
@@ -76,12 +79,19 @@ class Gateway:
                           f"(declare e.g. `tier remote` and route to it)")
         self.upstream_tier = name
         self.upstream = OpenAITier(upstream, model, timeout_ms=timeout_ms, api_key_env=api_key_env, name=name)
-        self._writer = ReceiptWriter(receipts) if receipts is not None else None
+        self._writer: ReceiptWriter | None = None
+        try:
+            self.router = Router(policy, specialists=specialists, tiers={**tiers, name: UpstreamRung(name, self.upstream)},
+                                 receipts=self._write, deadline_ms=timeout_ms, complete=True)
+        except BaseException:
+            self.upstream.close()
+            raise
+        self._writer = ReceiptWriter(receipts) if receipts is not None else None  # last: nothing left on errors
         self.receipts = Path(receipts) if receipts is not None else None
-        self.router = Router(policy, specialists=specialists, tiers={**tiers, name: UpstreamRung(name, self.upstream)},
-                             receipts=self._write, deadline_ms=timeout_ms, complete=True)
+        self.workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="zc-serve")
 
     def close(self) -> None:
+        self.workers.shutdown(wait=True)
         self.upstream.close()
         self.router.close()
         for tier in self.router.tiers.values():
@@ -130,7 +140,7 @@ class Gateway:
         ex.meta = {"conversation": req.task, "turn": len(req.messages), "extractor": self.extractor,
                    "gateway": {"offered": sorted(kept), "undeclared": undeclared, "illegal": illegal,
                                "stream": req.stream}}
-        CURRENT.set(ex)  # this thread's context: the upstream rung and the receipt sink read it
+        CURRENT.set(ex)  # this decision's context: the upstream rung and the receipt sink read it
         schemas = [t.get("function", t) for t in offered]
         d = self.router.decide(state, req.intent, task=req.task, tools=schemas or None, candidates=candidates)
         receipt: Receipt = ex.meta["receipt"]
@@ -233,7 +243,8 @@ def create_app(gateway: Gateway) -> Starlette:
                                  headers={"x-zc-rung": gateway.upstream_tier, "cache-control": "no-cache"})
 
     def _decision(req: ChatRequest, sink: Callable[[bytes], None] | None) -> asyncio.Future:
-        work = asyncio.to_thread(gateway.decide, req, sink)  # carries this context into the thread
+        context = contextvars.copy_context()  # each decision sets its own Exchange in its own copy
+        work = asyncio.get_running_loop().run_in_executor(gateway.workers, context.run, gateway.decide, req, sink)
         return asyncio.ensure_future(asyncio.wait_for(work, gateway.timeout_ms / 1000 + GRACE_S))
 
     async def _through(first: bytes, events: asyncio.Queue, task: asyncio.Future):

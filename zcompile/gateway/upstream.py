@@ -52,7 +52,7 @@ class UpstreamRung:
     """A rung of the ladder bound to the upstream model (`zc serve --upstream URL --model NAME`).
 
     Asked with a Step, it sends the current request's `Exchange.body` (set in `CURRENT` by the
-    gateway; `asyncio.to_thread` carries it into the router's thread) through the OpenAI-compatible
+    gateway for the decision, which runs in a copy of the request's context) through the OpenAI-compatible
     HTTP client of `zcompile.OpenAITier`, and settles the reply: a text reply is the `respond`
     action, every tool call is judged by `settle` (legal set, arguments, `Policy.check`). A refused
     call is answered back to the model once, as the tool's error with the reasons; a second refusal
