@@ -85,7 +85,8 @@ def _sse(done: dict) -> list[bytes]:
                                        "function": {"name": call["function"]["name"], "arguments": args[:half]}}]})
         deltas.append({"tool_calls": [{"index": i, "function": {"arguments": args[half:]}}]})
     events = [{**head, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
-    events.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": done["choices"][0]["finish_reason"]}]})
+    finish = done["choices"][0]["finish_reason"]
+    events.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
     return [b"data: " + json.dumps(e).encode() + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
 
 

@@ -81,8 +81,8 @@ conversations = st.builds(lambda steps: [{"role": "system", "content": "airline 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(messages=conversations, first=reply, second=reply, offer=st.lists(st.sampled_from(NAMES), max_size=6,
-                                                                          unique=True))
-def test_every_returned_call_passes_policy_check(setup, messages, first, second, offer):
+                                                                          unique=True), stream=st.booleans())
+def test_every_returned_call_passes_policy_check(setup, messages, first, second, offer, stream):
     stub, srv = setup
     stub.reset()
     stub.script = [first, second]
@@ -90,14 +90,22 @@ def test_every_returned_call_passes_policy_check(setup, messages, first, second,
     client = OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
     state = default_extract(messages, len(messages), {})
     legal = set(POLICY.legal(state).actions)
+    tools = [_tool(n) for n in offer] or None
     try:
-        r = client.chat.completions.create(model="m", messages=messages, tools=[_tool(n) for n in offer] or None)
-    except APIStatusError as exc:  # only the upstream's own failure may be an error here
+        if stream:
+            chunks = list(client.chat.completions.create(model="m", messages=messages, tools=tools, stream=True))
+            calls = [t.function for c in chunks for t in c.choices[0].delta.tool_calls or ()]
+            x = chunks[-1].model_extra["x_zc"]
+        else:
+            r = client.chat.completions.create(model="m", messages=messages, tools=tools)
+            calls = [t.function for t in r.choices[0].message.tool_calls or ()]
+            x = r.model_extra["x_zc"]
+    except APIStatusError as exc:  # the stub never fails here: no error is acceptable
         pytest.fail(f"{exc.status_code}: {exc.response.text}")
-    x = r.model_extra["x_zc"]
-    event(f"rung {x['rung']}, {len(x['blocked'])} blocked, {'a call' if r.choices[0].message.tool_calls else 'text'}")
-    for call in r.choices[0].message.tool_calls or ():
-        verdict = POLICY.check(state, call.function.name, json.loads(call.function.arguments))
+    event(f"{'stream' if stream else 'whole'}: rung {x['rung']}, {len(x['blocked'])} blocked, "
+          f"{'a call' if calls else 'text'}")
+    for call in calls:
+        verdict = POLICY.check(state, call.name, json.loads(call.arguments))
         assert verdict.allowed, verdict.reasons
     for sent in stub.requests:  # the re-ask repeats the offer of the original request
         assert {t["function"]["name"] for t in sent.get("tools", ())} <= legal & set(offer)

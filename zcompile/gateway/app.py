@@ -7,6 +7,7 @@ import asyncio
 import contextvars
 import functools
 import json
+import logging
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +35,7 @@ from .upstream import CURRENT, Exchange, UpstreamRung
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 TIMEOUT_MS = 60_000.0
+_log = logging.getLogger("zcompile.gateway")
 GRACE_S = 1.0  # past the decision's deadline, the request answers 504 whatever the ladder is doing
 
 
@@ -81,7 +83,8 @@ class Gateway:
         self.upstream = OpenAITier(upstream, model, timeout_ms=timeout_ms, api_key_env=api_key_env, name=name)
         self._writer: ReceiptWriter | None = None
         try:
-            self.router = Router(policy, specialists=specialists, tiers={**tiers, name: UpstreamRung(name, self.upstream)},
+            self.router = Router(policy, specialists=specialists,
+                                 tiers={**tiers, name: UpstreamRung(name, self.upstream)},
                                  receipts=self._write, deadline_ms=timeout_ms, complete=True)
         except BaseException:
             self.upstream.close()
@@ -107,7 +110,7 @@ class Gateway:
             r = msgspec.structs.replace(r, meta={**r.meta, **ex.meta, "gateway": {
                 **ex.meta.get("gateway", {}), "upstream_requests": ex.sent,
                 "blocked": ex.blocked, **({"failure": ex.failure, "detail": ex.detail} if ex.failure else {})}})
-            ex.meta["receipt"] = r
+            ex.receipt = r
         if self._writer is not None:
             self._writer.append(r)
 
@@ -127,7 +130,7 @@ class Gateway:
             raise BadRequest(400, f"$.x_zc.intent: {exc}", "x_zc.intent") from None
         names = [tool_name(t) for t in req.tools]
         offered = self.policy.filter_tools(req.tools, state, req.intent)
-        kept = {tool_name(t) for t in offered}
+        kept = [tool_name(t) for t in offered]
         undeclared = [n for n in names if n not in self.policy.actions]
         illegal = [n for n in names if n in self.policy.actions and n not in kept]
         ex = Exchange(forwarded(req, offered), offered)
@@ -138,16 +141,15 @@ class Gateway:
                 sink(replies.event(cid, created, self.model, {"content": text}))
             ex.sink = pass_on
         ex.meta = {"conversation": req.task, "turn": len(req.messages), "extractor": self.extractor,
-                   "gateway": {"offered": sorted(kept), "undeclared": undeclared, "illegal": illegal,
+                   "gateway": {"offered": kept, "undeclared": undeclared, "illegal": illegal,
                                "stream": req.stream}}
         CURRENT.set(ex)  # this decision's context: the upstream rung and the receipt sink read it
         schemas = [t.get("function", t) for t in offered]
         d = self.router.decide(state, req.intent, task=req.task, tools=schemas or None, candidates=candidates)
-        receipt: Receipt = ex.meta["receipt"]
-        x_zc = {"receipt": receipt.id, "rung": d.tier, "kind": d.kind, "action": d.action,
-                "legal": list(legal.actions), "offered": sorted(kept), "stripped": {"undeclared": undeclared,
-                                                                                     "illegal": illegal},
-                "blocked": ex.blocked, "upstream_requests": ex.sent}
+        x_zc = {"receipt": ex.receipt.id, "rung": d.tier, "kind": d.kind, "action": d.action,
+                "legal": list(legal.actions), "offered": kept,
+                "stripped": {"undeclared": undeclared, "illegal": illegal},
+                "blocked": ex.blocked, "upstream_requests": ex.sent, "fallback": d.tier in ("fallback", "none")}
         done = functools.partial(replies.completion, self.model, x_zc=x_zc, cid=cid, created=created)
         if d.tier == self.upstream_tier and ex.message is not None:  # the upstream's own judged reply
             return 200, done(ex.message, usage=ex.reply.get("usage")), ex.passed
@@ -162,6 +164,7 @@ class Gateway:
                                               code=f"upstream_{ex.failure}", x_zc=x_zc), ex.passed
         x_zc["fallback"] = True  # nothing acceptable: the policy's fallback, as a documented reply
         return 200, done({"content": replies.FALLBACK_TEXT}), ex.passed
+
 
 def _headers(body: dict[str, Any]) -> dict[str, str]:
     """The `x-zc-*` response headers: the rung, the receipt, and the reasons of refused calls (JSON)."""
@@ -190,6 +193,9 @@ async def _settled(task: asyncio.Future) -> tuple[int, dict[str, Any], str]:
         return 504, replies.error_body(504, "no decision within the request's deadline", code="timeout"), ""
     except ZcError as exc:  # e.g. the receipt could not be written: no answer without its receipt
         return 500, replies.error_body(500, str(exc), code="internal_error"), ""
+    except Exception as exc:  # noqa: BLE001 - a bug must not take the server down or leak a traceback
+        _log.exception("zc serve: the decision failed")
+        return 500, replies.error_body(500, f"internal error: {type(exc).__name__}: {exc}", code="internal_error"), ""
 
 
 def _respond(result: tuple[int, dict[str, Any], str], started: float, stream: bool) -> Response:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..receipts import Receipt
 from ..receipts.chat import RESPOND, call_arguments
 from ..router.rung import Answer, Step, abstain, settle
 from ..tiers import OpenAITier
@@ -43,6 +44,7 @@ class Exchange:
     failure: str | None = None
     detail: str = ""
     meta: dict[str, Any] = field(default_factory=dict)  # merged into the request's receipt (`meta.gateway`)
+    receipt: Receipt | None = None  # the receipt written for the request
 
 
 CURRENT: contextvars.ContextVar[Exchange | None] = contextvars.ContextVar("zc_gateway_exchange", default=None)
