@@ -4,7 +4,6 @@ every tool call the upstream model returns with `Policy.check` (one re-ask with 
 from __future__ import annotations
 
 import contextvars
-import json
 import os
 import time
 from collections.abc import Callable
@@ -202,14 +201,13 @@ def judge(step: Step, message: dict, model: str | None) -> tuple[Answer, list[di
             refused.append(_refusal(name, arguments, f"`{name}` is not an action of policy `{step.policy.name}`"))
             continue
         ans = settle(step, name, arguments, model=model)
-        if ans.kind == "name" and step.catalog.params.get(name) is None:  # no signature: any arguments
+        if ans.kind != "call":  # refused, or a bare name (no signature, or no arguments): the policy decides
             verdict = step.policy.check(step.legal.root, name, arguments, step.intent)
-            ans = (Answer("call", action=name, arguments=arguments, model=model) if verdict.allowed else
-                   abstain("illegal", "; ".join(r.message for r in verdict.reasons[:3]), model=model))
-        if not ans.answered:  # every reason the policy gives, when it can judge the call
-            verdict = step.policy.check(step.legal.root, name, arguments, step.intent)
-            refused.append({"action": name, "arguments": arguments, "reasons":
-                            [r.message for r in verdict.reasons] or [ans.detail]})
+            if ans.kind == "name" and verdict.allowed:
+                ans = Answer("call", action=name, arguments=arguments or {}, model=model)
+            else:  # every reason the policy gives
+                refused.append({"action": name, "arguments": arguments,
+                                "reasons": [r.message for r in verdict.reasons] or [ans.detail or "refused"]})
         first = first or ans
     return (first if first is not None else abstain("illegal", "no acceptable tool call", model=model)), refused
 
@@ -231,7 +229,3 @@ def reask(message: dict, refused: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out += [{"role": "tool", "tool_call_id": c["id"], "content": REASK.format(reasons=why)} for c in calls]
     return out
 
-
-def dumps(value: Any) -> str:
-    """Compact JSON text (tool-call arguments as OpenAI sends them)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
