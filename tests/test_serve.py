@@ -341,3 +341,31 @@ def test_concurrent_requests_each_get_their_own_decision_and_receipt(client, stu
         assert got[x["receipt"]].task == f"t{i}"  # each receipt is its own request's
         assert r.choices[0].message.tool_calls is None  # missing user_id: refused twice, the fallback
         assert [b["action"] for b in x["blocked"]] == ["get_user_details"] * 2
+
+
+def desk_extract(messages, index, conversation):
+    """A harness's own extractor: the desk's state from the number of user messages alone."""
+    users = sum(1 for m in messages[:index] if m.get("role") == "user")
+    return {"prev": {"role": messages[index - 1]["role"]}, "user_turns": users, "history": ["list_all_airports"]}
+
+
+def test_a_harness_extractor_decides_the_state_as_the_importer_would(stub, tmp_path):
+    from zcompile.receipts import import_chat
+
+    policy = zcompile.compile_text(DESK.read_text(), str(DESK))
+    gw = Gateway(policy, stub.base_url, "stub-model", extract=desk_extract, receipts=tmp_path / "r.jsonl")
+    stub.reset()
+    stub.answer, stub.arguments = "get_user_details", {"user_id": "mia_li_3668"}
+    with Running(gw) as srv:
+        r = OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0).chat.completions.create(
+            model="any", messages=START, tools=DESK_TOOLS)
+    gw.close()
+    assert r.model_extra["x_zc"]["rung"] == "remote"  # this state has list_all_airports in history already
+    got = list(read(tmp_path / "r.jsonl"))[-1]
+    assert got.state == desk_extract(START, 2, {}) and got.meta["extractor"].endswith(":desk_extract")
+    log = tmp_path / "chat.jsonl"
+    convo = [*START, r.choices[0].message.model_dump(exclude_none=True, exclude={"annotations", "refusal"})]
+    log.write_text(json.dumps({"id": "c", "messages": convo}) + "\n")
+    want = list(import_chat(log, extract=desk_extract, policy=policy))[-1]
+    assert msgspec.json.encode(got.state) == msgspec.json.encode(want.state)
+    assert got.meta["extractor"] == want.meta["extractor"] and got.legal == want.legal
