@@ -133,7 +133,7 @@ class Gateway:
         kept = [tool_name(t) for t in offered]
         undeclared = [n for n in names if n not in self.policy.actions]
         illegal = [n for n in names if n in self.policy.actions and n not in kept]
-        ex = Exchange(forwarded(req, offered), offered)
+        ex = Exchange(forwarded(req, offered))
         if sink is not None:
             def pass_on(text: str) -> None:
                 if ex.passed == text:  # the first text: the role first

@@ -23,7 +23,7 @@ REASK = ("Error: zc refused this call: {reasons}. It was not executed. Choose on
 class Exchange:
     """One chat-completions request as the upstream rung sees it, and what the rung did with it.
 
-    `body` is the harness's request with the legal tools only (`offered`); the rung fills in the
+    `body` is the harness's request with the legal tools only; the rung fills in the
     rest: the upstream's reply it accepted (`reply`, `message`), the calls it refused (`blocked`,
     each `{action, arguments, reasons}`), how many requests it sent, and why it failed (`failure`:
     `timeout` or `error`, with `detail`) when the upstream gave no usable reply. With `sink` (the
@@ -33,7 +33,6 @@ class Exchange:
     """
 
     body: dict[str, Any]
-    offered: list[Any]
     sink: Callable[[str], None] | None = None  # streaming: passes text deltas on to the harness
     passed: str = ""  # the text already passed on
     reply: dict[str, Any] | None = None
