@@ -130,3 +130,20 @@ def test_a_failed_setup_leaves_no_receipts_file(tmp_path):
     with pytest.raises(ZcError, match="not declared"):
         Gateway(POLICY, "http://127.0.0.1:9/v1", "m", upstream_tier="nope", receipts=tmp_path / "r.jsonl")
     assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_zc_serve_on_a_busy_port_exits_1(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        policy = str(ROOT / "policies" / "airline_chat.zc")
+        run = subprocess.run([sys.executable, "-m", "zcompile", "serve", "--policy", policy,
+                              "--upstream", "http://127.0.0.1:9/v1", "--model", "m", "--port", str(port),
+                              "--receipts", str(tmp_path / "r.jsonl")], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1 and f"error: cannot listen on 127.0.0.1:{port}" in run.stderr
+    assert "Traceback" not in run.stderr

@@ -705,6 +705,8 @@ def serve_cmd(policy_path, upstream, model, specialists, tiers_path, upstream_ti
                f"receipts {receipts_path}; http://{host}:{port}/v1", err=True)
     try:
         serve(gateway, host, port)
+    except ZcError as exc:
+        _fail(exc)
     finally:
         gateway.close()
 

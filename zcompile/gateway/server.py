@@ -9,6 +9,7 @@ from typing import Any
 
 import uvicorn
 
+from ..errors import ZcError
 from .app import Gateway, create_app
 
 
@@ -19,8 +20,14 @@ def _config(gateway: Gateway, host: str, port: int, log_level: str) -> uvicorn.C
 
 
 def serve(gateway: Gateway, host: str = "127.0.0.1", port: int = 8088, log_level: str = "info") -> None:
-    """Serve until interrupted (Ctrl-C)."""
-    uvicorn.Server(_config(gateway, host, port, log_level)).run()
+    """Serve until interrupted (Ctrl-C). Raises ZcError when the address cannot be listened on."""
+    server = uvicorn.Server(_config(gateway, host, port, log_level))
+    try:
+        server.run()
+    except SystemExit:  # uvicorn exits when it cannot bind (it has logged why)
+        raise ZcError(f"cannot listen on {host}:{port}") from None
+    if not server.started:
+        raise ZcError(f"cannot listen on {host}:{port}")
 
 
 class Running:
