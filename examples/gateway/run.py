@@ -1,6 +1,6 @@
 """A scripted agent on the official `openai` client, pointed at `zc serve` in front of a stub upstream.
 
-    python -m examples.gateway.run                      # from the repository root (~30 s)
+    python -m examples.gateway.run                      # from the repository root (~30 s; extras serve, distill)
     python -m examples.gateway.run --conversations 0    # the first conversation only (~6 s)
 
 No chat model can be downloaded here, so a local stub (tests/openai_stub.py) stands in for the
