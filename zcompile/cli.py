@@ -61,10 +61,16 @@ def main() -> None:
 @click.option("--deny-warnings", is_flag=True, help="Exit 1 when there are warnings too.")
 @click.option("--format", "out_format", type=click.Choice(["text", "json", "sarif"]), default="text",
               show_default=True, help="json or sarif (2.1.0): the diagnostics on stdout, for tools.")
-def check_cmd(paths: tuple[str, ...], deny_warnings: bool, out_format: str) -> None:
+@click.option("--tools", "tools_path", default=None, type=click.Path(dir_okay=False), metavar="FILE",
+              help="Also report where the signatures drift from these tools (OpenAI tools or MCP tools/list).")
+def check_cmd(paths: tuple[str, ...], deny_warnings: bool, out_format: str, tools_path: str | None) -> None:
     """Parse and check policies (names, types, cycles, lints); print every diagnostic."""
     try:
         results = _check_all(paths)
+        if tools_path is not None:
+            from .tools import check_tools
+
+            results = check_tools(results, tools_path)
     except ZcError as exc:
         _fail(exc)
     if out_format != "text":
@@ -771,6 +777,71 @@ def fmt_cmd(paths: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
     click.echo(f"{changed} of {len(files)} file{'s' if len(files) != 1 else ''} {verb}"
                + (f", {errors} with errors" if errors else ""), err=True)
     sys.exit(1 if errors or (check_only and changed) else 0)
+
+
+@main.group("tools")
+def tools_group() -> None:
+    """Tool schemas and signatures: import tools as `action` declarations, export signatures as tools."""
+
+
+@tools_group.command("import")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("-o", "--out", "out", default=None, type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write the declarations here (default: stdout).")
+@click.option("--force", is_flag=True, help="Replace FILE given to -o when it exists.")
+def tools_import_cmd(file: str, out: str | None, force: bool) -> None:
+    """Write `action` declarations with typed signatures for an OpenAI `tools` array or an MCP
+    `tools/list` result; what the signatures cannot state is refused with its $.path."""
+    from .tools import import_file
+
+    try:
+        text, warnings = import_file(file)
+        for w in warnings:
+            click.echo(f"warning: {file}: {w}", err=True)
+        if out is None:
+            click.echo(text, nl=False)
+            return
+        _write_new(Path(out), text.encode(), force)
+    except ZcError as exc:
+        _fail(exc)
+    click.echo(f"wrote {text.count(chr(10) + 'action ')} action declarations to {out}", err=True)
+
+
+@tools_group.command("export")
+@click.argument("policy_path", metavar="POLICY", type=click.Path())
+def tools_export_cmd(policy_path: str) -> None:
+    """Print the policy's signed actions as an OpenAI `tools` array (JSON)."""
+    from .tools import openai_tools
+
+    try:
+        policy = _load_policy(policy_path)
+    except ZcError as exc:
+        _fail(exc)
+    click.echo(msgspec.json.format(msgspec.json.encode(openai_tools(policy)), indent=2).decode())
+
+
+def _write_new(path: Path, data: bytes, force: bool) -> None:
+    """Write `data` to `path` atomically; an existing file is replaced only with `force`."""
+    if os.path.lexists(path) and not force:
+        raise ZcError(f"{path}: already exists; pass --force to replace it")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.",
+                                   suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.chmod(tmp, 0o644)
+            if force:
+                os.replace(tmp, path)
+            else:
+                os.link(tmp, path)  # fails if the file appeared meanwhile: nothing is overwritten
+        finally:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+    except FileExistsError:
+        raise ZcError(f"{path}: already exists; pass --force to replace it") from None
+    except OSError as exc:
+        raise ZcError(f"{path}: cannot write: {exc.strerror or exc}") from None
 
 
 @main.command("lsp")
