@@ -595,7 +595,7 @@ def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, spl
 
             if policy is None:
                 raise ZcError("--tiers needs --policy: tiers are rungs of a policy's routes")
-            tiers = load_tiers(tiers_path)
+            tiers = load_tiers(tiers_path, policy)
         try:
             rep = evals.run(policy, specialist_dir, [*sources, *more], split=split,
                             allow_trained=allow_trained, skip_invalid=skip_invalid, tiers=tiers)
@@ -637,7 +637,7 @@ def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts
         if tiers_path:
             from .tiers import load_tiers
 
-            tiers = load_tiers(tiers_path)
+            tiers = load_tiers(tiers_path, policy)
         state = _read_json(state_path)
         with Router(policy, specialists=list(specialists) or None, tiers=tiers, receipts=receipts_path,
                     deadline_ms=deadline_ms) as router:
