@@ -486,9 +486,10 @@ def drift(policy: ir.PolicyIR, tree: Any, tools: Sequence[ImportedTool], file: s
         where = f"tool `{tool.name}` ({file} {tool.path})"
         if action is None or decl is None:
             hint = did_you_mean(tool.name, actions)
-            sig = "" if tool.params is None else signature_text(tool.params)
-            err("ZC0501", f"{where} has no action in policy `{policy.name}`", tree.name.span,
-                hint or f"declare `action {tool.name}{sig}` (`zc tools import` writes it)")
+            if hint is None:
+                hint = ("no signature states its schema (ZC0500 on the tools file)" if tool.params is None else
+                        f"declare `action {tool.name}{signature_text(tool.params)}` (`zc tools import` writes it)")
+            err("ZC0501", f"{where} has no action in policy `{policy.name}`", tree.name.span, hint)
             continue
         if tool.params is None:
             continue  # its schema is refused (reported on the tools file)
