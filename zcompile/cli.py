@@ -825,8 +825,7 @@ def _write_new(path: Path, data: bytes, force: bool) -> None:
     if os.path.lexists(path) and not force:
         raise ZcError(f"{path}: already exists; pass --force to replace it")
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.",
-                                   suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)

@@ -62,11 +62,11 @@ def signature_schema(params: Sequence[Any]) -> dict[str, Any]:
 
 # --- the inverse: tool schemas -> `action` declarations (`zc tools import`, `zc check --tools`) ----------
 #
-# One table serves both directions: `signature_schema` writes `_JSON_TYPE[kind]`, `_KIND` reads it
-# back. JSON schema that a signature cannot state is an error at its `$.path`; a constraint that a
+# One table serves both directions: `signature_schema` writes `_JSON_TYPE[kind]`, `_KIND` (its
+# inverse) reads it back. JSON schema that a signature cannot state is an error at its `$.path`; a constraint that a
 # signature drops (an array's `items`, `minimum`, `pattern`, ...) is a warning at its `$.path`.
 
-_KIND = {"boolean": "bool", "integer": "int", "number": "float", "string": "text", "array": "list"}
+_KIND = {json_type: kind for kind, json_type in _JSON_TYPE.items() if kind != "enum"}  # enum: `string` + `enum`
 _ALIASES = {"dict": "object", "float": "number", "tuple": "array", "bool": "boolean", "int": "integer",
             "str": "string", "list": "array"}  # BFCL's Python-flavoured type names
 _ANNOTATIONS = frozenset({"description", "title", "default", "examples", "deprecated", "readOnly", "writeOnly",
