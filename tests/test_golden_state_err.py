@@ -10,11 +10,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 import zcompile
 from zcompile.cli import main
 from zcompile.errors import ZcError
 from zcompile.inputs import decode_json
+from zcompile.tools import RESERVED
 
 ROOT = Path(__file__).resolve().parent
 DIR = Path("tests/golden/state_err")
@@ -46,3 +49,32 @@ def test_the_api_raises_the_same_message_without_the_file(stem):
         policy.legal(state)
     golden = (DIR / f"{stem}.err").read_text().strip()
     assert golden == f"error: {DIR / stem}.json: {e.value}"
+
+
+SEGMENT = st.from_regex(r"[a-z][a-z0-9_]{0,5}", fullmatch=True).filter(
+    lambda s: s not in ("history", "args") and s not in RESERVED)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(SEGMENT, min_size=1, max_size=3), min_size=1, max_size=4), st.data())
+def test_any_dotted_field_written_flat_is_refused_by_its_key(paths, data):
+    paths = [p for i, p in enumerate(paths)  # no field a prefix of another (a path clash)
+             if not any(q[:len(p)] == p or p[:len(q)] == q for q in paths[:i])]
+    dotted = [p for p in paths if len(p) > 1]
+    assume(dotted)
+    fields = "\n".join(f"  {'.'.join(p)}: int?" for p in paths)
+    policy = zcompile.compile_text(f"policy p\nstate {{\n{fields}\n}}\naction a\nfallback a\n", "p.zc")
+    parts = data.draw(st.sampled_from(dotted))
+    cut = data.draw(st.integers(2, len(parts)))
+    value: object = 1
+    for seg in reversed(parts[cut:]):
+        value = {seg: value}
+    key = ".".join(parts[:cut])
+    with pytest.raises(ZcError) as e:
+        policy.legal({key: value})
+    nested = "".join(f'{{"{s}": ' for s in parts[:cut - 1]) + f'{{"{parts[cut - 1]}": …}}' + "}" * (cut - 1)
+    assert str(e.value) == (f'$["{key}"]: dotted fields are nested objects: write {nested}, not a key "{key}"')
+    nested_state: object = 1
+    for seg in reversed(parts):
+        nested_state = {seg: nested_state}
+    assert policy.legal(nested_state).actions == ("a",)  # written nested, it is read
