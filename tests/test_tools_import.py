@@ -334,3 +334,67 @@ def test_signature_text_is_what_the_language_writes():
     params = (ir.ParamDef(name="a", kind="enum", members=("x", "y"), optional=True),
               ir.ParamDef(name="b", kind="list"))
     assert signature_text(params) == "(a: enum(x, y)?, b: list)"
+
+
+def test_the_examples_in_docs_tools_md_are_what_zc_prints(tmp_path):
+    doc = (ROOT / "docs" / "tools.md").read_text()
+    tools = write(tmp_path, [
+        {"type": "function", "function": {"name": "get_order", "description": "Look up an order", "parameters": {
+            "type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}}},
+        {"type": "function", "function": {
+            "name": "refund", "description": "Refund a delivered order to its original payment method.",
+            "parameters": {"type": "object", "properties": {
+                "order_id": {"type": "string"}, "amount": {"type": "number"},
+                "reason": {"type": "string", "enum": ["damaged", "late"]}}, "required": ["order_id", "amount"]}}}])
+    out = run("tools", "import", tools).stdout
+    assert out.replace(str(tools.name), "tools.json") in doc
+    shop = tmp_path / "shop.zc"
+    shop.write_text("policy shop\naction get_order(order_id: text)\n"
+                    "action refund(order_id: int, amount: float, reason: enum(damaged, late)?) tags(money)\n"
+                    "action respond tags(reply)\nfallback respond\nrule r: refund after get_order\n")
+    res = run("check", "--tools", tools, shop)
+    block = next(b for b in res.stderr.split("\n\n") if "ZC0505" in b)
+    assert block.replace(str(tools), "tools.json").replace(str(shop), "shop.zc") in doc
+
+
+def _spelled(schema: dict, draw) -> dict:
+    """A signature's schema as other writers spell it: nullable optionals, pydantic's anyOf, no closure."""
+    props = {}
+    required = set(schema.get("required", []))
+    for name, prop in schema["properties"].items():
+        how = draw(st.sampled_from(["plain", "list", "anyof", "described"]))
+        if name in required or how == "plain":
+            props[name] = prop
+        elif how == "list":
+            props[name] = {**prop, "type": [prop["type"], "null"]}
+        elif how == "anyof":
+            props[name] = {"anyOf": [prop, {"type": "null"}], "default": None}
+        else:
+            props[name] = {**prop, "description": "an argument", "title": name.title()}
+    out = {"type": "object", "properties": props}
+    if required:
+        out["required"] = sorted(required)
+    return out
+
+
+@st.composite
+def valid_tools(draw):
+    names = draw(st.lists(NAMES, min_size=1, max_size=4, unique=True))
+    tools = [{"name": n, "inputSchema": _spelled(signature_schema(draw(SIGNATURE)), draw)} for n in names]
+    return {"tools": tools}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(TOOLS | valid_tools())
+def test_what_import_writes_has_no_drift_from_its_tools(data):
+    from zcompile.driver import compile_source
+    from zcompile.tools import drift
+
+    try:
+        text, _ = import_tools(data, "t.json")
+    except ZcError:
+        return
+    source = Source("t.zc", "policy t\n" + text + "action zz_fallback\nfallback zz_fallback\n")
+    policy, _ = compile_source(source)
+    tools, _ = read_tools(data)
+    assert drift(policy, parse(source), tools, "t.json") == []

@@ -1,6 +1,8 @@
-"""Tool schemas, both ways: an action's signature as JSON schema (offered to tiers and specialists) and
-a tools file read back as `action` declarations (`zc tools import`, `zc check --tools`); no numpy or
-onnxruntime here, so a compiler-only router stays light."""
+"""Tool schemas both ways: signatures as JSON schema, and tools files read back as `action` declarations.
+
+No numpy or onnxruntime here (the router imports it), and the compiler only inside the functions that
+read tools files, so a compiler-only router stays light.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import ir
-from .errors import ZcError, did_you_mean
+from .errors import Diagnostic, ZcError, did_you_mean
 
 
 def tool_schemas(tools: Any) -> dict[str, Mapping[str, Any]]:
@@ -465,13 +467,11 @@ def import_file(path: str | Path) -> tuple[str, list[Problem]]:
 
 # --- drift: a policy's signatures against the tools ------------------------------------------------------
 
-def drift(policy: ir.PolicyIR, tree: Any, tools: Sequence[ImportedTool], file: str) -> list[Any]:
+def drift(policy: ir.PolicyIR, tree: Any, tools: Sequence[ImportedTool], file: str) -> list[Diagnostic]:
     """Diagnostics where `policy`'s signatures differ from `tools` (read from `file`), placed on the
     policy's source (`tree`, its AST): a tool without an action (ZC0501), an action without a signature
     (ZC0502), a missing or extra argument (ZC0503, ZC0504), another type (ZC0505), optional against
     required (ZC0506); an action with a signature that no tool has is a warning (ZC0507)."""
-    from .errors import Diagnostic
-
     decls = {}
     for d in tree.actions:
         decls.setdefault(d.name.text, d)
@@ -530,10 +530,8 @@ def drift(policy: ir.PolicyIR, tree: Any, tools: Sequence[ImportedTool], file: s
     return out
 
 
-def tools_file_diagnostics(problems: Sequence[Problem], file: str) -> list[Any]:
+def tools_file_diagnostics(problems: Sequence[Problem], file: str) -> list[Diagnostic]:
     """The errors of a tools file as diagnostics on that file (ZC0500)."""
-    from .errors import Diagnostic
-
     return [Diagnostic("ZC0500", "error", str(p), None, path=file) for p in problems if p.severity == "error"]
 
 
