@@ -281,7 +281,7 @@ def serve_cmd(policy_path, upstream, model, specialists, tiers_path, upstream_ti
         if tiers_path:
             from ..tiers import load_tiers
 
-            tiers = load_tiers(tiers_path)
+            tiers = load_tiers(tiers_path, policy)
         extract = load_extractor(extract_spec) if extract_spec else default_extract
         gateway = Gateway(policy, upstream, model, specialists=list(specialists) or None, tiers=tiers,
                           upstream_tier=upstream_tier, extract=extract, receipts=receipts_path,
