@@ -13,7 +13,6 @@ import tomllib
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
 import httpcore
@@ -21,6 +20,7 @@ import httpx
 import msgspec
 
 from .errors import ZcError, did_you_mean, json_problem
+from .inputs import MAX_JSON_DEPTH, read_file
 from .tools import signature_schema
 
 __all__ = ["MODES", "OpenAITier", "Tier", "TierAnswer", "TierConfig", "load_tiers", "render_state",
@@ -663,32 +663,50 @@ def _config_error(file: str, where: str, table: dict, exc: msgspec.ValidationErr
     return ZcError(f'{file}: {where} key "{key}": {p.problem}' if key else f"{file}: {where} {p.problem}")
 
 
-def load_tiers(path: str | os.PathLike) -> dict[str, OpenAITier]:
-    """Read a tiers.toml file: one `[tiers.NAME]` table per tier.
+def _nesting(value: Any) -> int:
+    """How deeply tables and arrays nest in a parsed TOML value (iteratively: no recursion limit)."""
+    deepest, todo = 0, [(value, 0)]
+    while todo:
+        v, depth = todo.pop()
+        if isinstance(v, (dict, list)):
+            deepest = max(deepest, depth + 1)
+            todo.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
+def load_tiers(path: str | os.PathLike, policy: Any = None) -> dict[str, OpenAITier]:
+    """Read a tiers.toml file: one `[tiers.NAME]` table per tier (each a tier `policy` declares,
+    when given).
 
     Raises:
-        ZcError: the file is missing or not TOML, a key is unknown or missing, a value has the
-            wrong type, or a tier's `api_key_env` variable is not set; the message names the file,
-            the tier and the key.
+        ZcError: the file is missing, not a regular file or not TOML, nests more than
+            `MAX_JSON_DEPTH` levels, a key is unknown or missing, a value has the wrong type, a tier
+            is not one the policy declares (with did-you-mean), or a tier's `api_key_env` variable is
+            not set; the message names the file, the tier and the key.
     """
     file = str(path)
     try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ZcError(f"{file}: cannot read: {exc.strerror or exc}") from None
+        data = tomllib.loads(read_file(path, "tiers file").decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ZcError(f"{file}: not valid TOML: {exc}") from None
     except RecursionError:
         raise ZcError(f"{file}: not valid TOML: nested too deeply") from None
+    if _nesting(data) > MAX_JSON_DEPTH:
+        raise ZcError(f"{file}: nested more than {MAX_JSON_DEPTH} levels deep")
     for key in data:
         if key != "tiers":
             raise ZcError(f'{file}: unknown key "{key}" (expected only [tiers.NAME] tables)')
     tables = data.get("tiers", {})
     if not isinstance(tables, dict):
         raise ZcError(f'{file}: "tiers" must be a table of [tiers.NAME] tables')
+    declared = [t.name for t in policy.ir.tiers] if policy is not None else None
     configs: dict[str, TierConfig] = {}
     for name, table in tables.items():
         where = f"[tiers.{name}]"
+        if declared is not None and name not in declared:
+            hint = did_you_mean(name, declared)
+            raise ZcError(f"{file}: {where}: policy `{policy.name}` declares no tier `{name}`"
+                          + (f" ({hint})" if hint else f" (it declares {', '.join(declared) or 'none'})"))
         if not isinstance(table, dict):
             raise ZcError(f"{file}: {where} must be a table, got {type(table).__name__}")
         try:

@@ -144,7 +144,7 @@ def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, spl
 
             if policy is None:
                 raise ZcError("--tiers needs --policy: tiers are rungs of a policy's routes")
-            tiers = load_tiers(tiers_path)
+            tiers = load_tiers(tiers_path, policy)
         try:
             rep = evals.run(policy, specialist_dir, [*sources, *more], split=split,
                             allow_trained=allow_trained, skip_invalid=skip_invalid, tiers=tiers)
@@ -218,7 +218,7 @@ def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts
         if tiers_path:
             from ..tiers import load_tiers
 
-            tiers = load_tiers(tiers_path)
+            tiers = load_tiers(tiers_path, policy)
         state = read_json(state_path)
         with Router(policy, specialists=list(specialists) or None, tiers=tiers, receipts=receipts_path,
                     deadline_ms=deadline_ms) as router:
@@ -281,7 +281,7 @@ def serve_cmd(policy_path, upstream, model, specialists, tiers_path, upstream_ti
         if tiers_path:
             from ..tiers import load_tiers
 
-            tiers = load_tiers(tiers_path)
+            tiers = load_tiers(tiers_path, policy)
         extract = load_extractor(extract_spec) if extract_spec else default_extract
         gateway = Gateway(policy, upstream, model, specialists=list(specialists) or None, tiers=tiers,
                           upstream_tier=upstream_tier, extract=extract, receipts=receipts_path,
