@@ -243,3 +243,17 @@ def test_fit_rejects_unusable_input():
 def test_decision_time_needs_no_scikit_learn():
     loaded = modules_after("from zcompile.qroute.arguments import ArgumentScorer; from zcompile.receipts.candidates import extract_candidates")
     assert not any(m == "sklearn" or m.startswith("sklearn.") for m in loaded)
+
+
+def test_a_list_value_seen_in_every_task_is_never_a_constant():
+    """Constants are offered as candidates, which are scalars: a list argument the teacher always passes
+    the same way (seen in every task) stays out of them, and the spec still decodes."""
+    rows = []
+    for g in range(12):
+        cands = extract_candidates([{"role": "user", "content": f"order ORD{g:03d} please"}])
+        rows += call_examples("ship", ITEMS, cands, {"items": ["box", "tape"]}, group=f"t{g}")
+        rows += call_examples("lookup", LOOKUP, cands, {"order_id": f"ORD{g:03d}"}, group=f"t{g}")
+    spec = ArgumentModel(kind="logistic").fit(rows).spec()
+    back = msgspec.json.decode(msgspec.json.encode(spec), type=ArgumentModelSpec)
+    constants = [c for per_action in back.actions.values() for stats in per_action.values() for c in stats.constants]
+    assert all(isinstance(c, (str, int, float, bool)) for c in constants)

@@ -234,7 +234,8 @@ class _Stats:
 
         values = {v: p for v, p in shares("value").items()
                   if p >= MIN_CONSTANT_SHARE and len(self.value_groups[v] - {group}) >= MIN_CONSTANT_GROUPS}
-        top = sorted(values, key=lambda v: (-values[v], v))[:MAX_CONSTANTS]
+        scalars = [v for v in values if isinstance(json.loads(v), (str, int, float, bool))]  # a candidate is a scalar
+        top = sorted(scalars, key=lambda v: (-values[v], v))[:MAX_CONSTANTS]
         return ArgumentStats(n=n, included=inc / n if n else 0.0, reach=c[("reached",)] / inc if inc else 0.0,
                              shape_fine=shares("fine"), shape_coarse=shares("coarse"), values=values,
                              constants=tuple(json.loads(v) for v in top))
