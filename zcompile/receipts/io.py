@@ -22,7 +22,7 @@ from ..errors import ZcError, json_problem
 from .format import FORMAT_VERSION, Receipt, ReceiptError, newer_major
 
 __all__ = ["GZIP_MAGIC", "PROBLEMS_KEPT", "SUFFIXES", "ReadStats", "ReceiptWriter", "check_receipt", "decoded_lines",
-           "encode", "expand", "is_parquet_file", "iter_lines", "line_problem", "read", "write_file"]
+           "encode", "expand", "is_parquet_file", "iter_lines", "line_problem", "read", "receipt_of", "write_file"]
 
 PROBLEMS_KEPT = 100  # problems kept in ReadStats.problems (all are counted)
 GZIP_MAGIC = b"\x1f\x8b"
@@ -259,6 +259,20 @@ def _bodies(path: Path) -> Iterator[tuple[str, bytes, Callable[[Exception], str]
         return
     for lineno, body, unterminated in iter_lines(path):
         yield f"{path}:{lineno}", body, lambda exc, u=unterminated: line_problem(exc, u)
+
+
+def receipt_of(body: bytes, texts: dict[str, bytes], policy: Any) -> tuple[Receipt | None, str | None]:
+    """A Parquet row's receipt (`parquet.batch_bodies`), or the problem `read` reports for it."""
+    from .parquet import bad_json
+
+    try:
+        r = _DECODER.decode(body)
+    except msgspec.ValidationError as exc:
+        return None, _invalid(body, exc)[0]
+    except (msgspec.DecodeError, RecursionError) as exc:
+        return None, bad_json(texts) or str(json_problem(exc))
+    problem = check_receipt(r, policy)
+    return (r, None) if problem is None else (None, problem)
 
 
 def _read(files: list[Path], skip_invalid: bool, policy: Any, stats: ReadStats) -> Iterator[Receipt]:

@@ -80,6 +80,9 @@ def columns() -> tuple[str, ...]:
     return ("version",) + tuple(f for f in Receipt.__struct_fields__ if f != "version")
 
 
+_KNOWN = frozenset(columns())
+
+
 def is_parquet(head: bytes) -> bool:
     return head[:4] == MAGIC
 
@@ -166,21 +169,27 @@ def iter_rows(path: Path, batch_rows: int = BATCH_ROWS) -> Iterator[tuple[int, b
     n = 0
     try:
         for batch in pf.iter_batches(batch_size=batch_rows, columns=known):
-            cols = [(c, c in _JSON, batch.column(c).to_pylist()) for c in known]
-            for i in range(batch.num_rows):
+            for body, texts in batch_bodies(batch):
                 n += 1
-                doc, texts = {}, {}
-                for c, is_json, values in cols:
-                    v = values[i]
-                    if v is None or (c in _OMITTED and _is_default(c, v)):
-                        continue  # absent, or the field's default: omitted as `encode` omits it
-                    if is_json and isinstance(v, str):
-                        v = texts[c] = v.encode()
-                        v = msgspec.Raw(v)
-                    doc[c] = v
-                yield n, _ENC.encode(doc), texts
+                yield n, body, texts
     except Exception as exc:  # noqa: BLE001 - corrupt pages surface as Arrow errors mid-file
         raise ReceiptError(f"{path}:row {n + 1}: $: corrupt Parquet data ({exc})") from None
+
+
+def batch_bodies(batch: Any) -> Iterator[tuple[bytes, dict[str, bytes]]]:
+    """(the row as the receipt's JSON object, its stored JSON texts) per row of an Arrow batch or table."""
+    cols = [(c, c in _JSON, batch.column(c).to_pylist()) for c in batch.schema.names if c in _KNOWN]
+    for i in range(batch.num_rows):
+        doc, texts = {}, {}
+        for c, is_json, values in cols:
+            v = values[i]
+            if v is None or (c in _OMITTED and _is_default(c, v)):
+                continue  # absent, or the field's default: omitted as `encode` omits it
+            if is_json and isinstance(v, str):
+                v = texts[c] = v.encode()
+                v = msgspec.Raw(v)
+            doc[c] = v
+        yield _ENC.encode(doc), texts
 
 
 def bad_json(texts: dict[str, bytes]) -> str | None:
