@@ -7,8 +7,8 @@ order, each conversation's task relabelled `TASK~k` and its receipt ids `ID~k`, 
 30 new tasks and the split by task stays meaningful. They are written as Parquet shards
 (`zc receipts convert`'s format) of `--shard-rows` receipts, once per size, under `--work`.
 
-Each run is a subprocess of its own (`/usr/bin/time`-style peak RSS from `resource.getrusage` of
-the child), so the figures are those of the command a user runs.
+Each run is a subprocess of its own (its peak RSS from `wait4`), so the figures are those of the
+command a user runs.
 
 Usage:
     python bench/distill_scale_bench.py [--sizes 1518,15000,150000,1000000] [--work DIR] [--no-eval]
@@ -20,9 +20,9 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import resource
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,17 +82,20 @@ def shards(n: int, work: Path, shard_rows: int, seed: int = 0) -> Path:
 
 
 def run(cmd: list[str]) -> dict:
-    """Run `cmd`; its wall time, peak RSS (MiB) and exit code."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    t = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - t
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """Run `cmd`; its wall time, its own peak RSS (MiB, from wait4's rusage) and exit code."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
     if proc.returncode != 0:
-        sys.stderr.write(proc.stderr[-4000:])
-    # ru_maxrss of children is the max over all children so far: run the sizes in increasing order
-    return {"seconds": wall, "rss_mib": max(peak, before) / 1024, "rc": proc.returncode,
-            "stderr": proc.stderr, "stdout": proc.stdout}
+        sys.stderr.write(stderr[-4000:])
+    return {"seconds": wall, "rss_mib": usage.ru_maxrss / 1024, "rc": proc.returncode, "stderr": stderr,
+            "stdout": stdout}
 
 
 def main() -> None:
@@ -101,6 +104,10 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/zc-distill-scale"))
     ap.add_argument("--shard-rows", type=int, default=100_000)
     ap.add_argument("--engine", default="local", choices=["local", "ray"])
+    ap.add_argument("--max-decisions", type=int, default=None,
+                    help="zc distill --max-decisions (default: zc's own)")
+    ap.add_argument("--eval-max", type=int, default=150_000,
+                    help="run zc eval only up to this many receipts (it holds every decision in memory)")
     ap.add_argument("--no-eval", action="store_true")
     ap.add_argument("--write-benchmarks", action="store_true")
     a = ap.parse_args()
@@ -115,8 +122,9 @@ def main() -> None:
         gen = time.perf_counter() - t
         out = a.work / f"spec-{n}"
         d = run(zc + ["distill", "--from", str(src), "--policy", str(policy), "-o", str(out), "--model", "logistic",
-                      "--engine", a.engine])
-        e = None if a.no_eval or d["rc"] else run(zc + ["eval", "--policy", str(policy), "--specialists", str(out),
+                      "--engine", a.engine]
+                + ([] if a.max_decisions is None else ["--max-decisions", str(a.max_decisions)]))
+        e = None if a.no_eval or d["rc"] or n > a.eval_max else run(zc + ["eval", "--policy", str(policy), "--specialists", str(out),
                                                         "--receipts", str(src)])
         used = next((ln.strip() for ln in d["stderr"].splitlines() if "training data:" in ln), "")
         row = {"n": n, "generate_s": gen, "distill": d, "eval": e, "training_data": used}
@@ -129,7 +137,7 @@ def main() -> None:
 
 
 def write_section(rows: list[dict], a: argparse.Namespace) -> None:
-    from benchdoc import machine_table, write_section as write
+    from benchdoc import machine_table, publish
 
     lines = ["Generated receipts (the bundled ones resampled, tasks relabelled per copy), Parquet shards of "
              f"{a.shard_rows:,} rows; `zc distill --model logistic --engine {a.engine}` and `zc eval` (the "
@@ -141,7 +149,8 @@ def write_section(rows: list[dict], a: argparse.Namespace) -> None:
                      + (f"{e['seconds']:.1f} s | {e['rss_mib']:.0f} MiB" if e else "not run | -")
                      + f" | {r['training_data'].removeprefix('training data:').strip() or '-'} |")
     lines += ["", *machine_table([("scikit-learn", ("scikit-learn",)), ("pyarrow", ("pyarrow",)), ("ray", ("ray",))])]
-    write("Distillation at scale", "python bench/distill_scale_bench.py --write-benchmarks", lines)
+    cmd = " ".join(["python bench/distill_scale_bench.py", *sys.argv[1:]])
+    publish("distill-scale", "\n".join([f"## Distillation at scale (`{cmd}`)", "", *lines]), ROOT / "BENCHMARKS.md")
 
 
 if __name__ == "__main__":

@@ -490,7 +490,7 @@ def receipts_import_cmd(src: str, fmt: str, answers: str | None, out: str, polic
 @click.option("--skip-invalid", is_flag=True, help="Skip invalid receipts (counted) instead of refusing.")
 def receipts_convert_cmd(sources: tuple[str, ...], out: str, skip_invalid: bool) -> None:
     """Convert receipts between JSON Lines (.jsonl, .jsonl.gz) and Parquet (.parquet), streaming;
-    every receipt is validated on the way (docs/receipts.md: the Parquet schema)."""
+    every receipt is validated on the way (docs/scale.md: the Parquet schema)."""
     from .receipts import ReadStats, read
     from .receipts.io import SUFFIXES
 

@@ -12,6 +12,7 @@ of each split, in order. Non-tabular recipes (transformer, pairwise) read their 
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from collections.abc import Sequence
@@ -130,20 +131,35 @@ def featurised(ray: Any, files: list[str], policy: Any, spec: F.FeatureSpec, sam
                skip_invalid: bool, none_fits: bool):
     """Batches {"id", "task", "x"} of the kept decisions of `files`, in file and row order."""
     import inspect
+    import warnings
 
+    # Ray Data warns about its own deprecated settings when its context is made: not the user's doing
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"ray(\.|$)")
     import ray.data
 
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True  # rows come back in the files' order
     ds = ray.data.read_parquet(files, file_extensions=None)
-    kwargs = dict(fn_constructor_kwargs={
+    kwargs = dict(fn_kwargs={
         "policy_ir": msgspec.msgpack.encode(policy.ir), "spec": msgspec.msgpack.encode(spec),
         "sampling": msgspec.msgpack.encode(_plain_sampling(sampling)), "skip_invalid": skip_invalid,
-        "none_fits": none_fits}, batch_format="pyarrow", batch_size=RAY_BATCH, concurrency=1)
+        "none_fits": none_fits}, batch_format="pyarrow", batch_size=RAY_BATCH)
     if "udf_modifying_row_count" in inspect.signature(ds.map_batches).parameters:
         kwargs["udf_modifying_row_count"] = True  # rows not kept are left out
-    for batch in ds.map_batches(Featurise, **kwargs).iter_batches(batch_format="numpy", batch_size=None):
+    # Ray tasks (not an actor pool: an actor would hold a CPU the read tasks wait for), each worker
+    # process building its Featurise once (`_worker`)
+    for batch in ds.map_batches(featurise_batch, **kwargs).iter_batches(batch_format="numpy", batch_size=None):
         yield batch
+
+
+def featurise_batch(table: Any, **how: Any) -> dict[str, np.ndarray]:
+    """A Ray Data task: one Arrow batch of Parquet rows -> the kept decisions' feature rows."""
+    return _worker(**how)(table)
+
+
+@functools.lru_cache(maxsize=4)
+def _worker(**how: Any) -> Featurise:
+    return Featurise(**how)
 
 
 def _plain_sampling(s: D.Sampling | None) -> dict[str, Any] | None:
