@@ -113,3 +113,17 @@ def test_parquet_receipts_distil_like_json_lines(policy, receipts, tmp_path):
     assert (a.splits, a.features, a.threshold, a.calibration) == (b.splits, b.features, b.threshold, b.calibration)
     assert a.model.sha256 == b.model.sha256
     assert msgspec.json.encode(a.metrics["coverage"]) == msgspec.json.encode(b.metrics["coverage"])
+
+
+def test_the_sample_is_the_same_from_parquet_shards(policy, receipts, tmp_path):
+    pytest.importorskip("pyarrow", reason="the `distill` extra (pyarrow) is not installed")
+    from zcompile.receipts import read, write_file
+    from zcompile.receipts.parquet import write_parquet
+
+    rs = list(read(receipts))
+    write_parquet(tmp_path / "p" / "a.parquet", rs[:500], row_group_rows=128)  # several row groups
+    write_file(tmp_path / "p" / "b.parquet", rs[500:])
+    a = D.load_split([receipts], policy, limit=300, seed=3)
+    b = D.load_split([tmp_path / "p"], policy, limit=300, seed=3)
+    assert b.sampling.method == "sample" and b.splits == a.splits
+    assert {p: b.parts[p] for p in D.PARTS} == {p: a.parts[p] for p in D.PARTS}

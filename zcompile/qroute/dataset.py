@@ -6,7 +6,7 @@ import hashlib
 import math
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,7 +192,8 @@ def load_split(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid:
     hold at most `limit` rows; beyond it two streaming passes. The first reads and validates every
     receipt, keeping only each usable one's task and position; the split by task is made and sealed
     over all of them; then each split keeps, per task, a seeded random share `limit / usable` of its
-    decisions (at least one), and the second pass builds only those.
+    decisions (at least one; `Sampling`), and the second pass builds only those, decoding only their
+    lines (Parquet: reading only their row groups).
     """
     report = report or Report()
     if rows_in(paths) <= limit:
@@ -209,7 +210,7 @@ def load_split(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid:
     rstats = ReadStats()
     tasks: dict[str, int] = {}
     first: dict[str, tuple[float, int]] = {}
-    task_of, keys, raw = array("q"), array("Q"), array("q")  # 24 bytes a decision, not Python objects
+    task_of, keys, raw, position = array("q"), array("Q"), array("q"), array("q")  # 32 bytes a decision
     receipts = report.bar(read(paths, skip_invalid=skip_invalid, policy=policy, stats=rstats),
                           "reading receipts (1 of 2: validating, splitting)", 0)
     for i, r in enumerate(receipts):
@@ -223,7 +224,8 @@ def load_split(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid:
             first[r.task] = order
         task_of.append(t)
         keys.append(sample_key(seed, r.id))
-        raw.append((rstats.read - 1) << 32 | i)  # the line or row read (valid or not), and the valid receipt
+        raw.append((rstats.files - 1) * (1 << 40) + rstats.line)  # its file and line (Parquet: row)
+        position.append(i)
     usable = len(task_of)
     if not usable:
         raise ZcError("no usable receipts: every receipt was invalid, abstained or judged wrong")
@@ -237,28 +239,48 @@ def load_split(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid:
                       for k, p in enumerate(PARTS)))
     key_arr = np.frombuffer(keys, dtype=np.uint64)
     theta = thresholds(task_arr, key_arr, min(1.0, limit / usable))
-    kept_raw = np.frombuffer(raw, dtype=np.int64)[key_arr <= theta[task_arr]]
-    position = dict(zip((kept_raw >> 32).tolist(), (kept_raw & 0xFFFFFFFF).tolist()))
-    sampling = Sampling("sample", usable, len(position), limit, seed, dict(zip(names, theta.tolist())))
-    del task_of, keys, raw, task_arr, key_arr, kept_raw
+    keep = key_arr <= theta[task_arr]
+    at = dict(zip(np.frombuffer(raw, dtype=np.int64)[keep].tolist(), np.frombuffer(position, dtype=np.int64)[keep].tolist()))
+    sampling = Sampling("sample", usable, len(at), limit, seed, dict(zip(names, theta.tolist())))
+    del task_of, keys, raw, position, task_arr, key_arr, keep
     described = policy_tools(policy) if policy is not None else {}
     parts: dict[str, list[Decision]] = {p: [] for p in PARTS}
-    # validated by the first pass: read again without the policy check, the kept receipts found by
-    # the line or row they were read from (a receipt invalid for the policy is skipped as before)
-    again = ReadStats()
-    receipts = report.bar(read(paths, skip_invalid=True, stats=again), "reading receipts (2 of 2: the sample)", 0)
-    for r in receipts:
-        if (i := position.get(again.read - 1)) is not None:
-            parts[which[r.task]].append(_decision(r, i, policy, described, counts))
+    for raw_at, r in report.bar(_again(files, at), "reading receipts (2 of 2: the sample)", len(at)):
+        parts[which[r.task]].append(_decision(r, at[raw_at], policy, described, counts))
     kept = sum(len(v) for v in parts.values())
-    if kept != len(position):
-        raise ZcError(f"the receipts changed while being read: {kept} of the {len(position)} sampled decisions "
+    if kept != len(at):
+        raise ZcError(f"the receipts changed while being read: {kept} of the {len(at)} sampled decisions "
                       "were found again")
     counts["skipped_invalid"] = rstats.skipped
     counts["used"] = kept
     counts["sampled_out"] = usable - kept
     counts["sample_limit"] = limit
     return Bounded(parts, splits, counts, files, sampling)
+
+
+def _again(files: list[DataFile], at: dict[int, int]) -> Iterator[tuple[int, Any]]:
+    """The receipts at the given (file, line or row) keys, validated by the first pass: a Parquet file's
+    rows read from their row groups only, a JSON Lines file's lines decoded only where wanted."""
+    from ..receipts import ReadStats, read
+    from ..receipts.io import is_parquet_file, receipt_of
+    from ..receipts.parquet import rows_at
+
+    for k, f in enumerate(files):
+        path = Path(f.path)
+        lo, hi = k * (1 << 40), (k + 1) * (1 << 40)
+        rows = sorted(x - lo for x in at if lo <= x < hi)
+        if not rows:
+            continue
+        if is_parquet_file(path):
+            for n, body, texts in rows_at(path, rows):
+                r, _ = receipt_of(body, texts, None)
+                if r is not None:
+                    yield lo + n, r
+            continue
+        stats, wanted = ReadStats(), set(rows)
+        for r in read(path, skip_invalid=True, stats=stats):
+            if stats.line in wanted:
+                yield lo + stats.line, r
 
 
 def thresholds(task: np.ndarray, key: np.ndarray, rate: float) -> np.ndarray:

@@ -39,7 +39,8 @@ class ReadStats:
     the one checked against and do not match it (reported once per identity, then only counted).
     """
 
-    files: int = 0
+    files: int = 0  # files opened so far (the one being read is files - 1)
+    line: int = 0  # the line (Parquet: row) number of the last line read in that file
     read: int = 0
     valid: int = 0
     skipped: int = 0
@@ -246,19 +247,20 @@ def read(paths: str | os.PathLike | Iterable[str | os.PathLike], *, skip_invalid
     return _read(files, skip_invalid, policy, stats if stats is not None else ReadStats())
 
 
-def _bodies(path: Path) -> Iterator[tuple[str, bytes, Callable[[Exception], str]]]:
-    """(where, the receipt's JSON, the problem of a body that is not JSON) per line or Parquet row."""
+def _bodies(path: Path) -> Iterator[tuple[int, str, bytes, Callable[[Exception], str]]]:
+    """(line or row number, where, the receipt's JSON, the problem of a body that is not JSON) per
+    line or Parquet row."""
     if is_parquet_file(path):
         from .parquet import bad_json, iter_rows
 
         try:
             for n, body, texts in iter_rows(path):
-                yield f"{path}:row {n}", body, lambda exc, texts=texts: bad_json(texts) or str(json_problem(exc))
+                yield n, f"{path}:row {n}", body, lambda exc, texts=texts: bad_json(texts) or str(json_problem(exc))
         except ReceiptError as exc:
             raise _CorruptStream(str(exc)) from None
         return
     for lineno, body, unterminated in iter_lines(path):
-        yield f"{path}:{lineno}", body, lambda exc, u=unterminated: line_problem(exc, u)
+        yield lineno, f"{path}:{lineno}", body, lambda exc, u=unterminated: line_problem(exc, u)
 
 
 def receipt_of(body: bytes, texts: dict[str, bytes], policy: Any) -> tuple[Receipt | None, str | None]:
@@ -281,7 +283,7 @@ def _read(files: list[Path], skip_invalid: bool, policy: Any, stats: ReadStats) 
         bodies = _bodies(path)
         while True:
             try:
-                where, body, not_json = next(bodies)
+                stats.line, where, body, not_json = next(bodies)
             except StopIteration:
                 break
             except _CorruptStream as exc:

@@ -176,6 +176,25 @@ def iter_rows(path: Path, batch_rows: int = BATCH_ROWS) -> Iterator[tuple[int, b
         raise ReceiptError(f"{path}:row {n + 1}: $: corrupt Parquet data ({exc})") from None
 
 
+def rows_at(path: Path, rows: Iterable[int]) -> Iterator[tuple[int, bytes, dict[str, bytes]]]:
+    """`iter_rows` for the given row numbers only (from 1, ascending): only their row groups are read."""
+    pf = _open(path)
+    known = [c for c in columns() if c in set(pf.schema_arrow.names)]
+    wanted = sorted(rows)
+    start, k = 0, 0
+    for g in range(pf.metadata.num_row_groups):
+        size = pf.metadata.row_group(g).num_rows
+        local = []
+        while k < len(wanted) and wanted[k] <= start + size:
+            local.append(wanted[k] - 1 - start)
+            k += 1
+        if local:
+            table = pf.read_row_group(g, columns=known).take(local)
+            for i, (body, texts) in zip(local, batch_bodies(table)):
+                yield start + i + 1, body, texts
+        start += size
+
+
 def batch_bodies(batch: Any) -> Iterator[tuple[bytes, dict[str, bytes]]]:
     """(the row as the receipt's JSON object, its stored JSON texts) per row of an Arrow batch or table."""
     cols = [(c, c in _JSON, batch.column(c).to_pylist()) for c in batch.schema.names if c in _KNOWN]
