@@ -4,25 +4,23 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 ZC     := $(VENV)/bin/zc
 
-.PHONY: venv transformer test demo bench clean
+.PHONY: venv test docs demo bench clean
 
+# one environment for everything the Makefile runs: the core, the tests and the docs site, training
+# (`distill`) and the transformer extra (torch pinned to the 2.13.0 CPU build by constraints.txt)
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -c constraints.txt -e '.[test]'
+	$(PIP) install -c constraints.txt -e '.[test,distill,transformer]'
 	touch $@
 
 venv: $(VENV)/.installed
 
-# the transformer extra (torch pinned to the CPU build by constraints.txt): `make test` needs it,
-# the core install does not
-$(VENV)/.installed-transformer: $(VENV)/.installed
-	$(PIP) install -c constraints.txt -e '.[test,transformer]'
-	touch $@
-
-transformer: $(VENV)/.installed-transformer
-
-test: transformer
+test: venv
 	$(PY) -m pytest
+
+# the documentation site, built as the tests build it: every warning is an error
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
 
 CHAT   := ../shared/data/receipts/tau-airline-gpt4o.chat.jsonl
 TAU    := ../shared/data/tau
@@ -41,12 +39,12 @@ demo: venv
 	  echo "re-imported $(CHAT): identical to the bundled receipts/"; \
 	else echo "($(CHAT) is not here: using the bundled receipts/)"; fi
 	$(ZC) receipts check receipts/ --policy build/airline_chat.zcp
-	@# conformal selection: Learn-then-Test certifies nothing on these 1,368 decisions (README, Distillation)
+	@# conformal selection: Learn-then-Test certifies nothing on these 1,368 decisions (docs/results.md)
 	$(ZC) distill --from receipts/ --policy build/airline_chat.zcp --guarantee conformal -o build/specialists/airline_chat
 	$(ZC) eval --policy build/airline_chat.zcp --specialists build/specialists/airline_chat --receipts receipts/ \
 	  --json build/eval.json --html build/eval.html
 
-bench: transformer
+bench: venv
 	$(PY) bench/legal_bench.py --write BENCHMARKS.md
 	$(PY) bench/router_bench.py --write BENCHMARKS.md
 	$(PY) bench/specialist_bench.py --write BENCHMARKS.md

@@ -193,8 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         f"DESIGN.md §8 target, router decision with compiler + tabular specialist: p50 ≤ 150 µs — "
         f"measured {spec_p50:,.0f} µs: **{'met' if spec_p50 <= 150 else 'missed'}**"
         + ("" if spec_p50 <= 150 else
-           " (the specialist's features hash the words of three conversation text fields in Python; see README, "
-           "Distillation)") + ".",
+           " (the specialist's features hash the words of three conversation text fields in Python; see "
+           "docs/results.md)") + ".",
     ]
     publish("router_bench", "\n".join(lines), args.write)
     return 0

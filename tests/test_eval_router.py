@@ -84,6 +84,12 @@ def test_eval_decisions_equal_router_decisions(policy):
     assert rep["calls"]["correct"] == 0 and rep["overall"]["correct"] > 0
     text = evals.render_text(rep)
     assert "complete tool calls (name and arguments): " + str(calls) + " answered" in text
+    # power: the claim's n against what a Wilson lower bound at the target needs (73 answers at 0.95)
+    pw = rep["power"]["calls"]
+    assert (pw["answered"], pw["n"], pw["answers_needed"]) == (calls, rep["calls"]["n"], 73)
+    assert pw["decisions_needed"] == -(-73 * rep["calls"]["n"] // calls) and pw["enough"] == (calls >= 73)
+    assert 0 < pw["detectable_precision_difference"] < 1 and "power (calls): " in text
+    assert all(t["handed_to_text_tier"] == 0 for name, t in rep["tiers"].items() if name != "specialist")
 
 
 def test_eval_reports_live_shadow_agreement(policy, tmp_path):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from isolation import DISTILL, modules_after
+
 PKG = Path(__file__).parents[1] / "zcompile"
 
 
@@ -81,3 +83,31 @@ def test_every_module_opens_with_a_one_line_docstring():
     missing = [str(p.relative_to(PKG)) for p in PKG.rglob("*.py")
                if not (ast.get_docstring(ast.parse(p.read_text())) or "").strip()]
     assert not missing, missing
+
+
+def test_decisions_need_no_training_dependency():
+    """The decision path — compile, load, legal, a router deciding with the shipped tabular specialist,
+    its shadow rung and the live demotion bound — runs with the `distill` extra unimportable."""
+    root = PKG.parent
+    code = f"""
+import gzip, itertools, json, zcompile
+from zcompile.router import Monitor, Router
+from zcompile.qroute import Specialist
+policy = zcompile.compile_file({str(root / "policies" / "airline_chat.zc")!r})
+spec = {str(root / "specialists" / "airline_chat")!r}
+router = Router(policy, specialists=spec, shadow=Specialist(spec, policy), monitor=Monitor(window=5))
+outcomes = []
+with gzip.open({str(root / "receipts" / "tau-airline-gpt4o.jsonl.gz")!r}, "rt") as f:
+    for line in itertools.islice(f, 60):
+        r = json.loads(line)
+        d = router.decide(r["state"], candidates=r.get("candidates"))
+        outcomes += [s["outcome"] for s in d.receipt.meta["rungs"] if s["tier"] == "specialist"]
+        router.record_outcome(d, action=r["action"])
+assert "handed_on" in outcomes and "abstained" in outcomes, outcomes
+# the live demotion rule (a one-sided Clopper–Pearson bound) over a window of judged answers
+why = [router.monitor.add("airline_chat", right, 0.95) for right in (True, True, True, True, False)]
+assert why[:4] == [None] * 4 and "lower bound 0.343 < target 0.950" in why[4], why
+"""
+    loaded = modules_after(code, blocked=DISTILL)
+    assert "zcompile.stats" in loaded and "onnxruntime" in loaded
+    assert not {m.partition(".")[0] for m in loaded} & set(DISTILL)

@@ -1,4 +1,5 @@
-"""The README's examples are real: its first policy and its `zc legal` session are replayed."""
+"""The README's tour is real: its first policy and its `zc legal` session are replayed exactly
+(tests/test_docs.py runs every other block of the README and the docs)."""
 
 from __future__ import annotations
 
@@ -7,20 +8,21 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-import zcompile
 from zcompile.cli import main
 
-README = (Path(__file__).parents[1] / "README.md").read_text()
+ROOT = Path(__file__).parents[1]
+README = (ROOT / "README.md").read_text()
 
 
 def test_readme_session_matches(tmp_path, monkeypatch):
-    src = re.search(r"```\n(policy support_desk\n.*?)```", README, re.S).group(1)
+    src = re.search(r"```zc\n(policy support_desk\n.*?)```", README, re.S).group(1)
     session = re.search(r"```sh\n(\$ zc compile.*?)```", README, re.S).group(1)
     monkeypatch.chdir(tmp_path)
     Path("support.zc").write_text(src)
     runner = CliRunner()
     commands = re.findall(r"^\$ (.*)$", session, re.M)
     outputs = re.split(r"^\$ .*\n", session, flags=re.M)[1:]
+    assert len(commands) == 2
     for command, expected in zip(commands, outputs):
         stdin = None
         if "|" in command:
@@ -32,26 +34,19 @@ def test_readme_session_matches(tmp_path, monkeypatch):
         assert res.output == expected
 
 
-def test_readme_language_snippets_compile():
-    """Every state/rule snippet of the language reference compiles inside a small policy."""
-    state = re.search(r"### State\n\n```\n(state \{.*?\n\})\n```", README, re.S).group(1)
-    policy = zcompile.compile_text(
-        "policy snippet\n" + state + "\naction cancel_order\naction escalate\nfallback escalate\n"
-        "rule r: cancel_order requires user.verified and order.status == pending\n")
-    assert policy.legal({"user": {"role": "admin", "verified": True}}).actions == ("escalate",)
+def test_readme_is_a_front_door():
+    """At most ~300 lines, the two commands kept exactly, and every docs page it links exists."""
+    assert len(README.splitlines()) <= 300
+    assert "make demo   #" in README and "make test   #" in README
+    links = re.findall(r"\]\((docs/[^)#]+)", README)
+    assert links and all((ROOT / link).exists() for link in links), links
 
 
-def test_readme_action_arguments_snippet():
-    """The snippet of "Action arguments" compiles, and behaves as the text around it says."""
-    block = re.search(r"### Action arguments\n\n```\n(.*?)```", README, re.S).group(1)
-    policy = zcompile.compile_text(
-        "policy snippet\nstate { order.items: int = 0 }\n" + block + "action escalate\nfallback escalate\n")
-    assert "add_bags" in policy.legal({}).actions  # argument rules are not evaluated by legal()
-    v = policy.check({}, "add_bags", {"order_id": "#W1", "bags": 1})
-    assert [r.rule for r in v.reasons] == []  # no rule reads `express` in the snippet
-    v = policy.check({}, "add_bags", {"order_id": "#W1", "bags": 0})
-    assert [r.rule for r in v.reasons] == ["add_only"]
-    v = policy.check({}, "cancel_pending_order", {"order_id": "#W1", "reason": "no longer needed"})
-    assert [r.kind for r in v.reasons] == ["schema", "requires"]  # the value is not a member: unknown
-    assert not policy.check({}, "list_all_airports", {"x": 1}).allowed
-    assert policy.check({}, "think", {"x": 1}).allowed
+def test_readme_figures_match_benchmarks():
+    """The figures the README quotes at a glance are those of BENCHMARKS.md."""
+    bench = (ROOT / "BENCHMARKS.md").read_text()
+    for figure in ("| 0.024 |", "| 0.0019 |", "| 0.00029 |", "| 0.0068 |", "| 0.34 |", "| 0.072 |", "| 0.39 |",
+                   "| 0.71 |", "| 0.77 |", "113×", "measured 207 µs", "measured 311 µs", "0.827 [0.703, 0.906]",
+                   "0.615 [0.480, 0.735]", "0.231 [0.137, 0.361]", "| 0.213 |"):
+        assert figure in bench, figure
+        assert figure.strip("| ").removeprefix("measured ").removesuffix("×") in README, figure

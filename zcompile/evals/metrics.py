@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from .. import stats
-from ..router.shadow import receipt_arguments, same_call
+from ..router.shadow import committed, label_of, record_right, same_call
 from .replay import Recorded, Replay
 
 
@@ -45,12 +45,13 @@ def agreement(answered: Sequence[Replay], declined: Sequence[Replay], who: str) 
 
 
 def figures(handed: Sequence[Replay], answered: Sequence[Replay], n: int, times: Sequence[float],
-            risky: frozenset[str]) -> dict[str, Any]:
+            risky: frozenset[str], hands_on: bool = False) -> dict[str, Any]:
     """For the decisions `handed` to a rung and those it `answered`: coverage of all n, precision
     (name level) with its Wilson 95% interval, complete outputs (checked calls and text replies) and
     how many are right, replies handed on to a text tier, agreement with the teacher and with gold,
     the share not answered where no offered action fits, dangerous actions exposed and selected,
-    latency p50/p99 (µs)."""
+    latency p50/p99 (µs). `hands_on`: this row counts the replies the specialist handed on to a text
+    tier (the specialist's and the overall row; a tier reached afterwards does not count them again)."""
     m = len(answered)
     precision = rate(sum(r.action == r.label for r in answered), m)
     fit = [r for r in answered if r.label is not None]
@@ -73,7 +74,7 @@ def figures(handed: Sequence[Replay], answered: Sequence[Replay], n: int, times:
         "complete_coverage": len(complete) / n if n else 0.0,
         "complete_precision": complete_precision["rate"],
         "complete_precision_ci": complete_precision["ci"],
-        "handed_to_text_tier": sum(r.handed_on for r in handed),
+        "handed_to_text_tier": sum(r.handed_on for r in handed) if hands_on else 0,
         "agreement_teacher": agreement(answered, declined, "teacher"),
         "agreement_gold": agreement(answered, declined, "gold"),
         "precision_where_fits": rate(sum(r.action == r.label for r in fit), len(fit)),
@@ -95,6 +96,21 @@ def calls(rows: Sequence[Replay]) -> dict[str, Any]:
     p = rate(sum(call_correct(r) for r in answered), len(answered))
     return {"n": n, "answered": len(answered), "correct": p["k"], "coverage": len(answered) / n if n else 0.0,
             "precision": p["rate"], "precision_ci": p["ci"]}
+
+
+def power(answered: int, n: int, target: float, alpha: float = 0.05, power: float = 0.8) -> dict[str, Any]:
+    """Whether `answered` answers of `n` decisions can support a precision claim at `target`: the answers
+    (all right) a Wilson 95% lower bound ≥ target needs, the decisions that takes at this coverage, and
+    the smallest precision difference (near the target, over these answers) and coverage difference
+    (over these n) between two specialists a two-sided level-`alpha` test detects with `power`."""
+    need = stats.answers_needed(target)
+    coverage = answered / n if n else 0.0
+    return {"answered": answered, "n": n, "target": target, "answers_needed": need,
+            "enough": answered >= need,
+            "decisions_needed": -(-need * n // answered) if answered else None,  # ceil, exactly
+            "detectable_precision_difference": stats.detectable_difference(target, answered, alpha, power),
+            "detectable_coverage_difference": stats.detectable_difference(coverage, n, alpha, power),
+            "alpha": alpha, "power": power}
 
 
 def curve(rows: Sequence[Replay], tau: float, points: int = 50) -> dict[str, Any]:
@@ -136,30 +152,30 @@ def cost(rows: Sequence[Replay], policy: Any) -> dict[str, Any]:
 
 
 def shadow(rec: Recorded) -> dict[str, Any]:
-    """Live agreement of each shadow specialist with the decision recorded in its receipts (gold when
-    present, else the action taken; receipts judged wrong are left out): asked, answered, coverage,
-    agreement with its Wilson 95% interval and its one-sided Clopper–Pearson 95% lower bound."""
+    """Live agreement of each shadow specialist with the decision recorded in its receipts (`shadow.label_of`:
+    gold when present, else the action taken; receipts judged wrong are left out): asked, answered,
+    coverage (answers include replies handed on to a text tier), agreement by name with its Wilson 95% interval and its one-sided Clopper–Pearson 95% lower
+    bound, and answers right as whole outputs (`shadow.record_right`: a call with its arguments)."""
     out: dict[str, dict[str, Any]] = {}
     tally: dict[str, list[int]] = {}
     for r, records in rec.shadow:
-        if r.verified is False:
+        judged = label_of(r)
+        if judged is None:
             continue
-        label = r.gold if r.gold is not None else r.action
-        label_args = receipt_arguments(r) if r.gold is None else None
+        label, label_args = judged
         for s in records:
-            t = tally.setdefault(str(s.get("specialist")), [0, 0, 0, 0])  # asked, answered, agree, calls agree
+            t = tally.setdefault(str(s.get("specialist")), [0, 0, 0, 0])  # asked, answered, agree, right
             t[0] += 1
-            if s.get("outcome") != "answered":
+            if not committed(s):
                 continue
             t[1] += 1
             t[2] += s.get("action") == label
-            t[3] += s.get("kind") == "call" and label_args is not None and same_call(
-                s.get("action"), s.get("arguments"), label, label_args)
-    for name, (asked, answered, agree, call_agree) in sorted(tally.items()):
+            t[3] += record_right(s, label, label_args)
+    for name, (asked, answered, agree, right) in sorted(tally.items()):
         a = rate(agree, answered)
         out[name] = {"asked": asked, "answered": answered, "coverage": answered / asked if asked else 0.0,
                      "agree": agree, "agreement": a["rate"], "agreement_ci": a["ci"],
-                     "lower_bound": stats.lower_bound(agree, answered), "calls_agree": call_agree}
+                     "lower_bound": stats.lower_bound(agree, answered), "right": right}
     return out
 
 

@@ -89,6 +89,27 @@ def _calls_line(rep: dict[str, Any]) -> str:
             f"({c['correct']}/{c['answered']})")
 
 
+def _power_line(name: str, p: dict[str, Any]) -> str:
+    """Whether the split can support the precision claim printed for `name` (`metrics.power`)."""
+    head = (f"power ({name}): a Wilson 95% lower bound ≥ {p['target']:g} needs ≥ {p['answers_needed']} answers, "
+            f"all right; this split gave {p['answered']} of n = {p['n']}")
+    if p["enough"]:
+        head += " (enough)"
+    elif p["decisions_needed"] is not None:
+        head += f": at this coverage, a split of ≥ {p['decisions_needed']} decisions"
+    d_p, d_c = p["detectable_precision_difference"], p["detectable_coverage_difference"]
+    test = f"two-sided α = {p['alpha']:g}, power {p['power']:g}"
+    if d_p is None:
+        return head + "; no answers, so no difference between two specialists can be detected"
+    cov = f" and coverage by ≥ {d_c:.3f}" if d_c is not None else ""
+    return head + (f"; two specialists' precision (near {p['target']:g}) must differ by ≥ {d_p:.3f}{cov} "
+                   f"to be told apart at these n ({test})")
+
+
+def power_lines(rep: dict[str, Any]) -> list[str]:
+    return [_power_line(name, p) for name, p in rep["power"].items()]
+
+
 def _specialist_line(rep: dict[str, Any]) -> str | None:
     """A specialist that answered nothing has no precision or agreement to show: say so instead."""
     t = rep["tiers"]["specialist"]
@@ -125,6 +146,7 @@ def render_text(rep: dict[str, Any]) -> str:
         lines.append(f"replies handed to a text tier: {o['handed_to_text_tier']} (not answered here)")
     if (line := _specialist_line(rep)) is not None:
         lines.append(line)
+    lines += power_lines(rep)
     lines += _shadow_lines(rep)
     if _pairwise(rep):
         lines.append(_none_fits_line(rep))
@@ -211,4 +233,4 @@ def render_html(rep: dict[str, Any]) -> str:
         rc_note=f"On the {rc['n']} decisions the specialist was asked ({asked}): AURC {_num(rc['aurc'])}, "
                 f"ECE {_num(rc['ece'])}.",
         curve=curve_geometry(rc, rep["specialist"]["target_precision"]),
-        unseen=", ".join(rep["unseen_task_examples"]), examples=EXAMPLES)
+        unseen=", ".join(rep["unseen_task_examples"]), examples=EXAMPLES, power=power_lines(rep))

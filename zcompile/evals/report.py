@@ -47,13 +47,14 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
                                                [r.compiler_us for r in rows], risky)
     per_rung["specialist"] = metrics.figures([r for r in rows if r.rung != "compiler"],
                                              [r for r in rows if r.rung == "specialist"], n,
-                                             [r.specialist_us for r in rows if r.consulted], risky)
+                                             [r.specialist_us for r in rows if r.consulted], risky, hands_on=True)
     for name in sorted({r.rung for r in rows} - {"compiler", "specialist", "remote"}):  # tiers, when given
         per_rung[name] = metrics.figures([r for r in rows if r.rung not in ("compiler", "specialist")],
                                          [r for r in rows if r.rung == name], n, [], risky)
     overall = metrics.figures(rows, [r for r in rows if r.rung != "remote"], n,
-                              [r.compiler_us + r.specialist_us for r in rows], risky)
+                              [r.compiler_us + r.specialist_us for r in rows], risky, hands_on=True)
     overall.pop("coverage_of_reached")
+    calls, target = metrics.calls(rows), m.threshold.target_precision
     out = {
         "n": n,
         "policy": {"name": policy.name, "sha256": policy.sha256} if policy is not None else None,
@@ -68,7 +69,9 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
         "tiers": per_rung,
         "remote": {"reached": sum(r.rung == "remote" for r in rows)},
         "overall": overall,
-        "calls": metrics.calls(rows),
+        "calls": calls,
+        "power": {"overall": metrics.power(overall["answered"], n, target),
+                  "calls": metrics.power(calls["answered"], calls["n"], target)},
         "cost": metrics.cost(rows, policy),
         "risk_coverage": metrics.curve(rows, m.threshold.tau),
     }

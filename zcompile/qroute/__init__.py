@@ -17,6 +17,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from ..extras import require
+
 _API = {
     "distill": ("pipeline", "distill"), "Settings": ("pipeline", "Settings"), "Result": ("pipeline", "Result"),
     "TARGET_ABSTENTION": ("pipeline", "TARGET_ABSTENTION"),
@@ -30,6 +32,7 @@ _API = {
     "describe": ("pairwise", "describe"), "nearest": ("pairs", "nearest"), "words_of": ("pairs", "words_of"),
 }
 __all__ = sorted(_API)
+_TRAINING = {"pipeline", "recipes", "threshold", "report"}  # modules that need the `distill` extra
 
 
 def __getattr__(name: str) -> Any:
@@ -37,4 +40,6 @@ def __getattr__(name: str) -> Any:
         module, attr = _API[name]
     except KeyError:
         raise AttributeError(f"module 'zcompile.qroute' has no attribute {name!r}") from None
+    if module in _TRAINING:
+        require("distill", "training a specialist")
     return getattr(importlib.import_module(f"{__name__}.{module}"), attr)

@@ -126,6 +126,13 @@ def seal_manifest(m: Manifest) -> Manifest:
     return msgspec.structs.replace(m, sha256=hashlib.sha256(msgspec.json.encode(m)).hexdigest())
 
 
+def identity(m: Manifest) -> str:
+    """The sha256 of what decides (the manifest without its gate, metrics and seal): unchanged when
+    `zc promote` re-gates the specialist, so its shadow records stay evidence for it."""
+    m = msgspec.structs.replace(m, gate=Gate(False, (), ()), metrics={}, sha256="")
+    return hashlib.sha256(msgspec.json.encode(m)).hexdigest()
+
+
 def encode(m: Manifest) -> bytes:
     """The manifest file's bytes, sealed (sha256 set)."""
     return msgspec.json.format(msgspec.json.encode(seal_manifest(m)), indent=2) + b"\n"

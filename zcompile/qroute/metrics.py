@@ -78,14 +78,6 @@ def evaluate(best: Sequence[str | None], conf: np.ndarray, correct: np.ndarray, 
     return out
 
 
-def answers_needed(target: float, alpha: float = 0.05) -> int:
-    """Answers (all correct) a test split needs before its Wilson lower bound can reach `target`."""
-    n = 1
-    while stats.wilson(n, n)[0] < target and n < 100_000:
-        n += 1
-    return n
-
-
 def _share(k: int, m: int, n: int) -> dict[str, Any]:
     return {"n": n, "answered": m, "correct": k, "coverage": m / n if n else 0.0,
             "precision": k / m if m else None, "precision_ci": list(stats.wilson(k, m))}

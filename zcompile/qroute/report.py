@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import stats
 from .manifest import Manifest
-from .metrics import answers_needed
 from .threshold import NEVER
 
 
@@ -63,7 +63,7 @@ def render(m: Manifest) -> str:
     t = m.metrics
     lo, hi = t["precision_ci"]
     par = t["parity"]
-    need = answers_needed(m.threshold.target_precision)
+    need = stats.answers_needed(m.threshold.target_precision)
     title = "Pairwise specialist" if m.model.kind == "pairwise" else "Specialist"
     lines = [
         f"# {title} `{m.name}`" + (f" for policy `{m.policy_name}`" if m.policy_name else ""), "",
@@ -113,4 +113,19 @@ def render(m: Manifest) -> str:
         *(f"| {r['coverage']:.2f} | {r['precision']:.3f} | {r['threshold']:.4f} |" for r in t["risk_coverage"]),
         "", "## Gate", "", verdict(m), "",
     ]
+    if (p := t.get("promotion")) is not None:
+        lines += ["## Promotion on shadow evidence", "", _promotion_line(p), ""]
     return "\n".join(lines)
+
+
+def _promotion_line(p: dict[str, Any]) -> str:
+    """`zc promote`'s evidence (`promote.regate`): the live figures the gate above was decided on."""
+    prev = "promoted" if p["previous_gate"]["promoted"] else "not promoted"
+    lo, hi = p["precision_ci"]
+    return (f"Re-gated by `zc promote` on {p['receipts']} receipts ({len(p['files'])} files): {p['asked']} shadow "
+            f"records of this version on {p['tasks']} tasks it never trained on, {p['answered']} answered, "
+            f"{p['right']} right (precision {_f(p['precision'])} [{lo:.3f}, {hi:.3f}]; one-sided "
+            f"{1 - p['alpha']:.0%} Clopper–Pearson lower bound {p['lower_bound']:.3f} against the target "
+            f"{p['target_precision']:g}, which needs ≥ {p['answers_needed']} answers, all right); illegal "
+            f"{p['illegal']}, dangerous {p['dangerous']}; left out: {p['trained_on']} on trained-on tasks, "
+            f"{p['other_versions']} of other versions, {p['unjudged']} unjudged. Before: {prev}.")

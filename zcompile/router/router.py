@@ -72,7 +72,8 @@ class Router:
         policy: a loaded or compiled `zcompile.Policy`.
         specialists: a specialist directory (classifier or pairwise), a loaded `Specialist` or
             `PairwiseSpecialist`, or a sequence of them; asked in order on the `specialist` rung,
-            the first that answers wins. A pairwise specialist scores the legal actions against
+            the first that answers wins. A directory must hold a promoted specialist (its gate, from
+            `zc distill` or `zc promote`); a loaded one is used as given. A pairwise specialist scores the legal actions against
             their descriptions: the `tools` given to `decide`, else the policy's action
             descriptions, else the action names.
         tiers: tier name -> a rung (`zcompile.router.rung.Rung`, e.g. `zcompile.OpenAITier`) or an
@@ -103,7 +104,7 @@ class Router:
         self.deadline_ms = deadline_ms
         self.catalog = Catalog(policy)
         self._compiler = CompilerRung()
-        self._specialists = SpecialistRung(load_specialists(specialists, policy))
+        self._specialists = SpecialistRung(load_specialists(specialists, policy, promoted_only=True))
         self._shadow = tuple(load_specialists(shadow, policy))
         self._tier_rungs = {name: as_rung(name, t) for name, t in self.tiers.items()}
         self.monitor = monitor if monitor is not None else Monitor()
@@ -328,8 +329,10 @@ def _unencodable(value: Any, path: str, exc: Exception, depth: int = 0) -> tuple
     return path, str(exc) or type(exc).__name__
 
 
-def load_specialists(spec: Any, policy: Policy | None) -> list[Any]:
-    """Specialists from directories or loaded objects (one, or a sequence), in order."""
+def load_specialists(spec: Any, policy: Policy | None, *, promoted_only: bool = False) -> list[Any]:
+    """Specialists from directories or loaded objects (one, or a sequence), in order; with
+    `promoted_only`, a directory whose gate did not promote it is refused (a loaded object is the
+    caller's explicit choice)."""
     if spec is None:
         return []
     items: Sequence[Any] = spec if isinstance(spec, (list, tuple)) else [spec]
@@ -338,7 +341,13 @@ def load_specialists(spec: Any, policy: Policy | None) -> list[Any]:
         if isinstance(item, (str, Path)):
             from ..qroute import load_specialist
 
-            out.append(load_specialist(item, policy))
+            sp = load_specialist(item, policy)
+            if promoted_only and not sp.manifest.gate.promoted:
+                raise ZcError(f"{item}: specialist `{sp.manifest.name}` is not promoted ("
+                              + "; ".join(sp.manifest.gate.reasons) + "): run it in shadow mode (shadow=…) "
+                              "and re-gate it with `zc promote` on those receipts, or pass the loaded "
+                              "specialist to use it anyway")
+            out.append(sp)
         else:
             out.append(item)
     return out

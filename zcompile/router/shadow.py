@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 
+from ..qroute.manifest import Manifest, identity
 from ..receipts import Receipt
 from .rung import SPECIALIST, Step, ask, timed
 
@@ -29,6 +30,31 @@ def same_call(action: str | None, arguments: Any, other_action: str | None, othe
     return msgspec.json.encode(arguments, order="sorted") == msgspec.json.encode(other_arguments, order="sorted")
 
 
+def label_of(r: Receipt) -> tuple[str | None, Any] | None:
+    """What a receipt's decision is judged against: (gold, None) when gold is known, else (the action
+    taken, its arguments); None when the action taken was judged wrong and gold is unknown."""
+    if r.gold is not None:
+        return r.gold, None
+    if r.verified is False:
+        return None
+    return r.action, receipt_arguments(r)
+
+
+def committed(record: Mapping[str, Any]) -> bool:
+    """Whether a shadow record is an output the specialist stands by: a call (or name) it answered, or
+    a text reply it recognised and handed on to a rung that writes text (not an abstention)."""
+    return record.get("outcome") in ("answered", "handed_on") and record.get("action") is not None
+
+
+def record_right(record: Mapping[str, Any], label: str | None, label_arguments: Any) -> bool:
+    """Whether a shadow record's answer equals the label: a call needs equal arguments as well (a
+    label without recorded arguments never matches a call); a reply or a bare name, the same name."""
+    if record.get("kind") == "call":
+        return label_arguments is not None and same_call(record.get("action"), record.get("arguments"), label,
+                                                         label_arguments)
+    return record.get("action") == label
+
+
 class _Ask:
     """One shadow specialist as a rung."""
 
@@ -41,6 +67,21 @@ class _Ask:
         return ask(self.sp, step)
 
 
+_VERSIONS: dict[int, tuple[Any, str]] = {}
+
+
+def version(sp: Any) -> str | None:
+    """`manifest.identity` of a loaded specialist (computed once per manifest); None for a specialist
+    without a manifest (a harness's own rung)."""
+    m = getattr(sp, "manifest", None)
+    if not isinstance(m, Manifest):
+        return None
+    held = _VERSIONS.get(id(m))
+    if held is None or held[0] is not m:  # the manifest itself is kept, so its id is not reused
+        held = _VERSIONS[id(m)] = (m, identity(m))
+    return held[1]
+
+
 def shadow_answers(specialists: Sequence[Any], step: Step, action: str | None, arguments: Any) -> list[dict]:
     """What each shadow specialist would have done (`meta.shadow` of the receipt): its answer as a rung
     record, its name, and whether it is the decision's own answer (`same`)."""
@@ -50,6 +91,8 @@ def shadow_answers(specialists: Sequence[Any], step: Step, action: str | None, a
         record = ans.to_dict()
         del record["tier"]
         record["specialist"] = sp.name
+        if (v := version(sp)) is not None:
+            record["version"] = v  # which version answered: evidence for it alone
         record["same"] = ans.answered and same_call(ans.action, ans.arguments, action, arguments)
         out.append(record)
     return out

@@ -1,0 +1,68 @@
+"""How many tool calls could any classifier of the structural state answer at a target precision?
+
+Groups the non-test decisions (train + calibration splits; the test split stays sealed) by every
+structural field of the policy's state (text fields left out, integers capped) and counts the tool-call
+decisions in groups whose most frequent label is a tool call taking at least `--purity` of the group
+(at least `--min-group` decisions). In-sample and optimistic: a classifier of these fields cannot be
+sure of more, so this bounds the complete-call coverage reachable from structure alone.
+
+    python bench/calls_ceiling.py [--policy policies/airline_chat.zc] [--receipts receipts/]
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import zcompile
+from zcompile.qroute import Report, load_decisions, split_by_task
+from zcompile.tools import REPLY_TAG
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def structural_paths(policy) -> list[str]:
+    return [f.path for f in policy.ir.fields if f.kind != "text"]
+
+
+def value_at(state: dict, path: str, cap: int):
+    v = state
+    for part in path.split("."):
+        v = v.get(part) if isinstance(v, dict) else None
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return v
+    if isinstance(v, (int, float)):
+        return min(v, cap)
+    return tuple(sorted(map(str, v))) if isinstance(v, list) else str(v)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--policy", default=str(ROOT / "policies" / "airline_chat.zc"))
+    ap.add_argument("--receipts", default=str(ROOT / "receipts"))
+    ap.add_argument("--purity", type=float, default=0.95)
+    ap.add_argument("--min-group", type=int, default=5)
+    ap.add_argument("--cap", type=int, default=3, help="integers above this are one value")
+    a = ap.parse_args()
+    policy = zcompile.compile_file(a.policy)
+    replies = {x.name for x in policy.ir.actions if REPLY_TAG in x.tags}
+    parts = split_by_task(load_decisions([a.receipts], policy, report=Report()).decisions)
+    pool = parts["train"] + parts["calibration"]
+    paths = structural_paths(policy)
+    groups: dict[tuple, list[str | None]] = defaultdict(list)
+    for d in pool:
+        groups[tuple(value_at(d.state, p, a.cap) for p in paths)].append(d.label)
+    calls = sum(1 for d in pool if d.label is not None and d.label not in replies)
+    sure = 0
+    for labels in groups.values():
+        top, k = Counter(labels).most_common(1)[0]
+        if len(labels) >= a.min_group and k / len(labels) >= a.purity and top is not None and top not in replies:
+            sure += k
+    print(f"{len(groups)} structural states ({len(paths)} fields) over {len(pool)} non-test decisions; tool calls "
+          f"in groups of ≥ {a.min_group} whose top label is a tool call at purity ≥ {a.purity:g}: {sure} of {calls} "
+          f"({sure / calls:.1%})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,16 @@
+"""The `zc` command line: thin wrappers over the compiler, the runtime and q-route (one module per area)."""
+
+from __future__ import annotations
+
+from . import policy, qroute, receipts  # noqa: F401  (each registers its commands on `main`)
+from .common import ZcError, fail, main, progress
+
+__all__ = ["main", "progress", "run"]
+
+
+def run() -> None:
+    """Entry point that keeps user errors free of tracebacks."""
+    try:
+        main(standalone_mode=True)
+    except ZcError as exc:  # pragma: no cover - commands catch their own
+        fail(exc)

@@ -1,0 +1,264 @@
+"""Commands for policy authors: check, compile, legal, test, fmt, lsp."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+import msgspec
+
+from ..errors import ZcError
+from .common import check_all, fail, load_policy, main, parse_call, read_json, report_diagnostics, summary
+
+
+@main.command("check")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--deny-warnings", is_flag=True, help="Exit 1 when there are warnings too.")
+@click.option("--format", "out_format", type=click.Choice(["text", "json", "sarif"]), default="text",
+              show_default=True, help="json or sarif (2.1.0): the diagnostics on stdout, for tools.")
+def check_cmd(paths: tuple[str, ...], deny_warnings: bool, out_format: str) -> None:
+    """Parse and check policies (names, types, cycles, lints); print every diagnostic."""
+    try:
+        results = check_all(paths)
+    except ZcError as exc:
+        fail(exc)
+    if out_format != "text":
+        from ..sarif import json_report, sarif_report
+
+        click.echo((json_report if out_format == "json" else sarif_report)(results).decode())
+        errors = sum(d.is_error for _, _, ds in results for d in ds)
+        warnings = sum(d.severity == "warning" for _, _, ds in results for d in ds)
+        sys.exit(1 if errors or (deny_warnings and warnings) else 0)
+    errors, warnings = report_diagnostics(results)
+    click.echo(summary(errors, warnings, len(results)), err=True)
+    sys.exit(1 if errors or (deny_warnings and warnings) else 0)
+
+
+@main.command("compile")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("-o", "--out", "out", default="build", show_default=True, type=click.Path(file_okay=False),
+              help="Directory for the `.zcp` artifacts.")
+@click.option("-q", "--quiet", is_flag=True, help="Do not print warnings.")
+def compile_cmd(paths: tuple[str, ...], out: str, quiet: bool) -> None:
+    """Compile policies to `OUT/<policy>.zcp` artifacts (nothing is written if any has errors)."""
+    from ..driver import artifact_bytes
+
+    try:
+        results = check_all(paths)
+    except ZcError as exc:
+        fail(exc)
+    errors, warnings = report_diagnostics(results, quiet)
+    names: dict[str, Path] = {}
+    for path, policy, _ in results:
+        if policy is not None and policy.name in names:
+            click.echo(f"error: policy `{policy.name}` is defined in both {names[policy.name]} and {path}",
+                       err=True)
+            errors += 1
+        elif policy is not None:
+            names[policy.name] = path
+    if errors:
+        click.echo(summary(errors, warnings, len(results)) + "; nothing written", err=True)
+        sys.exit(1)
+    out_dir = Path(out)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for path, policy, _ in results:
+            target = out_dir / f"{policy.name}.zcp"
+            fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{policy.name}.", suffix=".tmp")
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(artifact_bytes(policy))
+            os.chmod(tmp, 0o644)  # mkstemp makes 0600; an artifact is meant to be shared
+            os.replace(tmp, target)
+            click.echo(f"compiled {path} -> {target}")
+    except OSError as exc:
+        fail(ZcError(f"{out_dir}: cannot write artifacts: {exc.strerror}"))
+
+
+@main.command("legal")
+@click.argument("artifact", type=click.Path())
+@click.option("--state", "state_path", required=True, metavar="FILE|-", help="State JSON file, or - for stdin.")
+@click.option("--intent", default=None, help="Restrict the universe to this intent's `allow` list.")
+@click.option("--call", "call_json", default=None, metavar="JSON",
+              help='Judge one proposed call instead: \'{"name": …, "arguments": {…}}\'.')
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--strict", is_flag=True, help="Reject state keys the schema does not declare.")
+def legal_cmd(artifact: str, state_path: str, intent: str | None, call_json: str | None,
+              as_json: bool, strict: bool) -> None:
+    """Print the legal actions for a state, and every reason each other action was removed.
+
+    With --call, judge one proposed call instead: allowed, or every reason it is not (its
+    arguments against the action's signature, the legal set, and the rules reading `args.*`).
+    """
+    try:
+        policy = load_policy(artifact)
+        call = parse_call(call_json, policy.actions) if call_json is not None else None
+        state = read_json(state_path)
+        if call is not None:
+            verdict = policy.check(state, call[0], call[1], intent, strict=strict)
+        else:
+            result = policy.legal(state, intent, strict=strict)
+    except ZcError as exc:
+        if state_path != "-" and exc.__class__.__name__ == "StateError":
+            exc = ZcError(f"{state_path}: {exc}")
+        fail(exc)
+    if call is not None:
+        _print_verdict(policy, call, verdict, as_json)
+        return
+    if as_json:
+        click.echo(msgspec.json.encode(result.to_dict()).decode())
+        return
+    n = len(policy.actions)
+    click.echo(f"policy {policy.name}: {len(result.actions)} of {n} actions legal"
+               + (f" under intent `{intent}`" if intent else ""))
+    if result.fallback:
+        click.echo(f"fallback: no action is legal; returning the fallback `{result.actions[0]}`")
+    click.echo("legal: " + ", ".join(result.actions))
+    if result.removed:
+        click.echo("removed:")
+        for action, reasons in result.removed.items():
+            click.echo(f"  {action}")
+            for r in reasons:
+                where = f" at {r.span}" if r.span else ""
+                click.echo(f"    - {r.rule} ({r.kind}){where}: {r.message}")
+
+
+def _print_verdict(policy, call, verdict, as_json: bool) -> None:
+    if as_json:
+        out = {"policy": policy.name, "call": {"name": call[0], "arguments": call[1]},
+               **verdict.to_dict()}
+        click.echo(msgspec.json.encode(out).decode())
+        return
+    click.echo(f"policy {policy.name}: call `{call[0]}` "
+               + ("allowed" if verdict.allowed else f"blocked ({len(verdict.reasons)} "
+                  f"reason{'' if len(verdict.reasons) == 1 else 's'})"))
+    for r in verdict.reasons:
+        where = f" at {r.span}" if r.span else ""
+        click.echo(f"  - {r.rule} ({r.kind}){where}: {r.message}")
+
+
+@main.command("test")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--coverage", is_flag=True, help="Report rules and condition outcomes no case exercised.")
+@click.option("--min-coverage", type=click.FloatRange(0, 100), default=None, metavar="PCT",
+              help="With --coverage: exit 1 when a policy's coverage is below PCT percent.")
+@click.option("-v", "--verbose", is_flag=True, help="Print passing cases too.")
+def test_cmd(paths: tuple[str, ...], coverage: bool, min_coverage: float | None, verbose: bool) -> None:
+    """Run policy unit tests (`*.test.yaml`, `*.test.json`); exit 1 when a case fails."""
+    from ..testing import run_suites, suite_files
+
+    coverage = coverage or min_coverage is not None
+    try:
+        runs = run_suites(suite_files(paths), coverage)
+    except ZcError as exc:
+        fail(exc)
+    passed = failed = 0
+    for run in runs:
+        if run.error is not None:
+            failed += 1
+            click.echo(f"{run.path}:\n  ERROR\n" + "\n".join("    " + line for line in
+                                                            run.error.render().splitlines()))
+            continue
+        shown = [(r, line) for r, line in zip(run.results, run.lines) if verbose or not r.passed]
+        passed += sum(r.passed for r in run.results)
+        failed += sum(not r.passed for r in run.results)
+        if shown:
+            click.echo(f"{run.path}:")
+        for r, line in shown:
+            where = f" ({run.path}:{line})" if line and not r.passed else ""
+            click.echo(f"  {'PASS' if r.passed else 'FAIL'}: {r.name}{where} ({r.seconds * 1e3:.2f} ms)")
+            for d in r.diff:
+                click.echo(f"    {d}")
+    low = 0  # policies whose coverage is below --min-coverage
+    if coverage:
+        seen = set()
+        for run in runs:
+            cov = run.coverage
+            if cov is None or id(cov) in seen:
+                continue
+            seen.add(id(cov))
+            have, total = cov.totals()
+            pct = 100.0 * have / total if total else 100.0
+            click.echo(f"coverage: {cov.compiled.path}: {have}/{total} rule and condition outcomes "
+                       f"({pct:.1f}%)")
+            for gap in cov.gaps():
+                click.echo(f"  {gap}")
+            if min_coverage is not None and pct < min_coverage:
+                click.echo(f"  below --min-coverage {min_coverage:g}%")
+                low += 1
+    click.echo("-" * 80)
+    if passed:
+        click.echo(f"PASS: {passed}/{passed + failed}")
+    if failed:
+        click.echo(f"FAIL: {failed}/{passed + failed}")
+    sys.exit(1 if failed or low else 0)
+
+
+@main.command("fmt")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--check", "check_only", is_flag=True, help="Write nothing; exit 1 if a file is not formatted.")
+@click.option("--diff", "show_diff", is_flag=True, help="Write nothing; print what would change as a diff.")
+def fmt_cmd(paths: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
+    """Format policies in place (or `-`: stdin to stdout), keeping comments and meaning."""
+    import difflib
+
+    from ..driver import policy_files, read_source
+    from ..fmt import format_source
+    from ..parse import decode
+
+    if paths == ("-",):
+        try:
+            click.echo(format_source(decode("<stdin>", sys.stdin.buffer.read())), nl=False)
+        except ZcError as exc:
+            fail(exc)
+        return
+    try:
+        files = policy_files(list(paths))
+    except ZcError as exc:
+        fail(exc)
+    errors = changed = 0
+    for path in files:
+        try:
+            source = read_source(path)
+            new = format_source(source)
+        except ZcError as exc:
+            click.echo(exc.render() + "\n", err=True)
+            errors += 1
+            continue
+        if new == source.text:
+            continue
+        changed += 1
+        if show_diff:
+            click.echo("".join(difflib.unified_diff(source.text.splitlines(True), new.splitlines(True),
+                                                    f"{path}", f"{path} (formatted)")), nl=False)
+        if check_only or show_diff:
+            click.echo(f"would reformat {path}", err=True)
+            continue
+        try:
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+                fh.write(new)
+            os.chmod(tmp, path.stat().st_mode & 0o7777)
+            os.replace(tmp, path)
+        except OSError as exc:
+            click.echo(f"error: {path}: cannot write: {exc.strerror}", err=True)
+            errors += 1
+            continue
+        click.echo(f"formatted {path}", err=True)
+    verb = "would be reformatted" if check_only or show_diff else "reformatted"
+    click.echo(f"{changed} of {len(files)} file{'s' if len(files) != 1 else ''} {verb}"
+               + (f", {errors} with errors" if errors else ""), err=True)
+    sys.exit(1 if errors or (check_only and changed) else 0)
+
+
+@main.command("lsp")
+def lsp_cmd() -> None:
+    """Run the language server on stdio (for editors; needs `pip install 'zcompile[lsp]'`)."""
+    try:
+        from ..lsp.server import main as serve
+    except ImportError:
+        fail(ZcError("the language server needs pygls, which is not installed: "
+                      "pip install 'zcompile[lsp]'"))
+    serve()

@@ -1,0 +1,252 @@
+"""Commands for q-route: distill, eval, promote, route."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+import msgspec
+
+from ..errors import ZcError
+from .common import fail, load_policy, main, progress, read_json
+
+
+@main.command("distill")
+@click.option("--from", "sources", multiple=True, required=True, type=click.Path(),
+              help="Receipts files or directories (.jsonl, .jsonl.gz, .parquet); repeat for several.")
+@click.option("--policy", "policy_path", default=None, type=click.Path(),
+              help="The compiled policy (.zcp) the receipts are masked with (optional for pairwise: "
+              "without it the receipts' own legal sets are used).")
+@click.option("-o", "--out", "out", required=True, type=click.Path(file_okay=False),
+              help="The specialist directory to write: created, or replaced only if it holds a specialist "
+              "(anything else is refused). Written beside it first and swapped in whole.")
+@click.option("--model", type=click.Choice(["auto", "logistic", "mlp", "gbt", "transformer", "pairwise"]),
+              default="auto", show_default=True,
+              help="auto trains logistic, mlp and gbt and keeps the one the out-of-fold evidence ranks first; "
+              "transformer fine-tunes MiniLM-L6 (needs the `transformer` extra); pairwise fine-tunes it to "
+              "score (request, action description) pairs, for open action sets.")
+@click.option("--guarantee", type=click.Choice(["ltt", "conformal"]), default="ltt", show_default=True,
+              help="ltt: precision ≥ target with 95% confidence (Learn-then-Test); conformal: expected "
+              "false-discovery rate ≤ 1 - target (conformal selection; needs fewer decisions, a weaker claim).")
+@click.option("--folds", type=click.IntRange(2), default=5, show_default=True,
+              help="Task-grouped folds of cross-fitting (tabular models): every train and calibration decision "
+              "gets an out-of-fold score, τ is chosen on all of them.")
+@click.option("--negatives", type=click.IntRange(0), default=3, show_default=True,
+              help="pairwise: descriptions of other decisions' actions added per training decision as not "
+              "fitting, half at random and half the most similar to the right one.")
+@click.option("--target-precision", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
+              show_default=True, help="Precision the abstention threshold must guarantee.")
+@click.option("--target-abstention", type=click.FloatRange(0, 1, max_open=True), default=None,
+              help="pairwise: share of the decisions where no offered action fits on which the specialist must "
+              "abstain (95% lower bound; 0 turns the bound off) [default: 0.85].")
+@click.option("--min-coverage", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="Coverage the gate requires on the test split.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--skip-invalid", is_flag=True, help="Skip invalid receipt lines (counted) instead of refusing.")
+@click.option("--epochs", type=click.FloatRange(0, min_open=True), default=None,
+              help="transformer: passes over the training split [default: 3].")
+@click.option("--max-steps", type=click.IntRange(1), default=None,
+              help="transformer: optimiser steps in all (overrides --epochs).")
+@click.option("--max-length", type=click.IntRange(8, 512), default=None,
+              help="transformer: tokens read per state [default: 128].")
+@click.option("--batch-size", type=click.IntRange(1), default=None,
+              help="transformer: decisions per step [default: 16].")
+@click.option("--ensemble", type=click.IntRange(1), default=None,
+              help="transformer: fine-tune this many models (seeds seed, seed+1, …) and decide by the mean of "
+              "their logits, one ONNX graph; N times the training and decision time [default: 1].")
+@click.option("--quantization", type=click.Choice(["auto", "int8", "float32"]), default=None,
+              help="transformer: the export. int8 fails the distillation when int8 decides unlike the trained "
+              "model on more than 0.5% of the test split; auto [default] then ships float32 instead.")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Featurisation: local, or ray (Ray Data over Parquet shards, on the cluster RAY_ADDRESS names or a "
+              "local instance; needs the `ray` extra; docs/scale.md).")
+@click.option("--max-decisions", type=click.IntRange(3), default=50_000, show_default=True,
+              help="Decisions held in memory; beyond it a seeded task-stratified sample of each split is used "
+              "(the split and its seal still cover every task; the report says so).")
+def distill_cmd(sources, policy_path, out, model, guarantee, folds, negatives, target_precision, target_abstention,
+                min_coverage, seed, skip_invalid, epochs, max_steps, max_length, batch_size, ensemble,
+                quantization, engine, max_decisions) -> None:
+    """Distil receipts into an ONNX specialist that answers with a certified confidence or abstains."""
+    try:
+        from ..qroute import Report, Settings, distill
+    except ZcError as exc:  # the `distill` extra is not installed
+        fail(exc)
+
+    options = {k: v for k, v in (("epochs", epochs), ("max_steps", max_steps), ("max_length", max_length),
+                                 ("batch_size", batch_size), ("ensemble", ensemble), ("quantization", quantization))
+               if v is not None}
+    if options and model not in ("transformer", "pairwise"):
+        flags = ", ".join("--" + k.replace("_", "-") for k in options)
+        click.echo(f"error: {flags} only apply to --model transformer or pairwise", err=True)
+        sys.exit(2)
+    if target_abstention is not None and model != "pairwise":
+        click.echo("error: --target-abstention only applies to --model pairwise", err=True)
+        sys.exit(2)
+    if policy_path is None and model != "pairwise":
+        click.echo("error: --policy is required (except for --model pairwise)", err=True)
+        sys.exit(2)
+    settings = Settings(model=model, target_precision=target_precision, guarantee=guarantee,
+                        target_abstention=target_abstention, min_coverage=min_coverage, seed=seed, folds=folds,
+                        negatives=negatives, skip_invalid=skip_invalid, options=options, engine=engine,
+                        max_decisions=max_decisions)
+    report = Report(step=lambda text: click.echo(text, err=True), bar=progress)
+    try:
+        policy = load_policy(policy_path) if policy_path else None
+        result = distill(list(sources), policy, out, settings, report=report, name=Path(out).name)
+    except ZcError as exc:
+        fail(exc)
+    m = result.manifest
+    click.echo(result.report_text)
+    extra = "".join(f", {f}" for f in m.model.files)
+    click.echo(f"wrote {out}/ (model.onnx{extra}, manifest.json, report.md); {m.model.kind}; "
+               + ("promoted" if m.gate.promoted else "NOT promoted: " + "; ".join(m.gate.reasons)))
+
+
+@main.command("eval")
+@click.option("--policy", "policy_path", default=None, type=click.Path(), metavar="ARTIFACT",
+              help="The policy (.zcp, or a .zc source) the specialist was distilled for. Required, except "
+              "for a pairwise specialist distilled without one: then the receipts' `legal` lists are the "
+              "legal sets and there is no compiler rung.")
+@click.option("--specialists", "specialist_dir", required=True, type=click.Path(), metavar="DIR",
+              help="The specialist directory (model.onnx + manifest.json): a classifier or a pairwise "
+              "specialist, as its manifest says.")
+@click.option("--receipts", "sources", multiple=True, required=True, type=click.Path(), metavar="PATH",
+              help="Receipts files or directories; more paths may follow, or repeat the option.")
+@click.argument("more", nargs=-1, type=click.Path(), metavar="[PATH]...")
+@click.option("--json", "json_out", default=None, type=click.Path(dir_okay=False), metavar="F",
+              help="Write the figures as JSON to F.")
+@click.option("--html", "html_out", default=None, type=click.Path(dir_okay=False), metavar="F",
+              help="Write a self-contained HTML report to F.")
+@click.option("--split", type=click.Choice(["test", "all"]), default="test", show_default=True,
+              help="test: only decisions of tasks the specialist never trained on; all: every decision.")
+@click.option("--allow-trained", is_flag=True,
+              help="With --split all, report trained-on tasks anyway (labelled NOT held-out).")
+@click.option("--skip-invalid", is_flag=True, help="Skip invalid receipt lines (counted) instead of refusing.")
+@click.option("--tiers", "tiers_path", default=None, type=click.Path(dir_okay=False), metavar="F",
+              help="tiers.toml: replay with these LLM tiers on (default: off; what they leave goes to the teacher).")
+def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, split, allow_trained,
+             skip_invalid, tiers_path) -> None:
+    """Replay receipts through the router (compiler, the specialist, tiers off unless --tiers): per-rung
+    and overall figures, complete calls, live shadow agreement.
+
+    A pairwise specialist is given the tools each receipt offered (meta.tools); where no offered action
+    fits (a receipt with no action and verified: true) the report gives the share it abstained on."""
+    from .. import evals
+    from ..qroute.specialist import read_manifest
+
+    if policy_path is None:
+        try:
+            why = evals.needs_policy(read_manifest(specialist_dir))
+        except ZcError as exc:
+            fail(exc)
+        if why:
+            click.echo(f"error: {why}", err=True)
+            sys.exit(2)
+    try:
+        policy = load_policy(policy_path) if policy_path is not None else None
+        tiers = {}
+        if tiers_path is not None:
+            from ..tiers import load_tiers
+
+            if policy is None:
+                raise ZcError("--tiers needs --policy: tiers are rungs of a policy's routes")
+            tiers = load_tiers(tiers_path)
+        try:
+            rep = evals.run(policy, specialist_dir, [*sources, *more], split=split,
+                            allow_trained=allow_trained, skip_invalid=skip_invalid, tiers=tiers)
+        finally:
+            for tier in tiers.values():
+                tier.close()
+        for path, data in ((json_out, lambda: evals.to_json(rep)),
+                           (html_out, lambda: evals.render_html(rep).encode())):
+            if path is not None:
+                try:
+                    Path(path).write_bytes(data())
+                except OSError as exc:
+                    raise ZcError(f"{path}: cannot write: {exc.strerror}") from None
+    except ZcError as exc:
+        fail(exc)
+    if rep["excluded_trained_on"]:
+        click.echo(f"note: excluded {rep['excluded_trained_on']} decisions of {rep['excluded_tasks']} tasks "
+                   "the specialist was trained on", err=True)
+    click.echo(evals.render_text(rep))
+
+
+@main.command("promote")
+@click.argument("specialist_dir", type=click.Path(), metavar="SPECIALIST")
+@click.option("--policy", "policy_path", required=True, type=click.Path(), metavar="ARTIFACT",
+              help="The policy (.zcp, or a .zc source) the specialist was distilled for.")
+@click.option("--receipts", "sources", multiple=True, required=True, type=click.Path(), metavar="PATH",
+              help="Receipts written with the specialist in shadow mode (Router(shadow=…)); repeat for more.")
+@click.option("--dry-run", is_flag=True, help="Print the verdict; change nothing.")
+@click.option("--skip-invalid", is_flag=True, help="Skip invalid receipt lines (counted) instead of refusing.")
+def promote_cmd(specialist_dir, policy_path, sources, dry_run, skip_invalid) -> None:
+    """Re-gate a specialist on its shadow answers in live receipts of tasks it never trained on.
+
+    Promoted when no shadow answer was illegal or dangerous and the one-sided 95% Clopper–Pearson
+    lower bound of its live precision (whole outputs: a call with its arguments) reaches the
+    manifest's target; otherwise not promoted (a promoted specialist is demoted). The manifest
+    (re-sealed) and report.md are rewritten in place unless --dry-run. Exit 0 when promoted, 1 when not."""
+    from ..qroute.promote import promote
+
+    try:
+        m, ev = promote(specialist_dir, load_policy(policy_path), list(sources), dry_run=dry_run,
+                        skip_invalid=skip_invalid)
+    except ZcError as exc:
+        fail(exc)
+    p = m.metrics["promotion"]
+    click.echo(f"{m.name}: {ev.answered} of {ev.asked} shadow records answered on {ev.tasks} unseen tasks, "
+               f"{ev.right} right (one-sided 95% lower bound {p['lower_bound']:.3f}, target "
+               f"{p['target_precision']:g}; {p['answers_needed']} answers, all right, are needed); "
+               f"illegal {ev.illegal}, dangerous {ev.dangerous}")
+    click.echo(("would be " if dry_run else "") + ("promoted" if m.gate.promoted else
+                                                   "NOT promoted: " + "; ".join(m.gate.reasons)))
+    sys.exit(0 if m.gate.promoted else 1)
+
+
+@main.command("route")
+@click.option("--policy", "policy_path", required=True, type=click.Path(), help="Compiled policy (.zcp) or .zc source.")
+@click.option("--specialists", "specialists", multiple=True, type=click.Path(file_okay=False),
+              help="Specialist directory; repeat for several (asked in order).")
+@click.option("--tiers", "tiers_path", type=click.Path(dir_okay=False), help="tiers.toml binding tier names to endpoints.")
+@click.option("--state", "state_path", required=True, metavar="FILE|-", help="State JSON file, or - for stdin.")
+@click.option("--intent", default=None, help="Restrict the universe to this intent's `allow` list.")
+@click.option("--receipts", "receipts_path", type=click.Path(dir_okay=False), help="Append the receipt here.")
+@click.option("--deadline-ms", type=click.FloatRange(min=0, min_open=True), default=None, help="Overall budget.")
+@click.option("--json", "as_json", is_flag=True, help="Print the decision and its receipt as JSON.")
+def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts_path, deadline_ms, as_json) -> None:
+    """Decide one step through the ladder: compiler, specialists, LLM tiers, fallback."""
+    from ..router import Router
+
+    try:
+        policy = load_policy(policy_path)
+        tiers = {}
+        if tiers_path:
+            from ..tiers import load_tiers
+
+            tiers = load_tiers(tiers_path)
+        state = read_json(state_path)
+        with Router(policy, specialists=list(specialists) or None, tiers=tiers, receipts=receipts_path,
+                    deadline_ms=deadline_ms) as router:
+            d = router.decide(state, intent)
+    except ZcError as exc:
+        if state_path != "-" and exc.__class__.__name__ == "StateError":
+            exc = ZcError(f"{state_path}: {exc}")
+        fail(exc)
+    if as_json:
+        click.echo(msgspec.json.encode({"action": d.action, "tier": d.tier, "confidence": d.confidence,
+                                        "kind": d.kind, "arguments": d.arguments, "text": d.text,
+                                        "legal": list(d.legal.actions), "receipt": d.receipt}).decode())
+        return
+    conf = "" if d.confidence is None else f" (confidence {d.confidence:.3f})"
+    click.echo(f"action: {d.action or '(none: every rung abstained and the fallback is not legal)'}"
+               f" by {d.tier}{conf}")
+    if d.arguments is not None:
+        click.echo("arguments: " + msgspec.json.encode(d.arguments).decode())
+    if d.text is not None:
+        click.echo(f"reply: {d.text}")
+    click.echo("legal: " + ", ".join(d.legal.actions))
+    for r in d.rungs:
+        extra = f" {r.action}" if r.action else ""
+        click.echo(f"  {r.tier:<12} {r.outcome}{extra} {r.latency_ms:.2f} ms {r.detail}".rstrip())
