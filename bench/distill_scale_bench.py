@@ -98,6 +98,18 @@ def run(cmd: list[str]) -> dict:
             "stdout": stdout}
 
 
+def stages(stderr: str) -> str:
+    """Seconds of the long stages, from the progress lines (`label: i/n (S s)`, the last of each label)."""
+    import re
+
+    last: dict[str, str] = {}
+    for label, secs in re.findall(r"^  (.+?): \d+(?:/\d+)? \((\d+) s\)$", stderr, re.M):
+        if not label.startswith(("reading receipts", "folds", "featurising")):
+            continue
+        last[label] = secs
+    return "; ".join(f"{k} {v} s" for k, v in last.items())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
@@ -127,11 +139,12 @@ def main() -> None:
         e = None if a.no_eval or d["rc"] or n > a.eval_max else run(zc + ["eval", "--policy", str(policy), "--specialists", str(out),
                                                         "--receipts", str(src)])
         used = next((ln.strip() for ln in d["stderr"].splitlines() if "training data:" in ln), "")
+        d["stages"] = stages(d["stderr"])
         row = {"n": n, "generate_s": gen, "distill": d, "eval": e, "training_data": used}
         rows.append(row)
         print(f"{n:>9,} receipts: distill {d['seconds']:7.1f} s, peak RSS {d['rss_mib']:7.0f} MiB (rc {d['rc']})"
               + (f"; eval {e['seconds']:7.1f} s, peak RSS {e['rss_mib']:7.0f} MiB (rc {e['rc']})" if e else "")
-              + (f"; {used}" if used else ""), flush=True)
+              + (f"; {used}" if used else "") + (f"; {d['stages']}" if d["stages"] else ""), flush=True)
     if a.write_benchmarks:
         write_section(rows, a)
 
@@ -142,10 +155,11 @@ def write_section(rows: list[dict], a: argparse.Namespace) -> None:
     lines = ["Generated receipts (the bundled ones resampled, tasks relabelled per copy), Parquet shards of "
              f"{a.shard_rows:,} rows; `zc distill --model logistic --engine {a.engine}` and `zc eval` (the "
              "sealed test split), each a process of its own; peak RSS of that process.", "",
-             "| receipts | distill | distill peak RSS | eval | eval peak RSS | training data |", "|---|---|---|---|---|---|"]
+             "| receipts | distill | distill peak RSS | long stages | eval | eval peak RSS | training data |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
         d, e = r["distill"], r["eval"]
-        lines.append(f"| {r['n']:,} | {d['seconds']:.1f} s | {d['rss_mib']:.0f} MiB | "
+        lines.append(f"| {r['n']:,} | {d['seconds']:.1f} s | {d['rss_mib']:.0f} MiB | {d['stages'] or '-'} | "
                      + (f"{e['seconds']:.1f} s | {e['rss_mib']:.0f} MiB" if e else "not run | -")
                      + f" | {r['training_data'].removeprefix('training data:').strip() or '-'} |")
     lines += ["", *machine_table([("scikit-learn", ("scikit-learn",)), ("pyarrow", ("pyarrow",)), ("ray", ("ray",))])]

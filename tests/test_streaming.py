@@ -46,7 +46,7 @@ def test_beyond_the_limit_a_seeded_task_stratified_sample_sealed_over_every_task
     assert b.splits == D.seal_all(full)  # the seal names every task and counts every decision
     for p in D.PARTS:
         kept = {d.task for d in b.parts[p]}
-        assert kept == {d.task for d in full[p]}  # every task keeps at least one decision, in its own split
+        assert kept == {d.task for d in full[p]}  # a quarter of 40: every task keeps 10, in its own split
         for t in kept:  # and its share: 40 decisions a task, a quarter kept
             assert sum(d.task == t for d in b.parts[p]) == 10
         ids = [d.id for d in b.parts[p]]
@@ -127,3 +127,10 @@ def test_the_sample_is_the_same_from_parquet_shards(policy, receipts, tmp_path):
     b = D.load_split([tmp_path / "p"], policy, limit=300, seed=3)
     assert b.sampling.method == "sample" and b.splits == a.splits
     assert {p: b.parts[p] for p in D.PARTS} == {p: a.parts[p] for p in D.PARTS}
+
+
+def test_with_more_tasks_than_the_limit_the_total_stays_near_it(policy, tmp_path):
+    many = make_receipts(tmp_path / "many.jsonl", tasks=300, per_task=4)
+    b = D.load_split([many], policy, limit=60, seed=2)
+    assert 30 <= b.sampling.kept <= 90  # 0.2 of a decision per task in expectation, not one each
+    assert len(b.splits.train.tasks) + len(b.splits.calibration.tasks) + len(b.splits.test.tasks) == 300

@@ -149,7 +149,7 @@ class Sampling:
         if self.method == "all":
             return f"all {self.usable} decisions (limit {self.limit})"
         return (f"a seeded task-stratified sample of {self.kept} of {self.usable} decisions (limit {self.limit}, "
-                f"seed {self.seed}; every task keeps its share, at least one decision; the split and its seal "
+                f"seed {self.seed}; each task keeps its share, rounded at random; the split and its seal "
                 "cover every task)")
 
 
@@ -192,7 +192,7 @@ def load_split(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid:
     hold at most `limit` rows; beyond it two streaming passes. The first reads and validates every
     receipt, keeping only each usable one's task and position; the split by task is made and sealed
     over all of them; then each split keeps, per task, a seeded random share `limit / usable` of its
-    decisions (at least one; `Sampling`), and the second pass builds only those, decoding only their
+    decisions (rounded up or down at random: `thresholds`), and the second pass builds only those, decoding only their
     lines (Parquet: reading only their row groups).
     """
     report = report or Report()
@@ -238,8 +238,8 @@ def load_split(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid:
     splits = Splits(*(_seal_tasks([t for t in names if which[t] == p], int(sizes[part_of_task == k].sum()))
                       for k, p in enumerate(PARTS)))
     key_arr = np.frombuffer(keys, dtype=np.uint64)
-    theta = thresholds(task_arr, key_arr, min(1.0, limit / usable))
-    keep = key_arr <= theta[task_arr]
+    theta = thresholds(task_arr, key_arr, min(1.0, limit / usable), names, seed)
+    keep = np.array([k <= th for k, th in zip(key_arr.tolist(), theta[task_arr].tolist())], dtype=bool)
     at = dict(zip(np.frombuffer(raw, dtype=np.int64)[keep].tolist(), np.frombuffer(position, dtype=np.int64)[keep].tolist()))
     sampling = Sampling("sample", usable, len(at), limit, seed, dict(zip(names, theta.tolist())))
     del task_of, keys, raw, position, task_arr, key_arr, keep
@@ -283,14 +283,20 @@ def _again(files: list[DataFile], at: dict[int, int]) -> Iterator[tuple[int, Any
                 yield lo + stats.line, r
 
 
-def thresholds(task: np.ndarray, key: np.ndarray, rate: float) -> np.ndarray:
-    """Per task, the key at or below which its `round(rate * rows)` lowest-keyed rows fall (at least
-    one row): keeping `key <= threshold[task]` keeps each task's share."""
+def thresholds(task: np.ndarray, key: np.ndarray, rate: float, names: Sequence[str], seed: int) -> np.ndarray:
+    """Per task, the key at or below which its quota of lowest-keyed rows falls (-1: none kept).
+
+    A task's quota is `rate * rows`, rounded down or up at random (seeded per task name) with the
+    probability of its fraction: each task keeps its share in expectation and the total stays at
+    about `rate * rows` however many tasks there are."""
     order = np.lexsort((key, task))  # rows grouped by task, each task's by key
-    sizes = np.bincount(task)
+    sizes = np.bincount(task, minlength=len(names))
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    quota = np.minimum(sizes, np.maximum(1, np.round(rate * sizes))).astype(np.int64)
-    return key[order][starts + quota - 1]
+    want = rate * sizes
+    coin = np.array([sample_key(seed, "task\0" + t) / 2.0**64 for t in names])
+    quota = np.minimum(sizes, np.floor(want) + (coin < want - np.floor(want))).astype(np.int64)
+    sorted_keys = key[order].astype(object)
+    return np.array([int(sorted_keys[s + q - 1]) if q else -1 for s, q in zip(starts, quota)], dtype=object)
 
 
 def data_files(paths: Sequence[str | Path]) -> list[DataFile]:
