@@ -120,6 +120,7 @@ def main() -> None:
                     help="zc distill --max-decisions (default: zc's own)")
     ap.add_argument("--eval-max", type=int, default=150_000,
                     help="run zc eval only up to this many receipts (it holds every decision in memory)")
+    ap.add_argument("--seed", type=int, default=0, help="zc distill --seed (the sample and the folds)")
     ap.add_argument("--no-eval", action="store_true")
     ap.add_argument("--write-benchmarks", action="store_true")
     a = ap.parse_args()
@@ -135,7 +136,8 @@ def main() -> None:
         out = a.work / f"spec-{n}"
         d = run(zc + ["distill", "--from", str(src), "--policy", str(policy), "-o", str(out), "--model", "logistic",
                       "--engine", a.engine]
-                + ([] if a.max_decisions is None else ["--max-decisions", str(a.max_decisions)]))
+                + ([] if a.max_decisions is None else ["--max-decisions", str(a.max_decisions)])
+                + ["--seed", str(a.seed)])
         e = None if a.no_eval or d["rc"] or n > a.eval_max else run(zc + ["eval", "--policy", str(policy), "--specialists", str(out),
                                                         "--receipts", str(src)])
         used = next((ln.strip() for ln in d["stderr"].splitlines() if "training data:" in ln), "")
@@ -159,7 +161,9 @@ def write_section(rows: list[dict], a: argparse.Namespace) -> None:
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         d, e = r["distill"], r["eval"]
-        lines.append(f"| {r['n']:,} | {d['seconds']:.1f} s | {d['rss_mib']:.0f} MiB | {d['stages'] or '-'} | "
+        failed = "" if d["rc"] == 0 else " (FAILED: " + next(
+            (ln for ln in reversed(d["stderr"].splitlines()) if ln.startswith("error:")), f"exit {d['rc']}") + ")"
+        lines.append(f"| {r['n']:,} | {d['seconds']:.1f} s{failed} | {d['rss_mib']:.0f} MiB | {d['stages'] or '-'} | "
                      + (f"{e['seconds']:.1f} s | {e['rss_mib']:.0f} MiB" if e else "not run | -")
                      + f" | {r['training_data'].removeprefix('training data:').strip() or '-'} |")
     lines += ["", *machine_table([("scikit-learn", ("scikit-learn",)), ("pyarrow", ("pyarrow",)), ("ray", ("ray",))])]

@@ -41,7 +41,7 @@ __all__ = ["BATCH_ROWS", "MAGIC", "METADATA_KEY", "ROW_GROUP_ROWS", "columns", "
 MAGIC = b"PAR1"
 METADATA_KEY = b"zc.receipts"
 BATCH_ROWS = 1024  # rows decoded at a time when reading: memory stays bounded by this, not the file
-ROW_GROUP_ROWS = 65_536  # rows per row group when writing (a Ray Data / Arrow read unit)
+ROW_GROUP_ROWS = 8_192  # rows per row group when writing: Arrow decodes a whole group at a time (~50 MB here)
 
 _JSON = ("state", "meta", "arguments", "candidates")  # JSON text columns
 _REQUIRED = ("id", "task", "state", "tier")
