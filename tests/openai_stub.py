@@ -22,6 +22,14 @@ Behaviours:
     refuse     content {"action": null}
     trickle    answer as "correct", but send the whole response (status line and headers first) one
                byte every `delay_ms`
+
+A request with `"stream": true` gets its well-formed reply as server-sent events (`chat.completion.chunk`
+deltas: the text in pieces, each tool call's arguments in two fragments, then `[DONE]`); behaviour
+`cut` (streams only) sends the first half of those events, then closes the connection.
+
+`script`, a list of dicts of these settings (`behaviour`, `answer`, `arguments`, `content`,
+`illegal_action`, `delay_ms`, `calls`), plays one entry per request, then the settings take over
+again; `calls`, a list of (name, arguments), answers several tool calls at once.
 """
 
 from __future__ import annotations
@@ -49,6 +57,8 @@ def offered(body: dict) -> list[str]:
     """The names a request offered: tool names, or the JSON-schema enum."""
     if "tools" in body:
         return [t["function"]["name"] for t in body["tools"]]
+    if "response_format" not in body:  # a chat request without tools (the gateway stripped them all)
+        return []
     schema = body["response_format"]["json_schema"]["schema"]
     return list(schema["properties"]["action"]["enum"])
 
@@ -58,6 +68,31 @@ def _completion(body: dict, message: dict, finish: str = "stop") -> dict:
             "model": body.get("model", "stub"),
             "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}],
             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+
+def _sse(done: dict) -> list[bytes]:
+    """A chat completion as the events of a stream."""
+    head = {"id": done["id"], "object": "chat.completion.chunk", "created": 0, "model": done["model"]}
+    message = done["choices"][0]["message"]
+    deltas: list[dict] = [{"role": "assistant", "content": ""}]
+    text = message.get("content") or ""
+    step = max(1, len(text) // 3)
+    deltas += [{"content": text[i:i + step]} for i in range(0, len(text), step)]
+    for i, call in enumerate(message.get("tool_calls") or ()):
+        args = call["function"]["arguments"]
+        half = len(args) // 2
+        deltas.append({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                       "function": {"name": call["function"]["name"], "arguments": args[:half]}}]})
+        deltas.append({"tool_calls": [{"index": i, "function": {"arguments": args[half:]}}]})
+    events = [{**head, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+    finish = done["choices"][0]["finish_reason"]
+    events.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    return [b"data: " + json.dumps(e).encode() + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
+
+
+def _call(i: int, name: str, arguments: dict | str | None) -> dict:
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
+    return {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": args}}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -85,7 +120,11 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = {"_unparsable": raw.decode("utf-8", "replace")}
         stub._record(self.path, dict(self.headers), body)
-        behaviour, delay_ms = stub.behaviour, stub.delay_ms
+        with stub._lock:
+            turn = {"behaviour": stub.behaviour, "answer": stub.answer, "arguments": stub.arguments,
+                    "content": stub.content, "illegal_action": stub.illegal_action, "delay_ms": stub.delay_ms,
+                    "calls": stub.calls, **(stub.script.pop(0) if stub.script else {})}
+        behaviour, delay_ms = turn["behaviour"], turn["delay_ms"]
         if self.path.rstrip("/") != stub.path:
             return self._send(404, json.dumps({"error": {"message": f"no route {self.path}"}}).encode())
         if behaviour == "drop":
@@ -101,8 +140,25 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(stub.status, json.dumps(err).encode())
         if behaviour == "malformed":
             return self._send(200, json.dumps({"id": "chatcmpl-stub", "object": "chat.completion"}).encode())
-        self._send(200, json.dumps(stub.reply(body, behaviour)).encode(),
+        if body.get("stream") is True:
+            return self._stream(_sse(stub.reply(body, behaviour, turn)), cut=behaviour == "cut")
+        self._send(200, json.dumps(stub.reply(body, behaviour, turn)).encode(),
                    trickle_s=delay_ms / 1000.0 if behaviour == "trickle" else 0.0)
+
+    def _stream(self, events: list[bytes], cut: bool) -> None:
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for e in events[:len(events) // 2] if cut else events:
+                self.wfile.write(e)
+                self.wfile.flush()
+            if cut:
+                self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.close_connection = True
 
     def _send(self, status: int, payload: bytes, ctype: str = "application/json", trickle_s: float = 0.0) -> None:
         try:
@@ -142,6 +198,8 @@ class OpenAIStub:
         self.illegal_action: str | None = None
         self.arguments: dict | str | None = None
         self.content: str | None = None
+        self.calls: list[tuple[str, dict | str]] | None = None
+        self.script: list[dict] = []
         self.delay_ms = 500.0
         self.status = 500
         self.path = path
@@ -196,33 +254,40 @@ class OpenAIStub:
         """Back to answering correctly, with nothing recorded (connections are still counted)."""
         with self._lock:
             self.behaviour, self.answer, self.illegal_action = behaviour, None, None
-            self.arguments, self.content = None, None
+            self.arguments, self.content, self.calls = None, None, None
+            self.script.clear()
             self.delay_ms, self.status = 500.0, 500
             self.requests.clear()
             self.headers.clear()
             self.paths.clear()
 
-    def reply(self, body: dict, behaviour: str) -> dict:
-        """The chat completion for a request that gets a well-formed reply."""
+    def reply(self, body: dict, behaviour: str, turn: dict | None = None) -> dict:
+        """The chat completion for a request that gets a well-formed reply (`turn`: this request's
+        settings, default the stub's own)."""
+        t = turn or {"answer": self.answer, "arguments": self.arguments, "content": self.content,
+                     "illegal_action": self.illegal_action, "calls": self.calls}
         names = offered(body)
         tools = "tools" in body
         if behaviour == "empty":
             return _completion(body, {"content": "", "tool_calls": []} if tools else {"content": ""})
-        if self.content is not None:
-            return _completion(body, {"content": self.content})
+        if t["content"] is not None:
+            return _completion(body, {"content": t["content"]})
         if behaviour == "refuse":
             return _completion(body, {"content": json.dumps({"action": None})})
+        if t["calls"]:
+            calls = [_call(i, n, a) for i, (n, a) in enumerate(t["calls"])]
+            return _completion(body, {"content": None, "tool_calls": calls}, "tool_calls")
         if behaviour == "illegal":
-            name = self.illegal_action or next(f"deploy{i or ''}" for i in range(len(names) + 1)
+            name = t["illegal_action"] or next(f"deploy{i or ''}" for i in range(len(names) + 1)
                                                if f"deploy{i or ''}" not in names)
-        elif isinstance(self.answer, int):
-            name = names[self.answer]
+        elif isinstance(t["answer"], int):
+            name = names[t["answer"]]
+        elif t["answer"] is None and not names:  # nothing offered: a text reply
+            return _completion(body, {"content": "stub reply"})
         else:
-            name = self.answer if self.answer is not None else names[0]
-        if tools:
-            args = self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments or {})
-            call = {"id": "call_0", "type": "function", "function": {"name": name, "arguments": args}}
-            return _completion(body, {"content": None, "tool_calls": [call]}, "tool_calls")
+            name = t["answer"] if t["answer"] is not None else names[0]
+        if tools or "response_format" not in body:
+            return _completion(body, {"content": None, "tool_calls": [_call(0, name, t["arguments"])]}, "tool_calls")
         return _completion(body, {"content": json.dumps({"action": name})})
 
     def _record(self, path: str, headers: dict, body: dict) -> None:

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from zcompile.cli import main
 from zcompile.driver import compile_source, read_source
 from zcompile.errors import ZcError
+from zcompile.tools import check_tools
 
 ROOT = Path(__file__).resolve().parent.parent
 ERR_DIR = Path("tests/golden/err")  # relative: diagnostics render the path as given
@@ -45,11 +46,18 @@ def _at_root(monkeypatch):
 
 def _render(path: Path) -> str:
     try:
-        _, diagnostics = compile_source(read_source(path))
+        policy, diagnostics = compile_source(read_source(path))
     except ZcError as exc:
         diagnostics = exc.diagnostics
         assert diagnostics, f"ZcError without diagnostics: {exc}"
+    else:
+        if _tools(path).exists():  # a case with a tools file: its drift too (`zc check --tools`)
+            diagnostics = [d for _, _, ds in check_tools([(path, policy, diagnostics)], _tools(path)) for d in ds]
     return "\n\n".join(d.render() for d in diagnostics) + "\n"
+
+
+def _tools(path: Path) -> Path:
+    return path.with_suffix(".tools.json")
 
 
 def _expected(stem: str) -> str:
@@ -89,7 +97,9 @@ def test_rendered_diagnostics(stem):
 @pytest.mark.parametrize("stem", [_param(s, content=False) for s in CASES])
 def test_zc_check_exit_code(stem):
     has_errors = any(sev == "error" for sev, _ in CODE_RE.findall(_expected(stem)))
-    result = CliRunner().invoke(main, ["check", str(ERR_DIR / f"{stem}.zc")])
+    tools = _tools(ERR_DIR / f"{stem}.zc")
+    result = CliRunner().invoke(main, ["check", str(ERR_DIR / f"{stem}.zc"),
+                                       *(["--tools", str(tools)] if tools.exists() else [])])
     assert "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     assert result.exit_code == (1 if has_errors else 0), result.output

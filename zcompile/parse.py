@@ -161,6 +161,9 @@ def _syntax_error(source: Source, exc: lark.exceptions.UnexpectedInput) -> tuple
             f"expected {_expected(expected)}" if expected else None), len(text)
     accepts = exc.interactive_parser.accepts() if exc.interactive_parser else exc.expected
     mistake = _OTHER_LANGUAGES["="] if tok.value == "=" and "CMP" in accepts else None
+    if tok.type == "STRING" and "INT" in accepts:  # a string where a value is read
+        mistake = ("conditions compare numbers, bools and enum members, written bare (`status == pending`); "
+                   "rules cannot read `text` fields: text is for specialists")
     return Diagnostic(
         "ZC0001", "error", f"unexpected `{tok.value}`", Span(source, tok.start_pos, tok.end_pos),
         mistake or f"expected {_expected(accepts)}"), tok.start_pos

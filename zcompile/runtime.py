@@ -206,6 +206,24 @@ class Policy:
                     reasons.append(self._arg_reason(self.ir.rules[ri], action, root, values))
         return Verdict(action, not reasons, tuple(reasons))
 
+    def filter_tools(self, tools: Any, state: Any, intent: str | None = None) -> list[Any]:
+        """The legal subset of an OpenAI `tools` array, in its order, for a harness that embeds zc.
+
+        A tool is kept when its name (`function.name`, or `name` for a flat schema) is an action
+        legal in `state` under `intent`; a tool the policy does not declare is dropped (fail
+        closed). The entries kept are the given objects, unchanged.
+
+        Raises:
+            ZcError: `tools` is not an array of tool objects with a string name (the message names
+                the `$.tools[i]` path).
+            StateError: the state does not match the schema.
+        """
+        if not isinstance(tools, (list, tuple)):
+            raise ZcError(f"$.tools: expected an array of tools, got {_json_type(tools)}")
+        names = [tool_name(t, f"$.tools[{i}]") for i, t in enumerate(tools)]
+        legal = set(self.legal(state, intent).actions)
+        return [t for t, n in zip(tools, names) if n in legal]
+
     def _action_eval(self, action: str):
         """(the generated evaluator restricted to the groups that can remove `action`, returning
         (fired, removed) like the whole one; the indices of those groups). Made on first use."""
@@ -360,6 +378,17 @@ def _reads_cost(e: ir.Expr) -> bool:
             return True
         stack.extend(ir.children(node))
     return False
+
+
+def tool_name(tool: Any, path: str = "$.tools[0]") -> str:
+    """The name of an OpenAI tool (`{"type": "function", "function": {"name": …}}`, or a flat
+    `{"name": …}` schema); anything else is refused naming `path`."""
+    fn = tool.get("function") if isinstance(tool, Mapping) and "function" in tool else tool
+    name = fn.get("name") if isinstance(fn, Mapping) else None
+    if not isinstance(name, str):
+        raise ZcError(f"{path}: expected a tool object with a string `function.name`, got "
+                      + (_json_type(tool) if not isinstance(tool, Mapping) else "no name"))
+    return name
 
 
 def _schema_reason(action: str, arg: str, problem: str, value: Any = None) -> Reason:

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from . import ir
-from .errors import ZcError, json_problem
+from .errors import ZcError, did_you_mean, json_problem
 
 
 class StateError(ZcError):
@@ -64,6 +64,9 @@ class Schema:
             node[leaf] = f
         self.attrs: dict[str, tuple[str, ...]] = {}  # field path -> attribute chain on the Struct
         self.type = self._struct("State", tree, (), strict)[0]
+        # top-level keys that write a dotted field flat (`"user.role"`, or `"a.b"` holding `{"c": …}`)
+        self._flat = frozenset(".".join(parts[:i]) for parts in (f.path.split(".") for f in fields)
+                               for i in range(2, len(parts) + 1))
 
     def _struct(self, name: str, tree: dict, prefix: tuple[str, ...], strict: bool):
         specs, rename, required = [], {}, False
@@ -86,12 +89,23 @@ class Schema:
         return st, required
 
     def convert(self, obj: Any) -> Any:
+        if self._flat and isinstance(obj, dict) and not self._flat.isdisjoint(obj):
+            raise self._flat_key(next(k for k in obj if k in self._flat))
         try:
             return msgspec.convert(obj, self.type, strict=True)
         except msgspec.ValidationError as exc:
             raise self._error(exc) from None
         except RecursionError:  # a Python object nested past the interpreter's limit
             raise StateError("$: state nested too deeply") from None
+
+    @staticmethod
+    def _flat_key(key: str) -> StateError:
+        """A key written flat is never read (fail closed): refused, with the nesting to write instead."""
+        *parents, leaf = key.split(".")
+        nested = "".join(f'{{"{p}": ' for p in parents) + f'{{"{leaf}": …}}' + "}" * len(parents)
+        path = f"$[{msgspec.json.encode(key).decode()}]"
+        return StateError(f"{path}: dotted fields are nested objects: write {nested}, not a key "
+                          f"{msgspec.json.encode(key).decode()}", path)
 
     def _error(self, exc: msgspec.ValidationError) -> StateError:
         p = json_problem(exc)
@@ -108,7 +122,8 @@ class Schema:
             allowed = field.members if field.kind == "enum" else self.actions
             shown = "|".join(allowed[:12]) + ("|…" if len(allowed) > 12 else "")
             value = bad.group(1).strip("'")
-            msg = f"expected one of {shown}, got {msgspec.json.encode(value).decode()}"
+            hint = did_you_mean(value, allowed)
+            msg = f"expected one of {shown}, got {msgspec.json.encode(value).decode()}" + (f" ({hint})" if hint else "")
         if p.kind == "unknown":
             msg = "unknown field (the policy's state schema does not declare it)"
         msg = msg.replace(" | null`", "`")

@@ -11,8 +11,8 @@ import threading
 import time
 import tomllib
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
 import httpcore
@@ -20,6 +20,7 @@ import httpx
 import msgspec
 
 from .errors import ZcError, did_you_mean, json_problem
+from .inputs import MAX_JSON_DEPTH, read_file
 from .tools import signature_schema
 
 __all__ = ["MODES", "OpenAITier", "Tier", "TierAnswer", "TierConfig", "load_tiers", "render_state",
@@ -122,13 +123,17 @@ class _Offer:
     `calls`: action -> its signature (ParamDef tuple, or None when undeclared) when the tools
     carry the policy's signatures (a rung's `answer`); None for names only (`propose`).
     `replies`: the reply actions among them: a tool with one `text` argument, the reply.
+    `schemas`: action -> the JSON schema of its parameters from the tools the decision offered
+    (they win over the policy's signatures).
     """
 
     __slots__ = ("actions", "back", "body", "listing", "replies")
 
     def __init__(self, legal: tuple[str, ...], descriptions: dict[str, str] | None, mode: str,
-                 calls: dict[str, Any] | None = None, replies: frozenset[str] = frozenset()) -> None:
+                 calls: dict[str, Any] | None = None, replies: frozenset[str] = frozenset(),
+                 schemas: dict[str, Any] | None = None) -> None:
         descriptions = descriptions or {}
+        schemas = schemas or {}
         self.actions = frozenset(legal)
         self.replies = replies & self.actions
         lines = []
@@ -142,7 +147,8 @@ class _Offer:
                 text = ": ".join(x for x in (label, desc) if x) or f"action `{action}`"
                 tools.append({"type": "function", "function": {
                     "name": name, "description": text,
-                    "parameters": _parameters(action in self.replies, (calls or {}).get(action))}})
+                    "parameters": (schemas[action] if action in schemas and action not in self.replies else
+                                   _parameters(action in self.replies, (calls or {}).get(action)))}})
                 lines.append(f"- {name}" + (f" (action `{action}`)" if name != action else "")
                              + (f": {desc}" if desc else ""))
             self.body = {"tools": tools, "tool_choice": "required"}
@@ -254,17 +260,18 @@ class OpenAITier:
         self._client.close()
 
     def _offer(self, legal: tuple[str, ...], descriptions: dict[str, str] | None,
-               catalog: Any = None) -> _Offer:
+               catalog: Any = None, schemas: dict[str, Any] | None = None) -> _Offer:
         calls = {a: catalog.params.get(a) for a in legal} if catalog is not None else None
         replies = catalog.replies if catalog is not None else frozenset()
         key = (legal, tuple(sorted(descriptions.items())) if descriptions else (),
-               tuple(calls.items()) if calls is not None else None, replies & frozenset(legal))
+               tuple(calls.items()) if calls is not None else None, replies & frozenset(legal),
+               msgspec.json.encode(schemas, order="sorted") if schemas else b"")
         with self._offers_lock:
             offer = self._offers.get(key)
             if offer is not None:
                 self._offers.move_to_end(key)
                 return offer
-        offer = _Offer(legal, descriptions, self.mode, calls, replies)
+        offer = _Offer(legal, descriptions, self.mode, calls, replies, schemas)
         with self._offers_lock:
             self._offers[key] = offer
             while len(self._offers) > 256:
@@ -309,14 +316,20 @@ class OpenAITier:
     writes_text = True  # a rung: reply actions are offered as a tool with the reply's `text`
 
     def answer(self, step: Any, timeout_s: float | None) -> Any:
-        """The rung protocol (`zcompile.router.rung.Rung`): a complete call (the tools carry the
-        policy's signatures; the arguments are checked with `Policy.check`), a text reply for a reply
-        action, or an abstention with its cause."""
+        """The rung protocol (`zcompile.router.rung.Rung`): a complete call (the legal tools carry the
+        parameter schemas of the `tools` given to `decide`, else the policy's signatures; the
+        arguments are checked with `Policy.check`), a text reply for a reply action, or an
+        abstention with its cause."""
         from .router.rung import abstain, settle
 
         start = time.perf_counter()
         legal = tuple(dict.fromkeys(step.legal.actions))
-        offer = self._offer(legal, step.catalog.descriptions or None, step.catalog) if legal else None
+        given = step.tools or {}  # the tools the decision offered win over the policy's descriptions
+        descriptions = {**step.catalog.descriptions, **{a: t["description"] for a, t in given.items()
+                                                       if isinstance(t.get("description"), str)}}
+        schemas = {a: given[a]["parameters"] for a in legal
+                   if a in given and isinstance(given[a].get("parameters"), dict)}
+        offer = self._offer(legal, descriptions or None, step.catalog, schemas) if legal else None
         r = self._ask(step.state, offer, step.intent, 30.0 if timeout_s is None else timeout_s, start)
         model = r.model or self.model
         if r.outcome == "answered":
@@ -333,44 +346,67 @@ class OpenAITier:
             return _Reply("abstained", detail="no legal action offered")
         if budget <= 0:
             return _Reply("timeout", detail="no time left for this tier")
-        try:
-            content = json.dumps(self._request_body(state, offer, intent), ensure_ascii=False,
-                                 default=_jsonable).encode()
-        except (TypeError, ValueError) as exc:  # e.g. a non-JSON value in extra_body
-            return _Reply("error", detail=f"request not encodable: {exc}")
-        try:
-            status, raw = self._post(content, start + budget)
-        except httpx.TimeoutException as exc:
-            return _Reply("timeout", detail=f"timed out after {budget * 1000:.0f} ms ({_phase(exc)})")
-        except httpx.ConnectError as exc:
-            return _Reply("error", detail=_connect_detail(exc))
-        except httpx.RemoteProtocolError as exc:
-            return _Reply("error", detail=f"connection dropped: {_first_line(exc)}")
-        except httpx.ReadError as exc:
-            return _Reply("error", detail=f"connection reset: {_first_line(exc)}")
-        except httpx.HTTPError as exc:
-            return _Reply("error", detail=f"{type(exc).__name__}: {_first_line(exc)}")
-        except RuntimeError as exc:  # the client was closed
-            return _Reply("error", detail=f"tier unavailable: {exc}")
-        if status != 200:
-            return _Reply("error", detail=f"HTTP {status}{_error_message(raw)}")
-        try:
-            reply = json.loads(raw)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            return _Reply("error", detail=f"malformed reply: body is not JSON: {_snippet(raw)}")
+        outcome, reply, detail = self.exchange(self._request_body(state, offer, intent), start + budget)
+        if outcome != "ok":
+            return _Reply(outcome, detail=detail)
         try:
             return self._judge(reply, offer)
         except _Malformed as exc:
             return _Reply("error", detail=f"malformed reply: {exc}")
 
-    def _post(self, content: bytes, deadline: float) -> tuple[int, bytes]:
+    def exchange(self, body: dict[str, Any], deadline: float,
+                 on_event: Callable[[Any], None] | None = None) -> tuple[str, Any, str]:
+        """POST one chat-completions `body`, ending by `deadline` (a `time.perf_counter()` second)
+        whatever the server does: ("ok", the decoded JSON reply, "") or ("timeout" | "error", None,
+        the cause). Never raises for what the server does; the gateway (`zc serve`) forwards with it.
+
+        With `on_event` (for a body with `"stream": true`), a server-sent-events reply is read as it
+        arrives: each event's decoded JSON goes to `on_event`, and the reply is the list of events
+        (a plain JSON reply is returned as it is)."""
+        budget = deadline - time.perf_counter()
+        if budget <= 0:
+            return "timeout", None, "no time left for this tier"
+        try:
+            content = json.dumps(body, ensure_ascii=False, default=_jsonable).encode()
+        except (TypeError, ValueError) as exc:  # e.g. a non-JSON value in extra_body
+            return "error", None, f"request not encodable: {exc}"
+        try:
+            status, raw = self._post(content, deadline, on_event)
+        except _BadStream as exc:
+            return "error", None, f"malformed reply: {exc}"
+        except httpx.TimeoutException as exc:
+            return "timeout", None, f"timed out after {budget * 1000:.0f} ms ({_phase(exc)})"
+        except httpx.ConnectError as exc:
+            return "error", None, _connect_detail(exc)
+        except httpx.RemoteProtocolError as exc:
+            return "error", None, f"connection dropped: {_first_line(exc)}"
+        except httpx.ReadError as exc:
+            return "error", None, f"connection reset: {_first_line(exc)}"
+        except httpx.HTTPError as exc:
+            return "error", None, f"{type(exc).__name__}: {_first_line(exc)}"
+        except RuntimeError as exc:  # the client was closed
+            return "error", None, f"tier unavailable: {exc}"
+        if status != 200:
+            return "error", None, f"HTTP {status}{_error_message(raw)}"
+        if isinstance(raw, list):  # the events of a stream
+            return "ok", raw, ""
+        try:
+            return "ok", json.loads(raw), ""
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return "error", None, f"malformed reply: body is not JSON: {_snippet(raw)}"
+
+    def _post(self, content: bytes, deadline: float,
+              on_event: Callable[[Any], None] | None = None) -> tuple[int, bytes | list]:
         """POST; every socket operation of the call is bounded by the time left until `deadline`
         (perf_counter seconds), so a server that trickles bytes cannot stretch it."""
         _DEADLINE.at = deadline
         try:
             timeout = httpx.Timeout(max(deadline - time.perf_counter(), 0.001))
             with self._client.stream("POST", self.url, content=content, timeout=timeout) as resp:
-                return resp.status_code, resp.read()
+                sse = resp.headers.get("content-type", "").startswith("text/event-stream")
+                if on_event is None or resp.status_code != 200 or not sse:
+                    return resp.status_code, resp.read()
+                return resp.status_code, _events(resp, on_event)
         finally:
             _DEADLINE.at = None
 
@@ -463,6 +499,28 @@ def _arguments(raw: Any) -> dict:
     if not isinstance(raw, dict):
         raise _Malformed('"tool_calls[0].function.arguments" is not a JSON object')
     return raw
+
+
+class _BadStream(Exception):
+    """A server-sent-events reply with an event that is not JSON, or that ends before `[DONE]`."""
+
+
+def _events(resp: httpx.Response, on_event: Callable[[Any], None]) -> list:
+    """The decoded `data:` events of an SSE reply up to `[DONE]`, each handed to `on_event` on arrival."""
+    out = []
+    for line in resp.iter_lines():
+        if not line.startswith("data:"):
+            continue  # comments, `event:` and `id:` lines, the blank lines between events
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return out
+        try:
+            event = json.loads(data)
+        except (ValueError, RecursionError):
+            raise _BadStream(f"an event is not JSON: {_snippet(data)}") from None
+        out.append(event)
+        on_event(event)
+    raise _BadStream(f"the stream ended before [DONE] after {len(out)} events (cut short?)")
 
 
 # ---- the whole-call deadline ---------------------------------------------------------------------
@@ -605,32 +663,50 @@ def _config_error(file: str, where: str, table: dict, exc: msgspec.ValidationErr
     return ZcError(f'{file}: {where} key "{key}": {p.problem}' if key else f"{file}: {where} {p.problem}")
 
 
-def load_tiers(path: str | os.PathLike) -> dict[str, OpenAITier]:
-    """Read a tiers.toml file: one `[tiers.NAME]` table per tier.
+def _nesting(value: Any) -> int:
+    """How deeply tables and arrays nest in a parsed TOML value (iteratively: no recursion limit)."""
+    deepest, todo = 0, [(value, 0)]
+    while todo:
+        v, depth = todo.pop()
+        if isinstance(v, (dict, list)):
+            deepest = max(deepest, depth + 1)
+            todo.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
+def load_tiers(path: str | os.PathLike, policy: Any = None) -> dict[str, OpenAITier]:
+    """Read a tiers.toml file: one `[tiers.NAME]` table per tier (each a tier `policy` declares,
+    when given).
 
     Raises:
-        ZcError: the file is missing or not TOML, a key is unknown or missing, a value has the
-            wrong type, or a tier's `api_key_env` variable is not set; the message names the file,
-            the tier and the key.
+        ZcError: the file is missing, not a regular file or not TOML, nests more than
+            `MAX_JSON_DEPTH` levels, a key is unknown or missing, a value has the wrong type, a tier
+            is not one the policy declares (with did-you-mean), or a tier's `api_key_env` variable is
+            not set; the message names the file, the tier and the key.
     """
     file = str(path)
     try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ZcError(f"{file}: cannot read: {exc.strerror or exc}") from None
+        data = tomllib.loads(read_file(path, "tiers file").decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ZcError(f"{file}: not valid TOML: {exc}") from None
     except RecursionError:
         raise ZcError(f"{file}: not valid TOML: nested too deeply") from None
+    if _nesting(data) > MAX_JSON_DEPTH:
+        raise ZcError(f"{file}: nested more than {MAX_JSON_DEPTH} levels deep")
     for key in data:
         if key != "tiers":
             raise ZcError(f'{file}: unknown key "{key}" (expected only [tiers.NAME] tables)')
     tables = data.get("tiers", {})
     if not isinstance(tables, dict):
         raise ZcError(f'{file}: "tiers" must be a table of [tiers.NAME] tables')
+    declared = [t.name for t in policy.ir.tiers] if policy is not None else None
     configs: dict[str, TierConfig] = {}
     for name, table in tables.items():
         where = f"[tiers.{name}]"
+        if declared is not None and name not in declared:
+            hint = did_you_mean(name, declared)
+            raise ZcError(f"{file}: {where}: policy `{policy.name}` declares no tier `{name}`"
+                          + (f" ({hint})" if hint else f" (it declares {', '.join(declared) or 'none'})"))
         if not isinstance(table, dict):
             raise ZcError(f"{file}: {where} must be a table, got {type(table).__name__}")
         try:

@@ -6,7 +6,8 @@ Usage, from the repository root:
 
 For every `NN_name.zc` it writes `NN_name.err`: the diagnostics exactly as rendered, i.e.
 `"\\n\\n".join(d.render() for d in diagnostics)` for the errors raised by `compile_source`, or for
-the warnings it returns. Paths are rendered relative to the repository root, so run it from there.
+the warnings it returns (with a `NN_name.tools.json` beside it, the drift from those tools too).
+Paths are rendered relative to the repository root, so run it from there.
 It also (re)writes the generated inputs: the deeply nested expression and the non-UTF-8 file.
 Read every changed `.err` before committing it: a golden file is a claim that the output is right.
 """
@@ -76,9 +77,13 @@ def render(path: Path) -> str:
     """The rendered diagnostics of one file; a crash is rendered as a marker, never hidden."""
     from zcompile.driver import compile_source, read_source
     from zcompile.errors import ZcError
+    from zcompile.tools import check_tools
 
     try:
-        _, diagnostics = compile_source(read_source(path))
+        policy, diagnostics = compile_source(read_source(path))
+        tools = path.with_suffix(".tools.json")
+        if tools.exists():  # a case with a tools file: its drift too (`zc check --tools`)
+            diagnostics = [d for _, _, ds in check_tools([(path, policy, diagnostics)], tools) for d in ds]
     except ZcError as exc:
         diagnostics = exc.diagnostics
         if not diagnostics:

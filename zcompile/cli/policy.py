@@ -19,10 +19,16 @@ from .common import check_all, fail, load_policy, main, parse_call, read_json, r
 @click.option("--deny-warnings", is_flag=True, help="Exit 1 when there are warnings too.")
 @click.option("--format", "out_format", type=click.Choice(["text", "json", "sarif"]), default="text",
               show_default=True, help="json or sarif (2.1.0): the diagnostics on stdout, for tools.")
-def check_cmd(paths: tuple[str, ...], deny_warnings: bool, out_format: str) -> None:
+@click.option("--tools", "tools_path", default=None, type=click.Path(dir_okay=False), metavar="FILE",
+              help="Also report where the signatures drift from these tools (OpenAI tools or MCP tools/list).")
+def check_cmd(paths: tuple[str, ...], deny_warnings: bool, out_format: str, tools_path: str | None) -> None:
     """Parse and check policies (names, types, cycles, lints); print every diagnostic."""
     try:
         results = check_all(paths)
+        if tools_path is not None:
+            from ..tools import check_tools
+
+            results = check_tools(results, tools_path)
     except ZcError as exc:
         fail(exc)
     if out_format != "text":

@@ -1,4 +1,4 @@
-"""Commands for q-route: distill, eval, promote, route."""
+"""Commands for q-route: distill, eval, promote, route, serve (the gateway)."""
 
 from __future__ import annotations
 
@@ -151,7 +151,7 @@ def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, spl
 
             if policy is None:
                 raise ZcError("--tiers needs --policy: tiers are rungs of a policy's routes")
-            tiers = load_tiers(tiers_path)
+            tiers = load_tiers(tiers_path, policy)
         try:
             rep = evals.run(policy, specialist_dir, [*sources, *more], split=split,
                             allow_trained=allow_trained, skip_invalid=skip_invalid, tiers=tiers)
@@ -225,7 +225,7 @@ def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts
         if tiers_path:
             from ..tiers import load_tiers
 
-            tiers = load_tiers(tiers_path)
+            tiers = load_tiers(tiers_path, policy)
         state = read_json(state_path)
         with Router(policy, specialists=list(specialists) or None, tiers=tiers, receipts=receipts_path,
                     deadline_ms=deadline_ms) as router:
@@ -250,3 +250,56 @@ def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts
     for r in d.rungs:
         extra = f" {r.action}" if r.action else ""
         click.echo(f"  {r.tier:<12} {r.outcome}{extra} {r.latency_ms:.2f} ms {r.detail}".rstrip())
+
+
+@main.command("serve")
+@click.option("--policy", "policy_path", required=True, type=click.Path(), help="Compiled policy (.zcp) or .zc source.")
+@click.option("--upstream", required=True, metavar="URL", help="The upstream's OpenAI base URL, e.g. http://127.0.0.1:8080/v1.")
+@click.option("--model", required=True, help="The model name sent upstream (and listed by GET /v1/models).")
+@click.option("--specialists", "specialists", multiple=True, type=click.Path(file_okay=False),
+              help="Specialist directory; repeat for several (asked in order).")
+@click.option("--tiers", "tiers_path", type=click.Path(dir_okay=False), help="tiers.toml binding local tiers.")
+@click.option("--upstream-tier", default=None, metavar="NAME",
+              help="The policy tier the upstream is bound to (default: the last one not bound by --tiers).")
+@click.option("--extract", "extract_spec", default=None, metavar="MODULE:FUNCTION",
+              help="State extractor (as for `zc receipts import --format chat`).")
+@click.option("--receipts", "receipts_path", default="serve-receipts.jsonl", show_default=True,
+              type=click.Path(dir_okay=False), help="Append one receipt per request here.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=8088, show_default=True, type=click.IntRange(0, 65535), help="Port to bind.")
+@click.option("--timeout-ms", default=60000.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Deadline of one request (504 past it).")
+@click.option("--max-body-bytes", default=4 * 1024 * 1024, show_default=True, type=click.IntRange(min=1),
+              help="Larger request bodies are refused (413).")
+@click.option("--api-key-env", default=None, metavar="VAR", help="Environment variable holding the upstream's API key.")
+def serve_cmd(policy_path, upstream, model, specialists, tiers_path, upstream_tier, extract_spec, receipts_path,
+              host, port, timeout_ms, max_body_bytes, api_key_env) -> None:
+    """Serve an OpenAI-compatible chat-completions endpoint that offers the upstream only legal tools,
+    answers locally when a rung is sure, and lets no illegal call reach the harness (docs/gateway.md)."""
+    try:
+        from ..gateway import Gateway, serve
+    except ImportError as exc:
+        fail(ZcError(f"zc serve needs the `serve` extra ({exc.name} is not installed): pip install 'zcompile[serve]'"))
+    from ..receipts import default_extract, load_extractor
+
+    try:
+        policy = load_policy(policy_path)
+        tiers = {}
+        if tiers_path:
+            from ..tiers import load_tiers
+
+            tiers = load_tiers(tiers_path, policy)
+        extract = load_extractor(extract_spec) if extract_spec else default_extract
+        gateway = Gateway(policy, upstream, model, specialists=list(specialists) or None, tiers=tiers,
+                          upstream_tier=upstream_tier, extract=extract, receipts=receipts_path,
+                          timeout_ms=timeout_ms, max_body_bytes=max_body_bytes, api_key_env=api_key_env)
+    except ZcError as exc:
+        fail(exc)
+    click.echo(f"zc serve: policy {policy.name}, upstream {upstream} ({model}) as tier `{gateway.upstream_tier}`, "
+               f"receipts {receipts_path}; http://{host}:{port}/v1", err=True)
+    try:
+        serve(gateway, host, port)
+    except ZcError as exc:
+        fail(exc)
+    finally:
+        gateway.close()

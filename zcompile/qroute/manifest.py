@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import math
+import re
 from typing import Any
 
 import msgspec
@@ -13,6 +15,9 @@ from .features import FeatureSpec
 # and `sha256` over the whole manifest (any edit is refused). Only version 3 is read.
 MANIFEST_VERSION = 3
 READS = (3,)
+NEVER = 2.0  # a τ above every confidence: the specialist abstains on everything
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")  # a file in the specialist directory itself
+PROBES = 128  # random rows of each kind scored on load to check a tabular model's width and class order
 
 
 class Split(msgspec.Struct, frozen=True):
@@ -139,12 +144,17 @@ def encode(m: Manifest) -> bytes:
 
 
 def decode(data: bytes, path: str) -> Manifest:
+    """A manifest file's bytes, read (nesting bounded), unsealed only when its sha256 holds, and
+    refused when a value cannot be decided with (`validate`)."""
     from ..errors import ZcError
+    from ..inputs import decode_json
 
     try:
-        head = msgspec.json.decode(data, type=dict)
+        head = decode_json(data, dict, what=path)
     except msgspec.DecodeError as exc:
         raise ZcError(f"{path}: not a specialist manifest: {exc}") from None
+    except msgspec.ValidationError:
+        raise ZcError(f"{path}: not a specialist manifest (not a JSON object)") from None
     version = head.get("version") if isinstance(head, dict) else None
     if not isinstance(version, int):
         raise ZcError(f"{path}: not a specialist manifest (no `version`)")
@@ -159,4 +169,160 @@ def decode(data: bytes, path: str) -> Manifest:
     if not m.sha256 or seal_manifest(m).sha256 != m.sha256:
         raise ZcError(f"{path}: manifest does not match its sha256 (edited, tampered or corrupt); distil the "
                       "specialist again")
+    problem = validate(m)
+    if problem:
+        raise ZcError(f"{path}: {problem}; distil the specialist again")
     return m
+
+
+# --- values: a sealed manifest is also one that a distillation could have written ------------------------
+
+def _positive(v: float) -> bool:
+    return math.isfinite(v) and v > 0
+
+
+def _threshold(t: Threshold | None, where: str) -> str | None:
+    if t is not None and not (math.isfinite(t.tau) and 0.0 <= t.tau <= NEVER):
+        return f"{where}.tau: {t.tau!r} is not a threshold (a number from 0 to 1, or {NEVER} for never)"
+    return None
+
+
+def _calibration(c: Calibration, where: str) -> str | None:
+    if not _positive(c.temperature):
+        return f"{where}.temperature: {c.temperature!r} is not a temperature (a finite number > 0)"
+    if not math.isfinite(c.bias):
+        return f"{where}.bias: {c.bias!r} is not finite"
+    return None
+
+
+def _repeated(names: tuple[str, ...]) -> str | None:
+    seen: set[str] = set()
+    return next((n for n in names if n in seen or seen.add(n)), None)
+
+
+def validate(m: Manifest) -> str | None:
+    """The first value of `m` that loading or deciding cannot use, as `$.path: problem` (None: none).
+
+    A re-sealed manifest passes the seal: these are the values it must still hold (a temperature,
+    standard deviation or threshold that is finite and in range, classes the model was given, the
+    policy's fields as a schema)."""
+    f = m.features
+    for key, sd in f.std.items():
+        if not _positive(sd):
+            return f"$.features.std.{key}: {sd!r} is not a standard deviation (a finite number > 0)"
+    for key, mu in f.mean.items():
+        if not math.isfinite(mu):
+            return f"$.features.mean.{key}: {mu!r} is not finite"
+    if f.text_dim < 1:
+        return f"$.features.text_dim: {f.text_dim} is not a width (at least 1)"
+    if (n := _repeated(f.actions)) is not None:
+        return f"$.features.actions: `{n}` is listed twice"
+    if f.actions:
+        problem = _fields_problem(f)
+        if problem:
+            return problem
+    problem = _calibration(m.calibration, "$.calibration") or _threshold(m.threshold, "$.threshold")
+    if problem:
+        return problem
+    for where, name in (("$.model.file", m.model.file), *(("$.model.files", n) for n in m.model.files)):
+        if not PLAIN_NAME.fullmatch(name):
+            return f"{where}: `{name}` is not a plain file name (a file in the specialist directory)"
+    classes = m.model.classes
+    if m.model.kind != "pairwise":
+        if not classes:
+            return "$.model.classes: a classifier has no classes"
+        if (n := _repeated(classes)) is not None:
+            return f"$.model.classes: `{n}` is listed twice"
+        known = set(f.actions)
+        if (n := next((c for c in classes if c not in known), None)) is not None:
+            return f"$.model.classes: `{n}` is not an action of the features (`$.features.actions`)"
+    text = m.model.text
+    if text is not None and (text.max_length < 1 or text.threads < 1):
+        return "$.model.text: max_length and threads must be at least 1"
+    c = m.calls
+    if c is not None:
+        problem = (_calibration(c.calibration, "$.calls.calibration")
+                   or _threshold(c.reply_threshold, "$.calls.reply_threshold")
+                   or _threshold(c.risky_threshold, "$.calls.risky_threshold"))
+        if problem:
+            return problem
+        for action, schema in c.params.items():
+            if not (isinstance(schema, dict) and isinstance(schema.get("properties", {}), dict)):
+                return f"$.calls.params.{action}: not a JSON schema of arguments"
+    return None
+
+
+def _fields_problem(f: FeatureSpec) -> str | None:
+    """The features' fields and actions checked as an artifact's are (names, kinds, members, clashes)."""
+    from .. import ir
+    from ..errors import ZcError
+    from ..verify import verify
+
+    try:
+        verify(ir.PolicyIR(name="features", source_path="", source_sha256="", fields=f.fields,
+                           actions=tuple(ir.ActionDef(name=a) for a in f.actions), fallback=f.actions[0]))
+    except ZcError as exc:
+        return f"$.features: {str(exc).removeprefix('corrupt artifact: ')}"
+    return None
+
+
+def check_against(m: Manifest, policy: Any, path: str) -> None:
+    """ZcError when a manifest trained for `policy` (same sha256) does not state its fields and actions."""
+    from ..errors import ZcError
+
+    if not m.features.actions and m.model.kind == "pairwise":
+        return  # a pairwise scorer trained without a policy reads no state schema
+    if m.features.fields != policy.ir.fields or m.features.actions != tuple(a.name for a in policy.ir.actions):
+        raise ZcError(f"{path}: $.features: the fields and actions differ from those of policy `{policy.name}` "
+                      "it was trained for; distil the specialist again")
+
+
+def check_session(m: Manifest, session: Any, path: str) -> None:
+    """ZcError when the ONNX model does not take the manifest's feature width or give its classes
+    (another specialist's model.onnx, with a manifest re-sealed around it)."""
+    from ..errors import ZcError
+
+    if m.model.kind == "pairwise":
+        return
+    outputs = {o.name: o.shape for o in session.get_outputs()}
+    want = "logits" if m.model.text is not None else "probabilities"
+    if want not in outputs:
+        raise ZcError(f"{path}: the model has no `{want}` output (it has {', '.join(outputs) or 'none'}): "
+                      "not this specialist's model")
+    width = outputs[want][-1] if outputs[want] else None
+    if isinstance(width, int) and width != len(m.model.classes):
+        raise ZcError(f"{path}: the model gives {width} classes but $.model.classes lists "
+                      f"{len(m.model.classes)}: not this specialist's model")
+    if m.model.text is not None:
+        return
+    inputs = session.get_inputs()
+    shape = inputs[0].shape if len(inputs) == 1 else None
+    dim = m.features.dim
+    if shape is None or len(shape) != 2 or (isinstance(shape[1], int) and shape[1] != dim):
+        got = "inputs " + ", ".join(f"{i.name}{i.shape}" for i in inputs)
+        raise ZcError(f"{path}: the model takes {got} but the features are {dim} wide: "
+                      "not this specialist's model")
+    import numpy as np
+
+    rng = np.random.default_rng(0)  # probe rows: zeros, dense and sparse ones (the features are mostly one-hot)
+    rows = np.vstack([np.zeros((1, dim)), rng.normal(0.0, 3.0, (PROBES, dim)),
+                      (rng.random((PROBES, dim)) < 0.1)]).astype(np.float32)
+    names = [o.name for o in session.get_outputs()]
+    try:
+        got = dict(zip(names, session.run(names, {inputs[0].name: rows})))
+    except Exception as exc:  # onnxruntime raises its own exception types
+        raise ZcError(f"{path}: the model cannot score rows of the {dim} features: {exc}") from None
+    probs = got[want]
+    if probs.shape != (len(rows), len(m.model.classes)):
+        raise ZcError(f"{path}: the model gives {probs.shape[-1]} classes but $.model.classes lists "
+                      f"{len(m.model.classes)}: not this specialist's model")
+    labels = got.get("label")
+    if labels is None or labels.dtype != object:
+        return  # no class names to compare (labels encoded as numbers)
+    top = np.sort(probs, axis=1)
+    clear = top[:, -1] - top[:, -2] > 1e-6 if probs.shape[1] > 1 else np.ones(len(rows), bool)
+    for i in np.flatnonzero(clear):
+        named, placed = str(labels[i]), m.model.classes[int(np.argmax(probs[i]))]
+        if named != placed:
+            raise ZcError(f"{path}: the model names its class `{named}` where $.model.classes says `{placed}`: "
+                          "the class order does not match the model's outputs")

@@ -82,9 +82,11 @@ class Result:
 
 def is_specialist_dir(path: Path) -> bool:
     """Whether `path` holds a specialist's manifest (of any version), so replacing it loses nothing foreign."""
+    from ..inputs import decode_json, read_file
+
     try:
-        head = msgspec.json.decode((path / "manifest.json").read_bytes(), type=dict)
-    except (OSError, msgspec.DecodeError):
+        head = decode_json(read_file(path / "manifest.json", "specialist manifest"), dict)
+    except (ZcError, msgspec.DecodeError, msgspec.ValidationError):
         return False
     return {"features", "model", "threshold", "splits"} <= set(head)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,9 +17,10 @@ import msgspec
 import numpy as np
 
 from ..errors import ZcError
+from ..inputs import path_kind, read_file
 from ..receipts.candidates import as_candidates
 from .features import Featurizer
-from .manifest import Manifest, decode
+from .manifest import NEVER, Manifest, check_against, check_session, decode
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,9 +41,8 @@ class Answer:
 
 
 TOKENIZER_FILE = "tokenizer.json"
-NEVER = 2.0  # a τ above every confidence (threshold.NEVER)
+MAX_MANIFEST_BYTES = 16 << 20  # a manifest is a few hundred KB (the argument model's weights)
 TEXT_BATCH = 32  # rendered states per onnxruntime call in batch scoring
-_PLAIN_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 def session_options(threads: int = 1):
@@ -128,10 +127,9 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 def read_manifest(directory: str | Path) -> Manifest:
     """A specialist directory's manifest (a clear error when there is none, or it is malformed)."""
     mpath = Path(directory) / "manifest.json"
-    try:
-        return decode(mpath.read_bytes(), str(mpath))
-    except OSError as exc:
-        raise ZcError(f"{directory}: not a specialist directory ({mpath.name}: {exc.strerror})") from None
+    if path_kind(mpath) == "missing":
+        raise ZcError(f"{directory}: not a specialist directory (no {mpath.name})")
+    return decode(read_file(mpath, "specialist manifest", MAX_MANIFEST_BYTES), str(mpath))
 
 
 def open_verified(directory: str | Path, policy: Any = None, threads: int | None = None):
@@ -144,18 +142,15 @@ def open_verified(directory: str | Path, policy: Any = None, threads: int | None
         raise ZcError(f"{d}: specialist was trained for policy `{m.policy_name or '(none)'}` "
                       f"(sha256 {m.policy_sha256[:12]}…) but the policy given is `{policy.name}` "
                       f"(sha256 {policy.sha256[:12]}…); distil it again for this policy")
+    if policy is not None:
+        check_against(m, policy, str(mpath))
     model_path = d / m.model.file
-    try:
-        blob = model_path.read_bytes()
-    except OSError as exc:
-        raise ZcError(f"{model_path}: cannot read model: {exc.strerror}") from None
+    blob = read_file(model_path, "model")
     if hashlib.sha256(blob).hexdigest() != m.model.sha256:
         raise ZcError(f"{model_path}: model does not match the sha256 in its manifest "
                       "(tampered or corrupt)")
     for fname, digest in m.model.files.items():
         fpath = d / fname
-        if not _PLAIN_NAME.match(fname) or fname.startswith("."):
-            raise ZcError(f"{mpath}: $.model.files: `{fname}` is not a plain file name")
         try:
             data = fpath.read_bytes()
         except OSError as exc:
@@ -174,6 +169,7 @@ def open_verified(directory: str | Path, policy: Any = None, threads: int | None
                                        providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own exception types for bad models
         raise ZcError(f"{model_path}: onnxruntime cannot load the model: {exc}") from None
+    check_session(m, session, str(model_path))
     return m, session, threads
 
 

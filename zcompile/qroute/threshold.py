@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import binom
 
-NEVER = 2.0  # a τ above every confidence: the specialist always abstains
+from .manifest import NEVER  # a τ above every confidence: the specialist always abstains
 DELTA = 0.05  # 1 - the confidence of the guarantee
 GUARANTEES = ("ltt", "conformal")
 GRID = 200  # at most this many thresholds are tested (evenly spaced in the number answered)

@@ -18,10 +18,11 @@ from .candidates import extract_candidates
 from .format import Receipt, ReceiptError
 from .io import decoded_lines
 
-__all__ = ["EXTRACT_VERSION", "SHAPES", "TOOL_TEXT_LIMIT", "ChatSummary", "call_arguments",
-           "default_extract", "import_chat", "load_extractor"]
+__all__ = ["EXTRACT_VERSION", "RESPOND", "SHAPES", "TOOL_TEXT_LIMIT", "ChatMessage", "ChatSummary", "Decision",
+           "call_arguments", "decision", "decision_state", "default_extract", "extractor_name", "import_chat", "load_extractor"]
 
 EXTRACT_VERSION = 2  # 1: roles, last texts, counts, history; 2: + last.result, recent.*, mentioned.*, reused.*
+RESPOND = "respond"  # the action of an assistant message without a tool call (a text reply)
 TOOL_TEXT_LIMIT = 2000  # characters of the last tool message kept in `last.tool_text`
 MAX_ARGUMENT_DEPTH = 64  # arguments nested deeper are refused (kept as unknown), so receipts stay readable
 
@@ -158,7 +159,7 @@ class ChatSummary:
                     self.used[key].add(value)
             if not calls:
                 self.assistant_text = _text(m.get("content"))
-            action = calls[0]["function"]["name"] if calls else "respond"
+            action = calls[0]["function"]["name"] if calls else RESPOND
             self.recent = [action] + self.recent[:1]
         elif role == "user":
             self.user_turns += 1
@@ -252,7 +253,9 @@ class _ToolCall(msgspec.Struct):
     function: _Function
 
 
-class _Message(msgspec.Struct):
+class ChatMessage(msgspec.Struct):
+    """One message of an OpenAI-format conversation, as the chat importer and the gateway validate it."""
+
     role: Literal["system", "user", "assistant", "tool"]
     content: str | list[Any] | None = None
     tool_calls: list[_ToolCall] | None = None
@@ -261,7 +264,7 @@ class _Message(msgspec.Struct):
 
 class _Conversation(msgspec.Struct):
     id: str
-    messages: list[_Message]
+    messages: list[ChatMessage]
     task: str | None = None
     trial: int | None = None
     reward: float | None = None
@@ -311,14 +314,10 @@ def import_chat(src_path: str | os.PathLike, *, extract: Callable[[list[dict], i
         ReceiptError: `FILE:LINE: $.path: problem` for a malformed conversation, a state the policy
             refuses, an unknown action, or an extractor that fails.
     """
-    from ..state import StateError
-
     path = Path(src_path)
     sha = policy.sha256 if policy is not None else ""
-    actions = set(policy.actions) if policy is not None else None
     linear = extract is default_extract
-    extractor = (f"zcompile.receipts:default_extract@{EXTRACT_VERSION}" if linear
-                 else f"{getattr(extract, '__module__', '?')}:{getattr(extract, '__qualname__', '?')}")
+    extractor = extractor_name(extract)
     for lineno, (conv, raw) in decoded_lines(path, _decode):
         messages = raw["messages"]
         summary = ChatSummary()
@@ -328,37 +327,84 @@ def import_chat(src_path: str | os.PathLike, *, extract: Callable[[list[dict], i
                     summary.add(messages[i])
                 continue
             where = f"{path}:{lineno}: $.messages[{i}]"
-            call = m.tool_calls[0].function if m.tool_calls else None
-            action = call.name if call is not None else "respond"
-            try:
-                state = summary.state() if linear else extract(messages, i, raw)
-            except Exception as exc:  # noqa: BLE001 - a harness's extractor is user code
-                raise ReceiptError(f"{where}: the state extractor failed: "
-                                   f"{type(exc).__name__}: {exc}") from None
+            state = summary.state() if linear else None
             if linear:
                 summary.add(messages[i])
-            if not isinstance(state, dict):
-                raise ReceiptError(f"{where}: the state extractor returned "
-                                   f"{type(state).__name__}, expected a dict")
-            arguments, bad_arguments = call_arguments(call.arguments) if call is not None else (None, None)
-            candidates = tuple(extract_candidates(messages[:i]))
-            legal = None
-            if policy is not None:
-                if action not in actions:
-                    field_ = ".tool_calls[0].function.name" if m.tool_calls else ""
-                    raise ReceiptError(f"{where}{field_}: unknown action "
-                                       f"{msgspec.json.encode(action).decode()} (not in policy `{policy.name}`)")
-                try:
-                    legal = policy.legal(state).actions
-                except StateError as exc:
-                    raise ReceiptError(f"{where}: extracted state does not match policy "
-                                       f"`{policy.name}`: {exc}") from None
+            d = decision(messages, i, raw, extract, policy, where, state)
             meta: dict[str, Any] = {"conversation": conv.id, "trial": conv.trial, "reward": conv.reward,
                                     "turn": i, "extractor": extractor}
-            if bad_arguments is not None:
-                meta["arguments_error"] = bad_arguments
+            if d.arguments_error is not None:
+                meta["arguments_error"] = d.arguments_error
             yield Receipt(
                 id=f"{conv.id}:{i}", task=conv.task if conv.task is not None else conv.id,
-                state=state, tier="remote", ts=None, policy=sha, legal=legal, model=conv.model,
-                action=action, arguments=arguments, candidates=candidates, verified=_verified(conv.reward),
-                gold=None, meta=meta)
+                state=d.state, tier="remote", ts=None, policy=sha, legal=d.legal, model=conv.model,
+                action=d.action, arguments=d.arguments, candidates=d.candidates,
+                verified=_verified(conv.reward), gold=None, meta=meta)
+
+
+def extractor_name(extract: Callable[[list[dict], int, dict], dict]) -> str:
+    """How receipts name a state extractor (`meta.extractor`): the default one with its version."""
+    if extract is default_extract:
+        return f"zcompile.receipts:default_extract@{EXTRACT_VERSION}"
+    return f"{getattr(extract, '__module__', '?')}:{getattr(extract, '__qualname__', '?')}"
+
+
+class Decision(msgspec.Struct, frozen=True):
+    """What a chat log says about the decision at one assistant message (see `decision`)."""
+
+    state: dict[str, Any]
+    legal: tuple[str, ...] | None
+    action: str
+    arguments: dict[str, Any] | None
+    arguments_error: str | None
+    candidates: tuple[Any, ...]
+
+
+def decision_state(messages: list[dict], index: int, conversation: dict,
+                   extract: Callable[[list[dict], int, dict], dict] = default_extract, where: str = "$") -> dict:
+    """The state of the decision at `messages[index]` (`index == len(messages)`: the next one), from
+    `extract`. Raises ReceiptError (`where: problem`) when the extractor fails or returns a non-dict."""
+    try:
+        state = extract(messages, index, conversation)
+    except Exception as exc:  # noqa: BLE001 - a harness's extractor is user code
+        raise ReceiptError(f"{where}: the state extractor failed: {type(exc).__name__}: {exc}") from None
+    if not isinstance(state, dict):
+        raise ReceiptError(f"{where}: the state extractor returned {type(state).__name__}, expected a dict")
+    return state
+
+
+def decision(messages: list[dict], index: int, conversation: dict,
+             extract: Callable[[list[dict], int, dict], dict] = default_extract, policy: Any = None,
+             where: str = "$", state: dict | None = None) -> Decision:
+    """The receipt fields of the decision taken by `messages[index]` (an assistant message), from
+    the messages before it: the one code path of `import_chat` and the gateway (`zc serve`).
+
+    The action is the first tool call's name, or RESPOND for a text reply; `state` (when the
+    caller computed it already) skips the extractor. With `policy`, the state must validate and
+    the action must be declared; `legal` is then the state's legal set.
+
+    Raises:
+        ReceiptError: `where: problem` for an extractor that fails or returns a non-dict, a state
+            the policy refuses, or an unknown action.
+    """
+    from ..state import StateError
+
+    m = messages[index]
+    calls = m.get("tool_calls") or ()
+    call = calls[0]["function"] if calls else None
+    action = call["name"] if call is not None else RESPOND
+    if state is None:
+        state = decision_state(messages, index, conversation, extract, where)
+    arguments, bad_arguments = call_arguments(call.get("arguments")) if call is not None else (None, None)
+    legal = None
+    if policy is not None:
+        if action not in policy.actions:
+            field_ = ".tool_calls[0].function.name" if calls else ""
+            raise ReceiptError(f"{where}{field_}: unknown action "
+                               f"{msgspec.json.encode(action).decode()} (not in policy `{policy.name}`)")
+        try:
+            legal = policy.legal(state).actions
+        except StateError as exc:
+            raise ReceiptError(f"{where}: extracted state does not match policy "
+                               f"`{policy.name}`: {exc}") from None
+    return Decision(state, legal, action, arguments, bad_arguments, tuple(extract_candidates(messages[:index])))

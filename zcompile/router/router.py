@@ -88,12 +88,16 @@ class Router:
             (`meta.shadow`), never into the decision.
         monitor: the demotion rule for promoted specialists (`zcompile.router.shadow.Monitor`);
             outcomes reach it through `record_outcome`.
+        complete: only complete answers (a checked call, a text reply) end the walk; a bare name
+            is recorded and the next rung is asked (the gateway, `zc serve`, answers whole calls).
     """
 
     def __init__(self, policy: Policy, specialists: Any = None, tiers: Mapping[str, Any] | None = None,
                  receipts: str | Path | ReceiptWriter | Callable[[Receipt], None] | None = None,
-                 deadline_ms: float | None = None, *, shadow: Any = None, monitor: Monitor | None = None) -> None:
+                 deadline_ms: float | None = None, *, shadow: Any = None, monitor: Monitor | None = None,
+                 complete: bool = False) -> None:
         self.policy = policy
+        self.complete = complete
         self.tiers = dict(tiers or {})
         declared = {t.name: t for t in policy.ir.tiers}
         unknown = [n for n in self.tiers if n not in declared]
@@ -206,7 +210,7 @@ class Router:
             policy=self.policy.sha256, intent=intent, legal=legal.actions, model=model, action=action,
             confidence=confidence if confidence is not None and 0.0 <= confidence <= 1.0 else None,
             latency_ms=round((time.perf_counter() - t0) * 1000, 4), cost=cost, meta=receipt_meta,
-            candidates=cands or None, **extra)
+            candidates=cands if candidates is not None else None, **extra)
         if self._sink is not None:
             self._sink(receipt)  # if it raises, no decision is returned
         return Decision(action, tier, confidence, legal, tuple(answers), receipt, arguments, kind, text, legal_ms)
@@ -217,7 +221,7 @@ class Router:
         handed = False
         if len(step.legal.actions) == 1:  # the compiler's rung: it abstains otherwise (not recorded)
             first = timed(self._compiler, "compiler", step, None)
-            if first.answered:
+            if self._accepts(first):
                 return [first], first, None, 0.0
             answers.append(first)
             handed = first.cause == "handed_on"
@@ -240,10 +244,13 @@ class Router:
                 if name in self._tier_rungs:
                     cost += float(self._declared[name].cost or 0)
             answers.append(ans)
-            if ans.answered:
+            if self._accepts(ans):
                 return answers, ans, route_name, cost
             handed = handed or ans.cause == "handed_on"
         return answers, None, route_name, cost
+
+    def _accepts(self, ans: Answer) -> bool:
+        return ans.complete if self.complete else ans.answered
 
     def _budget(self, name: str, left: float | None) -> float | None:
         declared = self._declared[name].max_ms if name in self._tier_rungs else None

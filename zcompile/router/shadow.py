@@ -9,7 +9,6 @@ from typing import Any
 
 import msgspec
 
-from ..qroute.manifest import Manifest, identity
 from ..receipts import Receipt
 from .rung import SPECIALIST, Step, ask, timed
 
@@ -73,6 +72,8 @@ _VERSIONS: dict[int, tuple[Any, str]] = {}
 def version(sp: Any) -> str | None:
     """`manifest.identity` of a loaded specialist (computed once per manifest); None for a specialist
     without a manifest (a harness's own rung)."""
+    from ..qroute.manifest import Manifest, identity  # only with shadow specialists: numpy is loaded then
+
     m = getattr(sp, "manifest", None)
     if not isinstance(m, Manifest):
         return None

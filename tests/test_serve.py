@@ -1,0 +1,371 @@
+"""zc serve over real HTTP: the official openai client -> the gateway -> the stub upstream."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import httpx
+import msgspec
+import openai
+import pytest
+from openai import OpenAI
+
+import zcompile
+from openai_stub import OpenAIStub
+from zcompile.gateway import FALLBACK_TEXT, Gateway, Running
+from zcompile.receipts import read
+from zcompile.receipts.chat import default_extract
+
+ROOT = Path(__file__).resolve().parents[1]
+AIRLINE = ROOT / "policies" / "airline_chat.zc"
+DESK = ROOT / "examples" / "gateway" / "desk.zc"
+SPECIALIST = ROOT / "specialists" / "airline_chat"
+DEADLINE_MS = 600
+
+
+def tool(name: str, **params: str) -> dict:
+    return {"type": "function", "function": {"name": name, "description": f"the {name} tool", "parameters": {
+        "type": "object", "properties": {p: {"type": t} for p, t in params.items()}, "required": list(params)}}}
+
+
+TOOLS = [tool("get_user_details", user_id="string"), tool("get_reservation_details", reservation_id="string"),
+         tool("cancel_reservation", reservation_id="string"), tool("delete_everything", confirm="boolean")]
+START = [{"role": "system", "content": "You are an airline agent."},
+         {"role": "user", "content": "Hi, I am mia_li_3668; please cancel reservation ABC123."}]
+
+
+@pytest.fixture(scope="module")
+def airline():
+    return zcompile.compile_text(AIRLINE.read_text(), str(AIRLINE))
+
+
+@pytest.fixture(scope="module")
+def stub():
+    with OpenAIStub() as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def served(airline, stub, tmp_path_factory):
+    receipts = tmp_path_factory.mktemp("serve") / "receipts.jsonl"
+    gw = Gateway(airline, stub.base_url, "stub-model", specialists=str(SPECIALIST), receipts=receipts,
+                 timeout_ms=DEADLINE_MS)
+    with Running(gw) as srv:
+        yield srv
+    gw.close()
+
+
+@pytest.fixture
+def client(served, stub):
+    stub.reset()
+    return OpenAI(base_url=served.base_url, api_key="unused", max_retries=0, timeout=10)
+
+
+def receipts_of(served) -> list:
+    return list(read(served.gateway.receipts))
+
+
+def calls_of(message) -> list[tuple[str, dict]]:
+    return [(c.function.name, json.loads(c.function.arguments)) for c in message.tool_calls or ()]
+
+
+def judged_legal(policy, messages, calls) -> None:
+    """Every call the client got passes Policy.check in the state of its conversation."""
+    state = default_extract(messages, len(messages), {})
+    for name, args in calls:
+        verdict = policy.check(state, name, args)
+        assert verdict.allowed, (name, args, verdict.reasons)
+
+
+def test_forwards_a_legal_call_and_offers_only_legal_tools(client, stub, served, airline):
+    before = len(receipts_of(served))
+    stub.answer, stub.arguments = "get_user_details", {"user_id": "mia_li_3668"}
+    raw = client.chat.completions.with_raw_response.create(model="any", messages=START, tools=TOOLS)
+    r = raw.parse()
+    assert calls_of(r.choices[0].message) == [("get_user_details", {"user_id": "mia_li_3668"})]
+    assert r.choices[0].finish_reason == "tool_calls"
+    sent = stub.requests[-1]
+    assert sent["model"] == "stub-model" and "x_zc" not in sent
+    # cancel_reservation is declared but not legal yet; delete_everything is not declared at all
+    assert [t["function"]["name"] for t in sent["tools"]] == ["get_user_details", "get_reservation_details"]
+    assert sent["messages"] == START
+    x = r.model_extra["x_zc"]
+    assert x["stripped"] == {"undeclared": ["delete_everything"], "illegal": ["cancel_reservation"]}
+    assert x["rung"] == "remote" and x["blocked"] == []
+    assert raw.headers["x-zc-stripped"] == "delete_everything,cancel_reservation"
+    got = receipts_of(served)
+    assert len(got) == before + 1
+    last = got[-1]
+    assert last.id == x["receipt"] == raw.headers["x-zc-receipt"]
+    assert (last.action, last.arguments, last.tier, last.model) == ("get_user_details", {"user_id": "mia_li_3668"},
+                                                                    "remote", "stub-model")
+    assert last.meta["gateway"]["undeclared"] == ["delete_everything"]
+    assert last.cost == 100.0  # the policy's `tier remote cost 100`
+    specialist = [a for a in last.meta["rungs"] if a["tier"] == "specialist"]
+    assert specialist and specialist[0]["outcome"] != "answered"  # asked, and not sure of a call
+
+
+def test_an_illegal_call_is_reasked_once_then_answered_with_the_fallback(client, stub, served, airline):
+    before = len(receipts_of(served))
+    stub.behaviour, stub.illegal_action, stub.arguments = "illegal", "cancel_reservation", {"reservation_id": "ABC123"}
+    raw = client.chat.completions.with_raw_response.create(model="any", messages=START, tools=TOOLS)
+    r = raw.parse()
+    msg = r.choices[0].message
+    assert msg.tool_calls is None and msg.content == FALLBACK_TEXT
+    assert len(stub.requests) == 2  # asked, then re-asked once with the reasons
+    reask = stub.requests[1]["messages"]
+    assert reask[:2] == START and reask[2]["tool_calls"][0]["function"]["name"] == "cancel_reservation"
+    assert reask[3]["role"] == "tool" and "confirm_writes" not in reask[3]["content"]  # reasons, in words
+    assert "forbidden" in reask[3]["content"] or "must come after" in reask[3]["content"]
+    x = r.model_extra["x_zc"]
+    assert x["fallback"] is True and len(x["blocked"]) == 2
+    assert all(b["action"] == "cancel_reservation" and b["reasons"] for b in x["blocked"])
+    blocked_header = json.loads(raw.headers["x-zc-blocked"])
+    assert blocked_header[0]["action"] == "cancel_reservation"
+    got = receipts_of(served)
+    assert len(got) == before + 1
+    assert (got[-1].tier, got[-1].action) == ("fallback", "respond")
+    assert got[-1].meta["gateway"]["blocked"] == x["blocked"]
+
+
+def test_bad_arguments_are_blocked_and_the_reask_can_fix_them(client, stub, served, airline):
+    stub.script = [{"answer": "get_user_details", "arguments": {"user": "mia"}},  # unknown argument
+                   {"answer": "get_user_details", "arguments": {"user_id": "mia_li_3668"}}]
+    r = client.chat.completions.create(model="any", messages=START, tools=TOOLS)
+    assert calls_of(r.choices[0].message) == [("get_user_details", {"user_id": "mia_li_3668"})]
+    assert len(stub.requests) == 2
+    x = r.model_extra["x_zc"]
+    assert len(x["blocked"]) == 1 and "missing required argument `user_id`" in " ".join(x["blocked"][0]["reasons"])
+
+
+def test_one_illegal_call_among_several_blocks_the_message(client, stub, airline):
+    stub.calls = [("get_user_details", {"user_id": "mia_li_3668"}), ("cancel_reservation", {"reservation_id": "X"})]
+    r = client.chat.completions.create(model="any", messages=START, tools=TOOLS)
+    assert r.choices[0].message.tool_calls is None and r.choices[0].message.content == FALLBACK_TEXT
+
+
+def test_streaming_forwards_a_judged_call(client, stub, airline):
+    stub.answer, stub.arguments = "get_reservation_details", {"reservation_id": "ABC123"}
+    chunks = list(client.chat.completions.create(model="any", messages=START, tools=TOOLS, stream=True))
+    deltas = [c.choices[0].delta for c in chunks]
+    calls = [(t.function.name, json.loads(t.function.arguments)) for d in deltas for t in d.tool_calls or ()]
+    assert calls == [("get_reservation_details", {"reservation_id": "ABC123"})]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert chunks[-1].model_extra["x_zc"]["rung"] == "remote"
+    assert stub.requests[-1]["stream"] is True  # streamed upstream; the call held until judged whole
+
+
+def test_streaming_passes_text_through_as_it_arrives(client, stub, served):
+    stub.content = "Let me look that up for you; one moment please."
+    before = len(receipts_of(served))
+    chunks = list(client.chat.completions.create(model="any", messages=START, tools=TOOLS, stream=True))
+    texts = [c.choices[0].delta.content for c in chunks if c.choices[0].delta.content]
+    assert len(texts) >= 3  # the upstream's own deltas (the stub sends three), not one synthesised piece
+    assert "".join(texts) == stub.content
+    assert len({c.id for c in chunks}) == 1 and chunks[-1].choices[0].finish_reason == "stop"
+    assert chunks[-1].model_extra["x_zc"]["rung"] == "remote"
+    assert len(receipts_of(served)) == before + 1 and receipts_of(served)[-1].action == "respond"
+
+
+def test_a_stream_cut_mid_call_never_delivers_the_call(client, stub, served):
+    before = len(receipts_of(served))
+    stub.behaviour, stub.answer, stub.arguments = "cut", "get_user_details", {"user_id": "mia_li_3668"}
+    with pytest.raises(openai.APIStatusError) as err:  # nothing had reached the harness: a plain 502
+        list(client.chat.completions.create(model="any", messages=START, tools=TOOLS, stream=True))
+    assert err.value.status_code == 502
+    assert len(receipts_of(served)) == before + 1
+
+
+def test_a_stream_cut_mid_text_ends_with_an_error_event(client, stub, served):
+    before = len(receipts_of(served))
+    stub.behaviour, stub.content = "cut", "A long answer, cut short by the upstream."
+    got = []
+    with pytest.raises(openai.APIError), \
+            client.chat.completions.create(model="any", messages=START, tools=TOOLS, stream=True) as stream:
+        for c in stream:
+            got.append(c)
+    assert got and not any(c.choices and c.choices[0].delta.tool_calls for c in got)
+    assert len(receipts_of(served)) == before + 1
+
+
+def test_streaming_never_carries_a_blocked_call(client, stub):
+    stub.behaviour, stub.illegal_action = "illegal", "cancel_reservation"
+    chunks = list(client.chat.completions.create(model="any", messages=START, tools=TOOLS, stream=True))
+    assert not any(c.choices[0].delta.tool_calls for c in chunks)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == FALLBACK_TEXT
+
+
+@pytest.mark.parametrize("behaviour,status", [("garbage", 502), ("drop", 502), ("http_error", 502),
+                                              ("malformed", 502), ("slow", 504), ("trickle", 504)])
+def test_upstream_failures_are_clear_errors_with_one_receipt(client, stub, served, behaviour, status):
+    before = len(receipts_of(served))
+    stub.behaviour, stub.delay_ms = behaviour, 2000.0
+    started = time.perf_counter()
+    with pytest.raises(openai.APIStatusError) as err:
+        client.chat.completions.create(model="any", messages=START, tools=TOOLS)
+    elapsed = time.perf_counter() - started
+    assert err.value.status_code == status
+    body = err.value.response.json()
+    assert body["error"]["code"] == ("upstream_timeout" if status == 504 else "upstream_error")
+    assert body["x_zc"]["receipt"]
+    assert elapsed < DEADLINE_MS / 1000 + 1.0  # the deadline holds (the stub would take 2 s or more)
+    got = receipts_of(served)
+    assert len(got) == before + 1 and got[-1].meta["gateway"]["failure"] in ("timeout", "error")
+
+
+def test_a_text_reply_passes_and_its_receipt_says_respond(client, stub, served):
+    stub.content = "Could you confirm the reservation id?"
+    r = client.chat.completions.create(model="any", messages=START, tools=TOOLS)
+    assert r.choices[0].message.content == "Could you confirm the reservation id?"
+    assert receipts_of(served)[-1].action == "respond"
+
+
+def test_models_health_and_http_errors(served):
+    base = served.base_url.removesuffix("/v1")
+    with httpx.Client(base_url=base, timeout=5) as h:
+        models = h.get("/v1/models").json()
+        assert [m["id"] for m in models["data"]] == ["stub-model"]
+        health = h.get("/healthz").json()
+        assert health["status"] == "ok" and health["policy"] == "airline_chat"
+        assert health["specialists"] == ["airline_chat"]
+        for body, status, where in [(b"{nope", 400, "not JSON"), (b"[]", 400, "$: expected a JSON object"),
+                                    (b'{"messages": []}', 400, "$.messages"),
+                                    (b'{"messages": [{"role": "robot"}]}', 400, "$.messages[0].role"),
+                                    (b'{"messages": [{"role": "user", "content": "x"}], "tools": [{"x": 1}]}', 400,
+                                     "$.tools[0]"),
+                                    (b'{"messages": [{"role": "user", "content": "x"}], "n": 2}', 400, "$.n")]:
+            r = h.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+            assert r.status_code == status, body
+            assert where in r.json()["error"]["message"]
+        big = b'{"messages": [{"role": "user", "content": "' + b"x" * (served.gateway.max_body_bytes + 1) + b'"}]}'
+        r = h.post("/v1/chat/completions", content=big)
+        assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
+        assert h.get("/v1/nothing").status_code == 404
+        assert h.get("/v1/chat/completions").json()["error"]["code"] == "method_not_allowed"
+
+
+def test_a_state_the_policy_refuses_is_422(client, stub):
+    messages = [*START, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "delete_everything", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    with pytest.raises(openai.APIStatusError) as err:
+        client.chat.completions.create(model="any", messages=messages, tools=TOOLS)
+    assert err.value.status_code == 422
+    assert "$.last.tool" in err.value.response.json()["error"]["message"]
+    assert stub.requests == []
+
+
+# ---- the local path: the compiler answers a complete call, the upstream is not asked -------------
+@pytest.fixture(scope="module")
+def desk(stub, tmp_path_factory):
+    policy = zcompile.compile_text(DESK.read_text(), str(DESK))
+    gw = Gateway(policy, stub.base_url, "stub-model", receipts=tmp_path_factory.mktemp("desk") / "r.jsonl",
+                 timeout_ms=DEADLINE_MS)
+    with Running(gw) as srv:
+        yield srv
+    gw.close()
+
+
+DESK_TOOLS = [tool("list_all_airports"), tool("get_user_details", user_id="string")]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_compiler_answers_a_lookup_locally(desk, stub, stream):
+    stub.reset()
+    client = OpenAI(base_url=desk.base_url, api_key="unused", max_retries=0)
+    if stream:
+        chunks = list(client.chat.completions.create(model="any", messages=START, tools=DESK_TOOLS, stream=True))
+        calls = [t for c in chunks for t in c.choices[0].delta.tool_calls or ()]
+        x = chunks[-1].model_extra["x_zc"]
+    else:
+        r = client.chat.completions.create(model="any", messages=START, tools=DESK_TOOLS)
+        calls, x = r.choices[0].message.tool_calls, r.model_extra["x_zc"]
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [("list_all_airports", {})]
+    assert x["rung"] == "compiler" and x["upstream_requests"] == 0
+    assert stub.requests == []
+    assert list(read(desk.gateway.receipts))[-1].tier == "compiler"
+
+
+def test_receipts_reimport_bit_for_bit(client, stub, served, airline, tmp_path):
+    """Each request's receipt equals, field for field (bytes), what `zc receipts import --format
+    chat` makes of the conversation it belongs to."""
+    from zcompile.receipts import import_chat
+
+    convo = list(START)
+    stub.script = [{"answer": "get_user_details", "arguments": {"user_id": "mia_li_3668"}},
+                   {"content": "I found your profile. Which reservation?"},
+                   {"answer": "get_reservation_details", "arguments": {"reservation_id": "ABC123"}}]
+    ids = []
+    for follow in ({"role": "tool", "tool_call_id": "call_0", "content": '{"name": "Mia", "reservations": ["ABC123"]}'},
+                   {"role": "user", "content": "ABC123 please"}, None):
+        r = client.chat.completions.create(model="any", messages=convo, tools=TOOLS)
+        ids.append(r.model_extra["x_zc"]["receipt"])
+        convo.append(r.choices[0].message.model_dump(exclude_none=True, exclude={"annotations", "refusal"}))
+        if follow is not None:
+            convo.append(follow)
+    log = tmp_path / "chat.jsonl"
+    log.write_text(json.dumps({"id": "c", "messages": convo}) + "\n")
+    imported = list(import_chat(log, policy=airline))
+    served_by_id = {r.id: r for r in receipts_of(served)}
+    fields = ("state", "legal", "policy", "action", "arguments", "candidates")
+    assert len(imported) == len(ids) == 3
+    for rid, want in zip(ids, imported):
+        got = served_by_id[rid]
+        for f in fields:
+            assert msgspec.json.encode(getattr(got, f)) == msgspec.json.encode(getattr(want, f)), f
+        assert got.meta["turn"] == want.meta["turn"] and got.meta["extractor"] == want.meta["extractor"]
+
+
+def test_concurrent_requests_each_get_their_own_decision_and_receipt(client, stub, served):
+    from concurrent.futures import ThreadPoolExecutor
+
+    before = len(receipts_of(served))
+    stub.behaviour, stub.delay_ms, stub.answer = "slow", 150.0, "get_user_details"
+    users = [f"user_{i}_1000" for i in range(8)]
+
+    def ask(i: int):
+        messages = [START[0], {"role": "user", "content": f"I am {users[i]}."}]
+        return client.chat.completions.create(model="any", messages=messages, tools=TOOLS,
+                                              extra_body={"x_zc": {"task": f"t{i}"}})
+
+    stub.arguments = None  # the stub answers without arguments: every call is refused and re-asked
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(ask, range(8)))
+    got = {r.id: r for r in receipts_of(served)[before:]}
+    assert len(got) == 8
+    assert len(stub.requests) == 16  # each asked, and re-asked once
+    for i, r in enumerate(results):
+        x = r.model_extra["x_zc"]
+        assert got[x["receipt"]].task == f"t{i}"  # each receipt is its own request's
+        assert r.choices[0].message.tool_calls is None  # missing user_id: refused twice, the fallback
+        assert [b["action"] for b in x["blocked"]] == ["get_user_details"] * 2
+
+
+def desk_extract(messages, index, conversation):
+    """A harness's own extractor: the desk's state from the number of user messages alone."""
+    users = sum(1 for m in messages[:index] if m.get("role") == "user")
+    return {"prev": {"role": messages[index - 1]["role"]}, "user_turns": users, "history": ["list_all_airports"]}
+
+
+def test_a_harness_extractor_decides_the_state_as_the_importer_would(stub, tmp_path):
+    from zcompile.receipts import import_chat
+
+    policy = zcompile.compile_text(DESK.read_text(), str(DESK))
+    gw = Gateway(policy, stub.base_url, "stub-model", extract=desk_extract, receipts=tmp_path / "r.jsonl")
+    stub.reset()
+    stub.answer, stub.arguments = "get_user_details", {"user_id": "mia_li_3668"}
+    with Running(gw) as srv:
+        r = OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0).chat.completions.create(
+            model="any", messages=START, tools=DESK_TOOLS)
+    gw.close()
+    assert r.model_extra["x_zc"]["rung"] == "remote"  # this state has list_all_airports in history already
+    got = list(read(tmp_path / "r.jsonl"))[-1]
+    assert got.state == desk_extract(START, 2, {}) and got.meta["extractor"].endswith(":desk_extract")
+    log = tmp_path / "chat.jsonl"
+    convo = [*START, r.choices[0].message.model_dump(exclude_none=True, exclude={"annotations", "refusal"})]
+    log.write_text(json.dumps({"id": "c", "messages": convo}) + "\n")
+    want = list(import_chat(log, extract=desk_extract, policy=policy))[-1]
+    assert msgspec.json.encode(got.state) == msgspec.json.encode(want.state)
+    assert got.meta["extractor"] == want.meta["extractor"] and got.legal == want.legal

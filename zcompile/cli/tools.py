@@ -1,0 +1,77 @@
+"""`zc tools`: tool schemas imported as `action` declarations, a policy's signatures exported as tools."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import click
+import msgspec
+
+from ..errors import ZcError
+from .common import fail, load_policy, main
+
+
+@main.group("tools")
+def tools_group() -> None:
+    """Tool schemas and signatures: import tools as `action` declarations, export signatures as tools."""
+
+
+@tools_group.command("import")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("-o", "--out", "out", default=None, type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write the declarations here (default: stdout).")
+@click.option("--force", is_flag=True, help="Replace FILE given to -o when it exists.")
+def tools_import_cmd(file: str, out: str | None, force: bool) -> None:
+    """Write `action` declarations with typed signatures for an OpenAI `tools` array or an MCP
+    `tools/list` result; what the signatures cannot state is refused with its $.path."""
+    from ..tools import import_file
+
+    try:
+        text, warnings = import_file(file)
+        for w in warnings:
+            click.echo(f"warning: {file}: {w}", err=True)
+        if out is None:
+            click.echo(text, nl=False)
+            return
+        _write_new(Path(out), text.encode(), force)
+    except ZcError as exc:
+        fail(exc)
+    click.echo(f"wrote {text.count(chr(10) + 'action ')} action declarations to {out}", err=True)
+
+
+@tools_group.command("export")
+@click.argument("policy_path", metavar="POLICY", type=click.Path())
+def tools_export_cmd(policy_path: str) -> None:
+    """Print the policy's signed actions as an OpenAI `tools` array (JSON)."""
+    from ..tools import openai_tools
+
+    try:
+        policy = load_policy(policy_path)
+    except ZcError as exc:
+        fail(exc)
+    click.echo(msgspec.json.format(msgspec.json.encode(openai_tools(policy)), indent=2).decode())
+
+
+def _write_new(path: Path, data: bytes, force: bool) -> None:
+    """Write `data` to `path` atomically; an existing file is replaced only with `force`."""
+    if os.path.lexists(path) and not force:
+        raise ZcError(f"{path}: already exists; pass --force to replace it")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.chmod(tmp, 0o644)
+            if force:
+                os.replace(tmp, path)
+            else:
+                os.link(tmp, path)  # fails if the file appeared meanwhile: nothing is overwritten
+        finally:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+    except FileExistsError:
+        raise ZcError(f"{path}: already exists; pass --force to replace it") from None
+    except OSError as exc:
+        raise ZcError(f"{path}: cannot write: {exc.strerror or exc}") from None

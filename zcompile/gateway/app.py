@@ -1,0 +1,292 @@
+"""The ASGI app of `zc serve`: an OpenAI-compatible `/v1/chat/completions` that offers the upstream
+only legal tools, answers locally when a rung is sure, and lets no illegal call reach the harness."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ..errors import ZcError
+from ..receipts import Receipt, ReceiptWriter
+from ..receipts.chat import RESPOND, default_extract, extractor_name
+from ..router import Router
+from ..runtime import Policy, tool_name
+from ..state import StateError
+from ..tiers import OpenAITier
+from ..tools import REPLY_TAG
+from . import replies
+from .request import BadRequest, ChatRequest, derive, forwarded, parse
+from .upstream import CURRENT, Exchange, UpstreamRung
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+TIMEOUT_MS = 60_000.0
+_log = logging.getLogger("zcompile.gateway")
+GRACE_S = 1.0  # past the decision's deadline, the request answers 504 whatever the ladder is doing
+
+
+class Gateway:
+    """The policy, the ladder and the receipts behind one `zc serve`.
+
+    Args:
+        policy: the loaded policy; it must declare `respond` tagged `reply` (a text reply is
+            recorded as `respond`, as `zc receipts import --format chat` records it).
+        upstream: the upstream's OpenAI base URL (e.g. "http://127.0.0.1:8080/v1").
+        model: the model name sent upstream (and listed by `GET /v1/models`).
+        specialists: specialist directories or loaded specialists, asked in order.
+        tiers: local tiers by name (`zcompile.tiers.load_tiers`), bound to the policy's tiers.
+        upstream_tier: the policy tier the upstream is bound to (default: the last declared tier
+            that is neither `specialist` nor bound in `tiers`).
+        extract: the state extractor (`module:function` of `--extract`; default `default_extract`).
+        receipts: the JSONL file each request's receipt is appended to (None: none written).
+        timeout_ms: the deadline of one request; the upstream is given what is left of it.
+        max_body_bytes: larger request bodies are refused (413).
+        api_key_env: the environment variable holding the upstream's API key.
+        workers: decisions run at once (each in a worker thread, upstream call included); more wait.
+    """
+
+    def __init__(self, policy: Policy, upstream: str, model: str, *, specialists: Any = None,
+                 tiers: Mapping[str, Any] | None = None, upstream_tier: str | None = None,
+                 extract: Callable[[list[dict], int, dict], dict] = default_extract,
+                 receipts: str | Path | None = None, timeout_ms: float = TIMEOUT_MS,
+                 max_body_bytes: int = MAX_BODY_BYTES, api_key_env: str | None = None, workers: int = 64) -> None:
+        respond = next((a for a in policy.ir.actions if a.name == RESPOND), None)
+        if respond is None or REPLY_TAG not in respond.tags:
+            raise ZcError(f"policy `{policy.name}` must declare `action {RESPOND} tags(control, {REPLY_TAG})`: "
+                          f"zc serve records a text reply as `{RESPOND}`, as `zc receipts import --format chat` does")
+        if not timeout_ms > 0:
+            raise ZcError(f"the request timeout must be > 0 ms, got {timeout_ms}")
+        self.policy, self.model, self.upstream_url = policy, model, upstream
+        self.extract, self.extractor = extract, extractor_name(extract)
+        self.timeout_ms, self.max_body_bytes = float(timeout_ms), int(max_body_bytes)
+        tiers = dict(tiers or {})
+        free = [t.name for t in policy.ir.tiers if t.name != "specialist" and t.name not in tiers]
+        name = upstream_tier or (free[-1] if free else None)
+        if name is None:
+            raise ZcError(f"policy `{policy.name}` declares no tier left for the upstream "
+                          f"(declare e.g. `tier remote` and route to it)")
+        self.upstream_tier = name
+        self.upstream = OpenAITier(upstream, model, timeout_ms=timeout_ms, api_key_env=api_key_env, name=name)
+        self._writer: ReceiptWriter | None = None
+        try:
+            self.router = Router(policy, specialists=specialists,
+                                 tiers={**tiers, name: UpstreamRung(name, self.upstream)},
+                                 receipts=self._write, deadline_ms=timeout_ms, complete=True)
+        except BaseException:
+            self.upstream.close()
+            raise
+        self._writer = ReceiptWriter(receipts) if receipts is not None else None  # last: nothing left on errors
+        self.receipts = Path(receipts) if receipts is not None else None
+        self.workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="zc-serve")
+
+    def close(self) -> None:
+        self.workers.shutdown(wait=True)
+        self.upstream.close()
+        self.router.close()
+        for tier in self.router.tiers.values():
+            if isinstance(tier, OpenAITier):
+                tier.close()
+        if self._writer is not None:
+            self._writer.close()
+
+    def _write(self, r: Receipt) -> None:
+        """The router's receipt sink: adds what the gateway saw (`meta.gateway`), then appends."""
+        ex = CURRENT.get()
+        if ex is not None:
+            r = msgspec.structs.replace(r, meta={**r.meta, **ex.meta, "gateway": {
+                **ex.meta.get("gateway", {}), "upstream_requests": ex.sent,
+                "blocked": ex.blocked, **({"failure": ex.failure, "detail": ex.detail} if ex.failure else {})}})
+            ex.receipt = r
+        if self._writer is not None:
+            self._writer.append(r)
+
+    # ---- one request -------------------------------------------------------------------------
+    def decide(self, req: ChatRequest, sink: Callable[[bytes], None] | None = None) -> tuple[int, dict[str, Any], str]:
+        """(HTTP status, JSON body, the text already streamed) for one validated request; runs in a
+        worker thread. `sink` (a streamed request) takes the SSE events of the upstream's text as it
+        arrives, before the decision is complete."""
+        cid, created = replies.completion_id(), int(time.time())
+        state, candidates = derive(req, self.extract)
+        try:
+            legal = self.policy.legal(state, req.intent)
+        except StateError as exc:
+            raise BadRequest(422, f"the state extracted from the messages does not match policy "
+                                  f"`{self.policy.name}`: {exc}", "messages", "state_mismatch") from None
+        except ZcError as exc:
+            raise BadRequest(400, f"$.x_zc.intent: {exc}", "x_zc.intent") from None
+        names = [tool_name(t) for t in req.tools]
+        offered = self.policy.filter_tools(req.tools, state, req.intent)
+        kept = [tool_name(t) for t in offered]
+        undeclared = [n for n in names if n not in self.policy.actions]
+        illegal = [n for n in names if n in self.policy.actions and n not in kept]
+        ex = Exchange(forwarded(req, offered))
+        if sink is not None:
+            def pass_on(text: str) -> None:
+                if ex.passed == text:  # the first text: the role first
+                    sink(replies.event(cid, created, self.model, {"role": "assistant", "content": ""}))
+                sink(replies.event(cid, created, self.model, {"content": text}))
+            ex.sink = pass_on
+        ex.meta = {"conversation": req.task, "turn": len(req.messages), "extractor": self.extractor,
+                   "gateway": {"offered": kept, "undeclared": undeclared, "illegal": illegal,
+                               "stream": req.stream}}
+        CURRENT.set(ex)  # this decision's context: the upstream rung and the receipt sink read it
+        schemas = [t.get("function", t) for t in offered]
+        d = self.router.decide(state, req.intent, task=req.task, tools=schemas or None, candidates=candidates)
+        x_zc = {"receipt": ex.receipt.id, "rung": d.tier, "kind": d.kind, "action": d.action,
+                "legal": list(legal.actions), "offered": kept,
+                "stripped": {"undeclared": undeclared, "illegal": illegal},
+                "blocked": ex.blocked, "upstream_requests": ex.sent, "fallback": d.tier in ("fallback", "none")}
+        done = functools.partial(replies.completion, self.model, x_zc=x_zc, cid=cid, created=created)
+        if d.tier == self.upstream_tier and ex.message is not None:  # the upstream's own judged reply
+            return 200, done(ex.message, usage=ex.reply.get("usage")), ex.passed
+        if d.kind == "call":
+            call = replies.tool_call(d.action, d.arguments or {})
+            return 200, done({"content": None, "tool_calls": [call]}), ex.passed
+        if d.kind == "reply":
+            return 200, done({"content": d.text}), ex.passed
+        if ex.failure is not None and not ex.blocked:  # the upstream failed: say so, never guess
+            status = 504 if ex.failure == "timeout" else 502
+            return status, replies.error_body(status, f"upstream {ex.failure}: {ex.detail}",
+                                              code=f"upstream_{ex.failure}", x_zc=x_zc), ex.passed
+        x_zc["fallback"] = True  # nothing acceptable: the policy's fallback, as a documented reply
+        return 200, done({"content": replies.FALLBACK_TEXT}), ex.passed
+
+
+def _headers(body: dict[str, Any]) -> dict[str, str]:
+    """The `x-zc-*` response headers: the rung, the receipt, and the reasons of refused calls (JSON)."""
+    x = body.get("x_zc") or {}
+    out = {}
+    if "rung" in x:
+        out["x-zc-rung"] = str(x["rung"])
+    if "receipt" in x:
+        out["x-zc-receipt"] = str(x["receipt"])
+    stripped = x.get("stripped") or {}
+    if stripped.get("undeclared") or stripped.get("illegal"):
+        out["x-zc-stripped"] = ",".join([*stripped.get("undeclared", ()), *stripped.get("illegal", ())])
+    if x.get("blocked"):
+        out["x-zc-blocked"] = json.dumps([{"action": b["action"], "reasons": b["reasons"]} for b in x["blocked"]],
+                                         ensure_ascii=True)
+    return out
+
+
+async def _settled(task: asyncio.Future) -> tuple[int, dict[str, Any], str]:
+    """The decision's (status, body, text streamed), every failure as an error body."""
+    try:
+        return await task
+    except BadRequest as exc:
+        return exc.status, replies.error_body(exc.status, exc.message, code=exc.code, param=exc.param), ""
+    except TimeoutError:
+        return 504, replies.error_body(504, "no decision within the request's deadline", code="timeout"), ""
+    except ZcError as exc:  # e.g. the receipt could not be written: no answer without its receipt
+        return 500, replies.error_body(500, str(exc), code="internal_error"), ""
+    except Exception as exc:  # noqa: BLE001 - a bug must not take the server down or leak a traceback
+        _log.exception("zc serve: the decision failed")
+        return 500, replies.error_body(500, f"internal error: {type(exc).__name__}: {exc}", code="internal_error"), ""
+
+
+def _respond(result: tuple[int, dict[str, Any], str], started: float, stream: bool) -> Response:
+    status, body, _ = result
+    headers = _headers(body)
+    headers["x-zc-latency-ms"] = f"{(time.perf_counter() - started) * 1000:.3f}"
+    if status == 200 and stream:
+        return StreamingResponse(iter(replies.chunks(body)), media_type="text/event-stream",
+                                 headers={**headers, "cache-control": "no-cache"})
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _error(status: int, message: str, code: str, param: str | None = None) -> JSONResponse:
+    return JSONResponse(replies.error_body(status, message, code=code, param=param), status_code=status)
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    """The request body, refused (413) past `limit` bytes without reading the rest."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise BadRequest(413, f"the request body is {declared} bytes; the limit is {limit}", code="body_too_large")
+    parts, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BadRequest(413, f"the request body exceeds the limit of {limit} bytes", code="body_too_large")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def create_app(gateway: Gateway) -> Starlette:
+    """The Starlette app serving `gateway`: `POST /v1/chat/completions`, `GET /v1/models`, `GET /healthz`."""
+
+    async def chat(request: Request) -> Response:
+        started = time.perf_counter()
+        try:
+            req = parse(await _body(request, gateway.max_body_bytes))
+        except BadRequest as exc:
+            return _error(exc.status, exc.message, exc.code, exc.param)
+        if not req.stream:
+            return _respond(await _settled(_decision(req, None)), started, False)
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[bytes] = asyncio.Queue()
+        task = _decision(req, lambda b: loop.call_soon_threadsafe(events.put_nowait, b))
+        getter = asyncio.ensure_future(events.get())
+        await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+        if not getter.done():  # decided before any text streamed: answer whole (errors keep their status)
+            getter.cancel()
+            return _respond(await _settled(task), started, True)
+        return StreamingResponse(_through(getter.result(), events, task), media_type="text/event-stream",
+                                 headers={"x-zc-rung": gateway.upstream_tier, "cache-control": "no-cache"})
+
+    def _decision(req: ChatRequest, sink: Callable[[bytes], None] | None) -> asyncio.Future:
+        context = contextvars.copy_context()  # each decision sets its own Exchange in its own copy
+        work = asyncio.get_running_loop().run_in_executor(gateway.workers, context.run, gateway.decide, req, sink)
+        return asyncio.ensure_future(asyncio.wait_for(work, gateway.timeout_ms / 1000 + GRACE_S))
+
+    async def _through(first: bytes, events: asyncio.Queue, task: asyncio.Future):
+        """A stream that began with the upstream's text: the rest of it, then the judged end."""
+        yield first
+        while True:
+            getter = asyncio.ensure_future(events.get())
+            await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+            if not getter.done():
+                getter.cancel()
+                break
+            yield getter.result()
+        while not events.empty():
+            yield events.get_nowait()
+        status, body, passed = await _settled(task)
+        for chunk in (replies.chunks(body, passed) if status == 200 else replies.error_event(body)):
+            yield chunk
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [
+            {"id": gateway.model, "object": "model", "created": 0, "owned_by": "zc"}]})
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "policy": gateway.policy.name, "policy_sha256": gateway.policy.sha256,
+                             "upstream": gateway.upstream_url, "model": gateway.model,
+                             "upstream_tier": gateway.upstream_tier,
+                             "specialists": [sp.name for sp in gateway.router.specialists],
+                             "receipts": str(gateway.receipts) if gateway.receipts else None})
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
+        return _error(status, f"{request.method} {request.url.path}: {detail}", "not_found" if status == 404 else
+                      "method_not_allowed" if status == 405 else "error")
+
+    routes = [Route("/v1/chat/completions", chat, methods=["POST"]), Route("/chat/completions", chat, methods=["POST"]),
+              Route("/v1/models", models, methods=["GET"]), Route("/healthz", health, methods=["GET"])]
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+

@@ -1,0 +1,121 @@
+"""A chat-completions request, validated, with the decision's state, candidates and task derived
+from its messages exactly as `zc receipts import --format chat` derives them."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from ..errors import ZcError, json_problem
+from ..receipts.candidates import extract_candidates
+from ..receipts.chat import ChatMessage, decision_state
+from ..runtime import tool_name
+
+
+class BadRequest(Exception):
+    """A request the gateway refuses: HTTP `status`, the message, the `param` ($.path) at fault."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str = "invalid_request") -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """The parts of a request the gateway reads (the rest of `body` is forwarded as it is)."""
+
+    body: dict[str, Any]
+    messages: list[dict[str, Any]]
+    tools: list[Any]
+    stream: bool
+    model: str
+    intent: str | None
+    task: str
+
+
+_FORWARD_DROP = ("x_zc", "stream", "stream_options", "tools", "tool_choice", "functions", "function_call")
+
+
+def parse(raw: bytes) -> ChatRequest:
+    """Validate a request body. Raises BadRequest naming the `$.path` of the first problem."""
+    try:
+        body = msgspec.json.decode(raw)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise BadRequest(400, f"the request body is not JSON: {json_problem(exc)}") from None
+    if not isinstance(body, dict):
+        raise BadRequest(400, f"$: expected a JSON object, got {type(body).__name__}")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest(400, "$.messages: expected a non-empty array of messages", "messages")
+    try:
+        msgspec.convert(messages, list[ChatMessage])
+    except msgspec.ValidationError as exc:
+        p = json_problem(exc)
+        where = p.path.replace("$", "$.messages", 1)
+        raise BadRequest(400, f"{where}: {p.problem}", where.removeprefix("$.")) from None
+    tools = body.get("tools")
+    if tools is None:
+        tools = []
+    if not isinstance(tools, list):
+        raise BadRequest(400, "$.tools: expected an array of tools", "tools")
+    for i, t in enumerate(tools):
+        try:
+            tool_name(t, f"$.tools[{i}]")
+        except ZcError as exc:
+            raise BadRequest(400, str(exc), f"tools[{i}]") from None
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise BadRequest(400, "$.stream: expected a boolean", "stream")
+    if body.get("n", 1) != 1:
+        raise BadRequest(400, "$.n: zc serve answers one choice per request (n = 1)", "n")
+    model = body.get("model", "")
+    if not isinstance(model, str):
+        raise BadRequest(400, "$.model: expected a string", "model")
+    ext = body.get("x_zc") or {}
+    if not isinstance(ext, dict):
+        raise BadRequest(400, "$.x_zc: expected an object {intent?, task?}", "x_zc")
+    intent, task = ext.get("intent"), ext.get("task")
+    for key, value in (("intent", intent), ("task", task)):
+        if value is not None and not isinstance(value, str):
+            raise BadRequest(400, f"$.x_zc.{key}: expected a string", f"x_zc.{key}")
+    return ChatRequest(body, messages, tools, stream, model, intent, task or conversation_id(messages))
+
+
+def conversation_id(messages: list[dict[str, Any]]) -> str:
+    """A stable task id for a conversation that names none: a hash of its messages up to and
+    including the first user message, so every request of one conversation shares it."""
+    head = []
+    for m in messages:
+        head.append(m)
+        if m.get("role") == "user":
+            break
+    return "chat-" + hashlib.sha256(msgspec.json.encode(head, order="sorted")).hexdigest()[:16]
+
+
+def derive(req: ChatRequest, extract: Callable[[list[dict], int, dict], dict]) -> tuple[dict, tuple]:
+    """(state, candidates) of the decision the request asks for: the next assistant message."""
+    conversation = {"id": req.task, "task": req.task, "messages": req.messages}
+    try:
+        state = decision_state(req.messages, len(req.messages), conversation, extract, "$.messages")
+    except ZcError as exc:
+        raise BadRequest(500, str(exc), "messages", "extractor_failed") from None
+    return state, tuple(extract_candidates(req.messages))
+
+
+def forwarded(req: ChatRequest, offered: list[Any]) -> dict[str, Any]:
+    """The body sent upstream: the harness's request without zc's fields, with the legal tools only
+    (a `tool_choice` naming a tool that is no longer offered becomes "auto")."""
+    body = {k: v for k, v in req.body.items() if k not in _FORWARD_DROP}
+    if offered:
+        body["tools"] = offered
+        choice = req.body.get("tool_choice")
+        if isinstance(choice, dict):
+            name = (choice.get("function") or {}).get("name") if isinstance(choice.get("function"), dict) else None
+            choice = choice if name in {tool_name(t) for t in offered} else "auto"
+        if choice is not None:
+            body["tool_choice"] = choice
+    return body

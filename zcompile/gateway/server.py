@@ -1,0 +1,69 @@
+"""Running the gateway: uvicorn in the foreground (`zc serve`) or on a background thread (tests,
+the example, the benchmark)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import uvicorn
+
+from ..errors import ZcError
+from .app import Gateway, create_app
+
+
+def _config(gateway: Gateway, host: str, port: int, log_level: str) -> uvicorn.Config:
+    # one worker process: receipts are appended under flock, so several `zc serve` may share a file
+    return uvicorn.Config(create_app(gateway), host=host, port=port, log_level=log_level, lifespan="off",
+                          access_log=False, timeout_graceful_shutdown=5)
+
+
+def serve(gateway: Gateway, host: str = "127.0.0.1", port: int = 8088, log_level: str = "info") -> None:
+    """Serve until interrupted (Ctrl-C). Raises ZcError when the address cannot be listened on."""
+    server = uvicorn.Server(_config(gateway, host, port, log_level))
+    try:
+        server.run()
+    except SystemExit:  # uvicorn exits when it cannot bind (it has logged why)
+        raise ZcError(f"cannot listen on {host}:{port}") from None
+    if not server.started:
+        raise ZcError(f"cannot listen on {host}:{port}")
+
+
+class Running:
+    """The gateway served on a background thread, on a free port of 127.0.0.1 by default:
+
+        with Running(gateway) as srv:
+            OpenAI(base_url=srv.base_url, api_key="unused")
+    """
+
+    def __init__(self, gateway: Gateway, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.gateway = gateway
+        self._server = uvicorn.Server(_config(gateway, host, port, "warning"))
+        self._thread = threading.Thread(target=self._server.run, name="zc-serve", daemon=True)
+        self.host = host
+        self.port = port
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    def start(self) -> Running:
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"zc serve did not start on {self.host}:{self.port}")
+            time.sleep(0.01)
+        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> Running:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
