@@ -14,7 +14,7 @@ from .common import fail, load_policy, main, progress, read_json
 
 @main.command("distill")
 @click.option("--from", "sources", multiple=True, required=True, type=click.Path(),
-              help="Receipts files or directories (.jsonl, .jsonl.gz); repeat for several.")
+              help="Receipts files or directories (.jsonl, .jsonl.gz, .parquet); repeat for several.")
 @click.option("--policy", "policy_path", default=None, type=click.Path(),
               help="The compiled policy (.zcp) the receipts are masked with (optional for pairwise: "
               "without it the receipts' own legal sets are used).")
@@ -58,9 +58,15 @@ from .common import fail, load_policy, main, progress, read_json
 @click.option("--quantization", type=click.Choice(["auto", "int8", "float32"]), default=None,
               help="transformer: the export. int8 fails the distillation when int8 decides unlike the trained "
               "model on more than 0.5% of the test split; auto [default] then ships float32 instead.")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Featurisation: local, or ray (Ray Data over Parquet shards, on the cluster RAY_ADDRESS names or a "
+              "local instance; needs the `ray` extra; docs/scale.md).")
+@click.option("--max-decisions", type=click.IntRange(3), default=50_000, show_default=True,
+              help="Decisions held in memory; beyond it a seeded task-stratified sample of each split is used "
+              "(the split and its seal still cover every task; the report says so).")
 def distill_cmd(sources, policy_path, out, model, guarantee, folds, negatives, target_precision, target_abstention,
                 min_coverage, seed, skip_invalid, epochs, max_steps, max_length, batch_size, ensemble,
-                quantization) -> None:
+                quantization, engine, max_decisions) -> None:
     """Distil receipts into an ONNX specialist that answers with a certified confidence or abstains."""
     try:
         from ..qroute import Report, Settings, distill
@@ -82,7 +88,8 @@ def distill_cmd(sources, policy_path, out, model, guarantee, folds, negatives, t
         sys.exit(2)
     settings = Settings(model=model, target_precision=target_precision, guarantee=guarantee,
                         target_abstention=target_abstention, min_coverage=min_coverage, seed=seed, folds=folds,
-                        negatives=negatives, skip_invalid=skip_invalid, options=options)
+                        negatives=negatives, skip_invalid=skip_invalid, options=options, engine=engine,
+                        max_decisions=max_decisions)
     report = Report(step=lambda text: click.echo(text, err=True), bar=progress)
     try:
         policy = load_policy(policy_path) if policy_path else None

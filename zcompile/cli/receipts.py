@@ -12,7 +12,7 @@ from .common import fail, load_policy, main
 
 @main.group("receipts")
 def receipts_group() -> None:
-    """Check and import receipts (one logged decision per JSON line)."""
+    """Check, import and convert receipts (one logged decision per JSON line or Parquet row)."""
 
 
 def _count_line(title: str, counter, top: int | None = None) -> str:
@@ -141,6 +141,28 @@ def receipts_import_cmd(src: str, fmt: str, answers: str | None, out: str, polic
         if misfit:
             click.echo(f"policy {policy.name}: the arguments of {misfit} of {calls} tool calls do not fit "
                        "the action's signature")
+
+
+@receipts_group.command("convert")
+@click.argument("sources", nargs=-1, required=True, type=click.Path())
+@click.option("-o", "--out", "out", required=True, type=click.Path(dir_okay=False),
+              help="The file to write: .parquet, .jsonl or .jsonl.gz (the format follows the name).")
+@click.option("--skip-invalid", is_flag=True, help="Skip invalid receipts (counted) instead of refusing.")
+def receipts_convert_cmd(sources: tuple[str, ...], out: str, skip_invalid: bool) -> None:
+    """Convert receipts between JSON Lines (.jsonl, .jsonl.gz) and Parquet (.parquet), streaming;
+    every receipt is validated on the way (docs/scale.md: the Parquet schema)."""
+    from ..receipts import ReadStats, read
+    from ..receipts.io import SUFFIXES
+
+    if not out.endswith(SUFFIXES):
+        click.echo(f"error: -o {out}: name the output .parquet, .jsonl or .jsonl.gz", err=True)
+        sys.exit(2)
+    stats = ReadStats()
+    n = _write_receipts(out, read(list(sources), skip_invalid=skip_invalid, stats=stats))
+    for problem in stats.problems:
+        click.echo(problem, err=True)
+    click.echo(f"converted {n} receipt{'' if n == 1 else 's'} from {stats.files} file{'' if stats.files == 1 else 's'}"
+               f" -> {out}" + (f" (skipped {stats.skipped} invalid)" if stats.skipped else ""))
 
 
 def _import_bfcl(src: str, answers: str | None, out: str, policy_path: str | None,

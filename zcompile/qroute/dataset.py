@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import math
+from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from ..errors import ZcError
 from .manifest import DataFile, Split, Splits
@@ -77,35 +80,223 @@ def load(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid: bool 
     receipts = report.bar(read(paths, skip_invalid=skip_invalid, policy=policy, stats=rstats), "reading receipts", 0)
     for i, r in enumerate(receipts):
         counts["receipts"] += 1
-        label = r.gold if r.gold is not None else r.action
-        if r.verified is False:
-            counts["dropped_judged_wrong"] += 1
+        if (dropped := _dropped(r, none_fits)) is not None:
+            counts[dropped] += 1
             continue
-        if label is None and not (none_fits and r.verified is True):
-            counts["dropped_abstained"] += 1
-            continue
-        if policy is not None:
-            legal_set = policy.legal(r.state, r.intent)
-            legal, root = legal_set.actions, legal_set.root
-        elif r.legal is not None:
-            legal, root = tuple(r.legal), None
-        else:
-            raise ZcError(f"receipt `{r.id}`: $.legal: missing; without --policy a pairwise specialist needs "
-                          "receipts that list the offered actions")
-        if label is not None and label not in legal:
-            counts["label_not_legal"] += 1  # kept: the specialist can never match it, and that counts
-        if label is None:
-            counts["no_action_fits"] += 1
-        raw_tools = (r.meta or {}).get("tools") or []
-        tools = {str(t["name"]): t for t in raw_tools if isinstance(t, dict) and "name" in t} or described
-        out.append(Decision(r.id, r.task, (r.ts if r.ts is not None else math.inf, i), r.state, root, r.intent,
-                            tuple(legal), label, r.action, r.gold, getattr(r, "arguments", None),
-                            tuple(getattr(r, "candidates", None) or ()), tools, r.verified))
+        out.append(_decision(r, i, policy, described, counts))
     counts["skipped_invalid"] = rstats.skipped
     counts["used"] = len(out)
     if not out:
         raise ZcError("no usable receipts: every receipt was invalid, abstained or judged wrong")
     return Dataset(out, counts, files)
+
+
+def _dropped(r: Any, none_fits: bool) -> str | None:
+    """Why receipt `r` is not a decision to learn from (a count's name), or None."""
+    if r.verified is False:
+        return "dropped_judged_wrong"
+    if r.gold is None and r.action is None and not (none_fits and r.verified is True):
+        return "dropped_abstained"
+    return None
+
+
+def _decision(r: Any, i: int, policy: Any, described: dict, counts: Counter) -> Decision:
+    """The decision of receipt `r`, the `i`-th valid receipt read: the legal set computed once."""
+    label = r.gold if r.gold is not None else r.action
+    if policy is not None:
+        legal_set = policy.legal(r.state, r.intent)
+        legal, root = legal_set.actions, legal_set.root
+    elif r.legal is not None:
+        legal, root = tuple(r.legal), None
+    else:
+        raise ZcError(f"receipt `{r.id}`: $.legal: missing; without --policy a pairwise specialist needs "
+                      "receipts that list the offered actions")
+    if label is not None and label not in legal:
+        counts["label_not_legal"] += 1  # kept: the specialist can never match it, and that counts
+    if label is None:
+        counts["no_action_fits"] += 1
+    raw_tools = (r.meta or {}).get("tools") or []
+    tools = {str(t["name"]): t for t in raw_tools if isinstance(t, dict) and "name" in t} or described
+    return Decision(r.id, r.task, (r.ts if r.ts is not None else math.inf, i), r.state, root, r.intent,
+                    tuple(legal), label, r.action, r.gold, getattr(r, "arguments", None),
+                    tuple(getattr(r, "candidates", None) or ()), tools, r.verified)
+
+
+# ---- bounded memory: a seeded, task-stratified sample beyond a size limit ---------------------------
+
+MAX_DECISIONS = 50_000  # decisions held in memory (each ~25 KB with its argument candidates)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Which decisions distillation used: all of them, or a seeded task-stratified sample of each split.
+
+    A decision is kept when its key (`sample_key(seed, id)`) is at most its task's threshold
+    (`theta`; None: every decision is kept), so any engine reading the receipts keeps the same ones.
+    """
+
+    method: str  # "all" or "sample"
+    usable: int  # decisions in the data
+    kept: int  # decisions used
+    limit: int
+    seed: int
+    theta: dict[str, int] | None = None
+
+    def keeps(self, r: Any) -> bool:
+        return self.theta is None or sample_key(self.seed, r.id) <= self.theta.get(r.task, -1)
+
+    def text(self) -> str:
+        if self.method == "all":
+            return f"all {self.usable} decisions (limit {self.limit})"
+        return (f"a seeded task-stratified sample of {self.kept} of {self.usable} decisions (limit {self.limit}, "
+                f"seed {self.seed}; each task keeps its share, rounded at random; the split and its seal "
+                "cover every task)")
+
+
+def sample_key(seed: int, rid: str) -> int:
+    """A receipt's seeded random key (64 bits of blake2b of the seed and its id): the sample's order."""
+    return int.from_bytes(hashlib.blake2b(f"{seed}\0{rid}".encode(), digest_size=8).digest(), "little")
+
+
+@dataclass
+class Bounded:
+    """Decisions split by task (sampled beyond the limit), and the seal over every task."""
+
+    parts: dict[str, list[Decision]]
+    splits: Splits
+    counts: Counter
+    files: list[DataFile]
+    sampling: Sampling
+
+
+def rows_in(paths: Sequence[str | Path]) -> int:
+    """Receipt rows in the files (non-blank lines; Parquet: the metadata's count), without decoding any."""
+    from ..receipts import expand
+    from ..receipts.io import is_parquet_file, iter_lines
+
+    n = 0
+    for p in expand(paths):
+        if is_parquet_file(p):
+            import pyarrow.parquet as pq
+
+            n += pq.ParquetFile(p).metadata.num_rows
+        else:
+            n += sum(1 for _ in iter_lines(p))
+    return n
+
+
+def load_split(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid: bool = False,
+               none_fits: bool = False, limit: int = MAX_DECISIONS, seed: int = 0,
+               report: Report | None = None) -> Bounded:
+    """Steps 1–2 in memory bounded by `limit` decisions: `load` and `split_by_task` when the files
+    hold at most `limit` rows; beyond it two streaming passes. The first reads and validates every
+    receipt, keeping only each usable one's task and position; the split by task is made and sealed
+    over all of them; then each split keeps, per task, a seeded random share `limit / usable` of its
+    decisions (rounded up or down at random: `thresholds`), and the second pass builds only those, decoding only their
+    lines (Parquet: reading only their row groups).
+    """
+    report = report or Report()
+    if rows_in(paths) <= limit:
+        data = load(paths, policy, skip_invalid=skip_invalid, none_fits=none_fits, report=report)
+        report.step("2/10 splitting by task (chronological, sealed)")
+        parts = split_by_task(data.decisions)
+        n = len(data.decisions)
+        return Bounded(parts, seal_all(parts), data.counts, data.files, Sampling("all", n, n, limit, seed))
+    from ..receipts import ReadStats, read
+    from ..tools import policy_tools
+
+    files = data_files(paths)
+    counts: Counter = Counter()
+    rstats = ReadStats()
+    tasks: dict[str, int] = {}
+    first: dict[str, tuple[float, int]] = {}
+    task_of, keys, raw, position = array("q"), array("Q"), array("q"), array("q")  # 32 bytes a decision
+    receipts = report.bar(read(paths, skip_invalid=skip_invalid, policy=policy, stats=rstats),
+                          "reading receipts (1 of 2: validating, splitting)", 0)
+    for i, r in enumerate(receipts):
+        counts["receipts"] += 1
+        if (dropped := _dropped(r, none_fits)) is not None:
+            counts[dropped] += 1
+            continue
+        t = tasks.setdefault(r.task, len(tasks))
+        order = (r.ts if r.ts is not None else math.inf, i)
+        if r.task not in first or order < first[r.task]:
+            first[r.task] = order
+        task_of.append(t)
+        keys.append(sample_key(seed, r.id))
+        raw.append((rstats.files - 1) * (1 << 40) + rstats.line)  # its file and line (Parquet: row)
+        position.append(i)
+    usable = len(task_of)
+    if not usable:
+        raise ZcError("no usable receipts: every receipt was invalid, abstained or judged wrong")
+    report.step("2/10 splitting by task (chronological, sealed over every task), then sampling")
+    which = task_parts(first)
+    names = list(tasks)
+    task_arr = np.frombuffer(task_of, dtype=np.int64)
+    sizes = np.bincount(task_arr, minlength=len(names))
+    part_of_task = np.array([PARTS.index(which[t]) for t in names], dtype=np.int8)
+    splits = Splits(*(_seal_tasks([t for t in names if which[t] == p], int(sizes[part_of_task == k].sum()))
+                      for k, p in enumerate(PARTS)))
+    key_arr = np.frombuffer(keys, dtype=np.uint64)
+    theta = thresholds(task_arr, key_arr, min(1.0, limit / usable), names, seed)
+    keep = np.array([k <= th for k, th in zip(key_arr.tolist(), theta[task_arr].tolist())], dtype=bool)
+    at = dict(zip(np.frombuffer(raw, dtype=np.int64)[keep].tolist(), np.frombuffer(position, dtype=np.int64)[keep].tolist()))
+    sampling = Sampling("sample", usable, len(at), limit, seed, dict(zip(names, theta.tolist())))
+    del task_of, keys, raw, position, task_arr, key_arr, keep
+    described = policy_tools(policy) if policy is not None else {}
+    parts: dict[str, list[Decision]] = {p: [] for p in PARTS}
+    for raw_at, r in report.bar(_again(files, at), "reading receipts (2 of 2: the sample)", len(at)):
+        parts[which[r.task]].append(_decision(r, at[raw_at], policy, described, counts))
+    kept = sum(len(v) for v in parts.values())
+    if kept != len(at):
+        raise ZcError(f"the receipts changed while being read: {kept} of the {len(at)} sampled decisions "
+                      "were found again")
+    counts["skipped_invalid"] = rstats.skipped
+    counts["used"] = kept
+    counts["sampled_out"] = usable - kept
+    counts["sample_limit"] = limit
+    return Bounded(parts, splits, counts, files, sampling)
+
+
+def _again(files: list[DataFile], at: dict[int, int]) -> Iterator[tuple[int, Any]]:
+    """The receipts at the given (file, line or row) keys, validated by the first pass: a Parquet file's
+    rows read from their row groups only, a JSON Lines file's lines decoded only where wanted."""
+    from ..receipts import ReadStats, read
+    from ..receipts.io import is_parquet_file, receipt_of
+    from ..receipts.parquet import rows_at
+
+    for k, f in enumerate(files):
+        path = Path(f.path)
+        lo, hi = k * (1 << 40), (k + 1) * (1 << 40)
+        rows = sorted(x - lo for x in at if lo <= x < hi)
+        if not rows:
+            continue
+        if is_parquet_file(path):
+            for n, body, texts in rows_at(path, rows):
+                r, _ = receipt_of(body, texts, None)
+                if r is not None:
+                    yield lo + n, r
+            continue
+        stats, wanted = ReadStats(), set(rows)
+        for r in read(path, skip_invalid=True, stats=stats):
+            if stats.line in wanted:
+                yield lo + stats.line, r
+
+
+def thresholds(task: np.ndarray, key: np.ndarray, rate: float, names: Sequence[str], seed: int) -> np.ndarray:
+    """Per task, the key at or below which its quota of lowest-keyed rows falls (-1: none kept).
+
+    A task's quota is `rate * rows`, rounded down or up at random (seeded per task name) with the
+    probability of its fraction: each task keeps its share in expectation and the total stays at
+    about `rate * rows` however many tasks there are."""
+    order = np.lexsort((key, task))  # rows grouped by task, each task's by key
+    sizes = np.bincount(task, minlength=len(names))
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    want = rate * sizes
+    coin = np.array([sample_key(seed, "task\0" + t) / 2.0**64 for t in names])
+    quota = np.minimum(sizes, np.floor(want) + (coin < want - np.floor(want))).astype(np.int64)
+    sorted_keys = key[order].astype(object)
+    return np.array([int(sorted_keys[s + q - 1]) if q else -1 for s, q in zip(starts, quota)], dtype=object)
 
 
 def data_files(paths: Sequence[str | Path]) -> list[DataFile]:
@@ -134,24 +325,33 @@ def split_by_task(decisions: Sequence[Decision]) -> dict[str, list[Decision]]:
     first: dict[str, tuple[float, int]] = {}
     for d in decisions:
         first[d.task] = min(first.get(d.task, d.order), d.order)
-    tasks = sorted(first, key=first.__getitem__)
-    n = len(tasks)
-    if n < 3:
-        raise ZcError(f"need receipts from at least 3 tasks to split train/calibration/test, got {n}")
-    n_train = min(max(1, round(n * SPLIT[0])), n - 2)
-    n_cal = min(max(1, round(n * SPLIT[1])), n - n_train - 1)
-    which = {t: PARTS[0] if i < n_train else PARTS[1] if i < n_train + n_cal else PARTS[2]
-             for i, t in enumerate(tasks)}
+    which = task_parts(first)
     out: dict[str, list[Decision]] = {p: [] for p in PARTS}
     for d in decisions:
         out[which[d.task]].append(d)
     return out
 
 
+def task_parts(first: dict[str, tuple[float, int]]) -> dict[str, str]:
+    """Each task's split: 70/15/15 of the tasks ordered by their first decision's (timestamp, position)."""
+    tasks = sorted(first, key=first.__getitem__)
+    n = len(tasks)
+    if n < 3:
+        raise ZcError(f"need receipts from at least 3 tasks to split train/calibration/test, got {n}")
+    n_train = min(max(1, round(n * SPLIT[0])), n - 2)
+    n_cal = min(max(1, round(n * SPLIT[1])), n - n_train - 1)
+    return {t: PARTS[0] if i < n_train else PARTS[1] if i < n_train + n_cal else PARTS[2]
+            for i, t in enumerate(tasks)}
+
+
 def seal(part: Sequence[Decision]) -> Split:
     """The split's sorted task ids, their sha256 and its size: what `zc eval` checks held-out claims against."""
-    tasks = tuple(sorted({d.task for d in part}))
-    return Split(tasks, hashlib.sha256("\n".join(tasks).encode()).hexdigest(), len(part))
+    return _seal_tasks({d.task for d in part}, len(part))
+
+
+def _seal_tasks(tasks: Iterable[str], n: int) -> Split:
+    ordered = tuple(sorted(set(tasks)))
+    return Split(ordered, hashlib.sha256("\n".join(ordered).encode()).hexdigest(), n)
 
 
 def seal_all(parts: dict[str, list[Decision]]) -> Splits:

@@ -28,6 +28,7 @@ from .. import __version__, stats
 from ..errors import ZcError
 from ..outdir import staged
 from . import dataset as D
+from . import engine as E
 from . import features as F
 from .calibrate import fit_platt
 from .calls import Signatures, argument_examples, call_outputs, fit_arguments, same_call
@@ -58,6 +59,8 @@ class Settings:
     negatives: int = 3
     skip_invalid: bool = False
     options: dict[str, Any] = field(default_factory=dict)
+    max_decisions: int = D.MAX_DECISIONS  # beyond it, a seeded task-stratified sample (dataset.load_split)
+    engine: str = "local"  # featurisation: local or ray (engine.py)
 
 
 @dataclass
@@ -100,20 +103,24 @@ def distill(paths: Sequence[str | Path], policy: Any, out: str | Path, settings:
     report = report or D.Report()
     _validate(s, policy)
     pairwise = s.model == "pairwise"
+    engine = E.make(s.engine, paths, policy, skip_invalid=s.skip_invalid, none_fits=pairwise)
     if parts is None:
         report.step("1/10 loading and validating receipts")
-        data = D.load(paths, policy, skip_invalid=s.skip_invalid, none_fits=pairwise, report=report)
-        report.step("2/10 splitting by task (chronological, sealed)")
-        parts, counts, files = D.split_by_task(data.decisions), data.counts, data.files
+        data = D.load_split(paths, policy, skip_invalid=s.skip_invalid, none_fits=pairwise, limit=s.max_decisions,
+                            seed=s.seed, report=report)
+        parts, counts, files, splits = data.parts, data.counts, data.files, data.splits
+        engine.sampling = data.sampling
+        report.step(f"   training data: {data.sampling.text()}")
     else:
         counts, files = Counter(used=sum(len(v) for v in parts.values())), D.data_files(paths)
+        splits = D.seal_all(parts)
     _warn_thin(parts, pairwise, report)
     kinds = AUTO if s.model == "auto" else (s.model,)
     spec = F.spec_for(policy.ir) if policy is not None else F.FeatureSpec(F.VERSION, (), ())
     head = dict(version=MANIFEST_VERSION, zcompile=__version__, name=name or Path(out).name,
                 policy_name=policy.name if policy is not None else "",
                 policy_sha256=policy.sha256 if policy is not None else "", data=tuple(files),
-                counts=dict(counts), splits=D.seal_all(parts), seed=s.seed)
+                counts=dict(counts), splits=splits, seed=s.seed)
     with staged(out, "specialist directory", is_specialist_dir) as work:
         candidates = []
         shared: dict[bytes, Arguments] = {}  # argument models by folds: every candidate reuses them
@@ -121,7 +128,8 @@ def distill(paths: Sequence[str | Path], policy: Any, out: str | Path, settings:
             if len(kinds) > 1:
                 report.step(f"== {kind}")
             (work / kind).mkdir()
-            candidates.append(_candidate(kind, work / kind, parts, policy, spec, s, head, len(kinds), report, shared))
+            candidates.append(_candidate(kind, work / kind, parts, policy, spec, s, head, len(kinds), report, shared,
+                                         engine))
         best = max(candidates, key=lambda c: selection_key(c.manifest.threshold, c.oof))
         if len(kinds) > 1:
             report.step(f"   kept {best.kind} (out-of-fold evidence: " + ", ".join(
@@ -157,14 +165,15 @@ def _warn_thin(parts: dict[str, list[D.Decision]], pairwise: bool, report: D.Rep
 
 def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.Decision]], policy: Any, spec: F.FeatureSpec,
                s: Settings, head: dict[str, Any], n_candidates: int, report: D.Report,
-               shared: dict[bytes, Any]) -> Candidate:
-    """Steps 3–8 for one recipe (`shared`: argument models already fit on the same folds)."""
+               shared: dict[bytes, Any], engine: Any = None) -> Candidate:
+    """Steps 3–8 for one recipe (`shared`: argument models already fit on the same folds; `engine`:
+    the featurisation engine, local by default)."""
     rec = recipe(kind, s.seed, spec, policy, s.options, s.negatives)
     sig = Signatures(policy)
     pool = parts["train"] + parts["calibration"]
     report.step(f"3/10 {rec.reading} ({kind})")
     rec.prepare(pool if rec.crossfit else parts["train"])
-    x = {p: rec.inputs(report.bar(parts[p], f"{rec.reading} {p}", len(parts[p]))) for p in D.PARTS}
+    x = (engine or E.Local()).inputs(rec, parts, cdir, report)
     model, oof_raw, oof, folds = _train(rec, parts, x, s, report)
     with_calls = policy is not None and isinstance(rec, ClassifierRecipe) and sig.any
     arguments = None

@@ -1,9 +1,10 @@
-"""Receipt files: streaming validated reads, crash-safe appends, atomic whole-file writes."""
+"""Receipt files: streaming validated reads (JSON Lines, gzip, Parquet), crash-safe appends, atomic whole-file writes."""
 
 from __future__ import annotations
 
 import fcntl
 import gzip
+import math
 import os
 import stat
 import tempfile
@@ -20,13 +21,14 @@ import msgspec
 from ..errors import ZcError, json_problem
 from .format import FORMAT_VERSION, Receipt, ReceiptError, newer_major
 
-__all__ = ["GZIP_MAGIC", "PROBLEMS_KEPT", "ReadStats", "ReceiptWriter", "decoded_lines", "encode", "expand",
-           "iter_lines", "line_problem", "read", "write_file"]
+__all__ = ["GZIP_MAGIC", "PROBLEMS_KEPT", "SUFFIXES", "ReadStats", "ReceiptWriter", "check_receipt", "decoded_lines",
+           "encode", "expand", "is_parquet_file", "iter_lines", "line_problem", "read", "receipt_of", "write_file"]
 
 PROBLEMS_KEPT = 100  # problems kept in ReadStats.problems (all are counted)
 GZIP_MAGIC = b"\x1f\x8b"
 TORN_LAST = "$: torn last line (the writer stopped mid-line)"
 TORN = "$: torn line (a writer stopped mid-line; the next append started a new line after it)"
+SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet")  # what a directory is expanded to
 
 
 @dataclass
@@ -37,7 +39,8 @@ class ReadStats:
     the one checked against and do not match it (reported once per identity, then only counted).
     """
 
-    files: int = 0
+    files: int = 0  # files opened so far (the one being read is files - 1)
+    line: int = 0  # the line (Parquet: row) number of the last line read in that file
     read: int = 0
     valid: int = 0
     skipped: int = 0
@@ -60,10 +63,9 @@ def expand(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            found = sorted(q for q in p.rglob("*")
-                           if q.is_file() and q.name.endswith((".jsonl", ".jsonl.gz")))
+            found = sorted(q for q in p.rglob("*") if q.is_file() and q.name.endswith(SUFFIXES))
             if not found:
-                raise ReceiptError(f"{p}: no receipt files (*.jsonl, *.jsonl.gz) in this directory")
+                raise ReceiptError(f"{p}: no receipt files (*.jsonl, *.jsonl.gz, *.parquet) in this directory")
             out.extend(found)
         else:
             out.append(p)
@@ -86,6 +88,14 @@ def _open_regular(path: Path) -> BinaryIO:
         os.close(fd)
         raise ReceiptError(f"{path}: cannot read: not a regular file")
     return os.fdopen(fd, "rb")
+
+
+def is_parquet_file(path: Path) -> bool:
+    """Whether `path` is a Parquet file (by its magic bytes, not its name); unreadable files raise."""
+    from .parquet import is_parquet
+
+    with _open_regular(path) as raw:
+        return is_parquet(raw.peek(4)[:4])
 
 
 def iter_lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
@@ -167,6 +177,15 @@ def _invalid(body: bytes, exc: msgspec.ValidationError) -> tuple[str, bool]:
     return str(json_problem(exc)), False
 
 
+def check_receipt(r: Receipt, policy: Any) -> str | None:
+    """The problem of a decoded receipt (a newer major version, or disagreeing with `policy` when
+    given), or None: the one check every reader applies after decoding."""
+    problem = newer_major(r.version)
+    if problem is None and policy is not None:
+        problem = _check_against(r, policy)
+    return problem
+
+
 def _check_against(r: Receipt, policy: Any) -> str | None:
     """The first way `r` disagrees with `policy` (state schema, intent, action names), or None."""
     from ..state import StateError
@@ -197,11 +216,13 @@ def _foreign(r: Receipt, policy: Any, problem: str) -> str:
 
 def read(paths: str | os.PathLike | Iterable[str | os.PathLike], *, skip_invalid: bool = False,
          policy: Any = None, stats: ReadStats | None = None) -> Iterator[Receipt]:
-    """Stream receipts from JSONL files (gzip detected by its magic bytes), validating every line.
+    """Stream receipts from JSON Lines (gzip detected by its magic bytes) and Parquet files (by
+    theirs, `receipts.parquet`), validating every line or row.
 
     Args:
-        paths: a file, a directory (every `*.jsonl` / `*.jsonl.gz` below it, sorted), or a list of them.
-            Files are read in the order given; with `ts=None`, that order is the receipts' order.
+        paths: a file, a directory (every `*.jsonl`, `*.jsonl.gz` and `*.parquet` below it, sorted),
+            or a list of them. Files are read in the order given; with `ts=None`, that order is the
+            receipts' order.
         skip_invalid: skip invalid lines (counting them in `stats`) instead of raising.
         policy: a zcompile Policy; when given, each receipt's state must validate against its schema
             and `action`, `gold` and `legal` must name its actions. A receipt written for another
@@ -210,27 +231,59 @@ def read(paths: str | os.PathLike | Iterable[str | os.PathLike], *, skip_invalid
         stats: a ReadStats to fill in (files, lines read, valid, skipped, the first 100 problems).
 
     Returns:
-        An iterator of Receipts; files are opened lazily and read one line at a time.
+        An iterator of Receipts; files are opened lazily and read one line (Parquet: one batch of
+        rows) at a time, so memory does not grow with the files.
 
     Raises:
-        ReceiptError: `FILE:LINE: $.path: problem` for the first invalid line (unless
-            `skip_invalid`), and for unreadable files and truncated gzip streams in any case
-            (with `skip_invalid`, a truncated gzip stream is a problem and the next file is read).
-            A receipt of a newer major format version, a torn line and a file of another format
-            (a chat log, function-calling questions) are problems that say so; with
-            `skip_invalid`, the rest of a file of another format is not read.
+        ReceiptError: `FILE:LINE: $.path: problem` (Parquet: `FILE:row N: …`) for the first invalid
+            line (unless `skip_invalid`), and for unreadable files and truncated gzip streams in
+            any case (with `skip_invalid`, a truncated gzip stream or corrupt Parquet data is a
+            problem and the next file is read). A receipt of a newer major format version, a torn
+            line and a file of another format (a chat log, function-calling questions) are
+            problems that say so; with `skip_invalid`, the rest of a file of another format is not
+            read.
     """
     files = expand(paths)
     return _read(files, skip_invalid, policy, stats if stats is not None else ReadStats())
 
 
+def _bodies(path: Path) -> Iterator[tuple[int, str, bytes, Callable[[Exception], str]]]:
+    """(line or row number, where, the receipt's JSON, the problem of a body that is not JSON) per
+    line or Parquet row."""
+    if is_parquet_file(path):
+        from .parquet import bad_json, iter_rows
+
+        try:
+            for n, body, texts in iter_rows(path):
+                yield n, f"{path}:row {n}", body, lambda exc, texts=texts: bad_json(texts) or str(json_problem(exc))
+        except ReceiptError as exc:
+            raise _CorruptStream(str(exc)) from None
+        return
+    for lineno, body, unterminated in iter_lines(path):
+        yield lineno, f"{path}:{lineno}", body, lambda exc, u=unterminated: line_problem(exc, u)
+
+
+def receipt_of(body: bytes, texts: dict[str, bytes], policy: Any) -> tuple[Receipt | None, str | None]:
+    """A Parquet row's receipt (`parquet.batch_bodies`), or the problem `read` reports for it."""
+    from .parquet import bad_json
+
+    try:
+        r = _DECODER.decode(body)
+    except msgspec.ValidationError as exc:
+        return None, _invalid(body, exc)[0]
+    except (msgspec.DecodeError, RecursionError) as exc:
+        return None, bad_json(texts) or str(json_problem(exc))
+    problem = check_receipt(r, policy)
+    return (r, None) if problem is None else (None, problem)
+
+
 def _read(files: list[Path], skip_invalid: bool, policy: Any, stats: ReadStats) -> Iterator[Receipt]:
     for path in files:
         stats.files += 1
-        lines = iter_lines(path)
+        bodies = _bodies(path)
         while True:
             try:
-                lineno, body, last_unterminated = next(lines)
+                stats.line, where, body, not_json = next(bodies)
             except StopIteration:
                 break
             except _CorruptStream as exc:
@@ -245,20 +298,19 @@ def _read(files: list[Path], skip_invalid: bool, policy: Any, stats: ReadStats) 
             except msgspec.ValidationError as exc:  # a subclass of DecodeError: catch it first
                 problem, other_format = _invalid(body, exc)
             except (msgspec.DecodeError, RecursionError) as exc:
-                problem = line_problem(exc, last_unterminated)
+                problem = not_json(exc)
             else:
-                problem = newer_major(r.version)
-                if problem is None and policy is not None:
-                    problem = _check_against(r, policy)
-                    if problem is not None and r.policy and r.policy != policy.sha256:
-                        listed = not stats.foreign[r.policy]
-                        stats.foreign[r.policy] += 1
-                        problem = _foreign(r, policy, problem)
+                problem = check_receipt(r, policy)
+                if problem is not None and policy is not None and r.policy and r.policy != policy.sha256 \
+                        and newer_major(r.version) is None:
+                    listed = not stats.foreign[r.policy]
+                    stats.foreign[r.policy] += 1
+                    problem = _foreign(r, policy, problem)
             if problem is None:
                 stats.valid += 1
                 yield r
                 continue
-            text = f"{path}:{lineno}: {problem}"
+            text = f"{where}: {problem}"
             stats.problem(text if listed else None)
             if not skip_invalid:
                 raise ReceiptError(text)
@@ -272,14 +324,28 @@ _ENCODER = msgspec.json.Encoder()
 _VERSIONED = b'{"version":' + msgspec.json.encode(FORMAT_VERSION) + b","
 
 
+_DEFAULT_OF = dict(zip(Receipt.__struct_fields__[-len(Receipt.__struct_defaults__):], Receipt.__struct_defaults__))
+_DEFAULTS = tuple((f, _DEFAULT_OF[f]) for f in ("policy", "latency_ms", "cost", "version"))  # the objects themselves
+
+
+def _equal(v: Any, d: Any) -> bool:
+    """Whether `v` is written as the default `d` (-0.0 is written as it is; any version as this build's)."""
+    if d is FORMAT_VERSION:
+        return True
+    return type(v) is type(d) and v == d and not (isinstance(v, float) and math.copysign(1.0, v) < 0)
+
+
 def encode(r: Receipt) -> bytes:
     """One receipt as one JSON line, newline included, `version` first (always written).
 
     Raises:
         ReceiptError: a value that JSON cannot hold, or nesting beyond the encoder's limit.
     """
-    if r.version != FORMAT_VERSION:  # a receipt held here has this build's fields only
-        r = msgspec.structs.replace(r, version=FORMAT_VERSION)
+    # canonical: a field equal to its default is omitted whichever object holds it (`omit_defaults`
+    # omits only the default object itself), and `version` is this build's (its fields only)
+    same = {f: d for f, d in _DEFAULTS if getattr(r, f) is not d and _equal(getattr(r, f), d)}
+    if same:
+        r = msgspec.structs.replace(r, **same)
     try:
         body = _ENCODER.encode(r)  # `version` equals its default, so it is omitted here
     except (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError) as exc:
@@ -370,12 +436,17 @@ class ReceiptWriter:
 
 
 def write_file(path: str | os.PathLike, receipts: Iterable[Receipt]) -> int:
-    """Write receipts to a new file atomically (temp file + rename); gzip when `path` ends `.gz`.
+    """Write receipts to a new file atomically (temp file + rename); gzip when `path` ends `.gz`,
+    Parquet when it ends `.parquet` (`receipts.parquet`).
 
     The gzip header carries no name and mtime 0, so equal receipts give equal bytes. Nothing is
     left at `path` if iterating `receipts` raises. Returns the number of receipts written.
     """
     path = Path(path)
+    if path.name.endswith(".parquet"):
+        from .parquet import write_parquet
+
+        return write_parquet(path, receipts)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:200]}.", suffix=".tmp")
     n = 0

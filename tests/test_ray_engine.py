@@ -1,0 +1,82 @@
+"""`--engine ray`: Ray Data over Parquet shards on a local instance gives bit for bit the local engine's features."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+from test_distill import POLICY, make_receipts
+
+import zcompile
+from zcompile import ZcError
+from zcompile.cli import main
+from zcompile.qroute import dataset as D
+from zcompile.qroute import engine as E
+from zcompile.qroute import features as F
+from zcompile.qroute.recipes import recipe
+from zcompile.receipts import read, write_file
+
+pytest.importorskip("pyarrow", reason="the `distill` extra (pyarrow) is not installed")
+ray = pytest.importorskip("ray", reason="the `ray` extra (ray[data]) is not installed")
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return zcompile.compile_text(POLICY, "toy.zc")
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    d = tmp_path_factory.mktemp("shards")
+    rs = list(read(make_receipts(d / "all.jsonl", tasks=12, per_task=25)))
+    for i in range(3):  # three shards, one row group each
+        write_file(d / "p" / f"part-{i}.parquet", rs[i * 100:(i + 1) * 100])
+    return d / "p"
+
+
+def _both(policy, shards, tmp_path, limit):
+    b = D.load_split([shards], policy, limit=limit, seed=5)
+    rec = recipe("logistic", 0, F.spec_for(policy.ir), policy, {}, 3)
+    rec.prepare(b.parts["train"] + b.parts["calibration"])
+    (tmp_path / "local").mkdir()
+    (tmp_path / "ray").mkdir()
+    local = E.Local().inputs(rec, b.parts, tmp_path / "local", D.Report())
+    engine = E.make("ray", [shards], policy)
+    engine.sampling = b.sampling
+    return b, local, engine.inputs(rec, b.parts, tmp_path / "ray", D.Report())
+
+
+@pytest.mark.parametrize("limit", [10_000, 120])
+def test_ray_features_are_the_local_ones_bit_for_bit(local_ray, policy, shards, tmp_path, limit):
+    b, local, remote = _both(policy, shards, tmp_path, limit)
+    assert b.sampling.method == ("all" if limit > 300 else "sample")
+    for p in D.PARTS:
+        assert len(local[p]) == len(b.parts[p]) > 0
+        assert remote[p].dtype == local[p].dtype and remote[p].tobytes() == local[p].tobytes()
+
+
+def test_distill_with_the_ray_engine_matches_the_local_one(local_ray, policy, shards, tmp_path):
+    runner = CliRunner()
+    zcp = tmp_path / "toy.zcp"
+    (tmp_path / "toy.zc").write_text(POLICY)
+    assert runner.invoke(main, ["compile", str(tmp_path / "toy.zc"), "-o", str(tmp_path)]).exit_code == 0
+    outs = {}
+    for engine in ("local", "ray"):
+        res = runner.invoke(main, ["distill", "--from", str(shards), "--policy", str(zcp), "-o",
+                                   str(tmp_path / engine), "--model", "logistic", "--engine", engine])
+        assert res.exit_code == 0, res.output
+        outs[engine] = zcompile.qroute.read_manifest(tmp_path / engine)
+    a, b = outs["local"], outs["ray"]
+    assert (a.splits, a.features, a.threshold, a.model.sha256) == (b.splits, b.features, b.threshold, b.model.sha256)
+
+
+def test_the_ray_engine_reads_parquet_only(policy, tmp_path):
+    src = make_receipts(tmp_path / "r.jsonl", tasks=3, per_task=2)
+    with pytest.raises(ZcError, match=r"r\.jsonl: --engine ray reads Parquet shards; convert it with `zc receipts convert"):
+        E.make("ray", [src], policy)

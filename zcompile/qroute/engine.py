@@ -1,0 +1,205 @@
+"""Featurisation engines: local (batches into a memory-mapped float32 matrix) or Ray Data over Parquet shards, bit for bit the same.
+
+Both compute each decision's row with the same `Featurizer.row(root, legal)`, root and legal set
+from the same `Policy.legal(state, intent)`, into a float32 matrix per split, written `BATCH` rows
+at a time into a memory-mapped file in the distillation's staging directory (removed with it).
+The local engine featurises the decisions in memory; the Ray engine reads the receipts again from
+Parquet shards with Ray Data (`ray.data.read_parquet`, order preserved), validates and featurises
+them in Ray workers, keeps the ones the sample keeps (`dataset.Sampling.keeps`: a per-receipt
+test, so workers need no global state), and the driver checks that it got exactly the decisions
+of each split, in order. Non-tabular recipes (transformer, pairwise) read their inputs as before.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from ..errors import ZcError
+from . import dataset as D
+from . import features as F
+
+ENGINES = ("local", "ray")
+BATCH = 4096  # decisions featurised at a time (one float32 chunk)
+RAY_BATCH = 1024  # receipts per Ray Data batch
+
+
+def make(name: str, paths: Sequence[str | Path], policy: Any, *, skip_invalid: bool = False,
+         none_fits: bool = False) -> Any:
+    """The engine called `name` for these receipts (the Ray engine refuses files other than Parquet)."""
+    if name == "local":
+        return Local()
+    if name == "ray":
+        return Ray(paths, policy, skip_invalid=skip_invalid, none_fits=none_fits)
+    raise ZcError(f"unknown engine `{name}` (choose {' or '.join(ENGINES)})")
+
+
+def _matrix(where: Path, part: str, n: int, dim: int) -> np.ndarray:
+    """A float32 (n, dim) matrix memory-mapped from a new file under `where` (in memory when empty)."""
+    if n == 0 or dim == 0:
+        return np.zeros((n, dim), dtype=np.float32)
+    where.mkdir(exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=where, prefix=f"{part}-", suffix=".f32")
+    os.close(fd)
+    return np.lib.format.open_memmap(name, mode="w+", dtype=np.float32, shape=(n, dim))
+
+
+def scratch(cdir: Path) -> Path:
+    """Where a candidate's feature matrices go: a directory the staged output removes with the rest."""
+    return cdir / ".features"
+
+
+class Local:
+    """Featurise in this process, from the decisions in memory."""
+
+    name = "local"
+
+    def inputs(self, rec: Any, parts: dict[str, list[D.Decision]], cdir: Path, report: D.Report) -> dict[str, Any]:
+        if not hasattr(rec, "fz"):
+            return {p: rec.inputs(report.bar(parts[p], f"{rec.reading} {p}", len(parts[p]))) for p in D.PARTS}
+        out = {}
+        for p in D.PARTS:
+            ds = parts[p]
+            x = _matrix(scratch(cdir), p, len(ds), rec.fz.dim)
+            for start in report.bar(range(0, len(ds), BATCH), f"{rec.reading} {p} ({BATCH} a batch)",
+                                    -(-len(ds) // BATCH)):
+                x[start:start + BATCH] = np.stack([rec.fz.row(d.root, d.legal) for d in ds[start:start + BATCH]])
+            out[p] = x
+        return out
+
+
+class Ray:
+    """Featurise the receipts' Parquet shards with Ray Data (a local instance, or the cluster that
+    `RAY_ADDRESS` names), the same rows as the local engine."""
+
+    name = "ray"
+
+    def __init__(self, paths: Sequence[str | Path], policy: Any, *, skip_invalid: bool, none_fits: bool) -> None:
+        from ..receipts import expand
+        from ..receipts.io import is_parquet_file
+
+        self.files = [str(p) for p in expand(paths)]
+        if bad := [f for f in self.files if not is_parquet_file(Path(f))]:
+            raise ZcError(f"{bad[0]}: --engine ray reads Parquet shards; convert it with "
+                          f"`zc receipts convert {bad[0]} -o OUT.parquet`")
+        if policy is None:
+            raise ZcError("--engine ray needs --policy (it computes legal sets in its workers)")
+        self.policy, self.skip_invalid, self.none_fits = policy, skip_invalid, none_fits
+        self.sampling: D.Sampling | None = None
+
+    def inputs(self, rec: Any, parts: dict[str, list[D.Decision]], cdir: Path, report: D.Report) -> dict[str, Any]:
+        if not hasattr(rec, "fz"):
+            raise ZcError(f"--engine ray featurises tabular models (logistic, mlp, gbt), not `{rec.kind}`")
+        ray = _ray()
+        which = {d.task: p for p in D.PARTS for d in parts[p]}
+        out = {p: _matrix(scratch(cdir), p, len(parts[p]), rec.fz.dim) for p in D.PARTS}
+        filled = dict.fromkeys(D.PARTS, 0)
+        for batch in report.bar(featurised(ray, self.files, self.policy, rec.spec, self.sampling,
+                                           self.skip_invalid, self.none_fits), "featurising with Ray Data", 0):
+            for rid, task, row in zip(batch["id"], batch["task"], batch["x"]):
+                p = which.get(str(task))
+                k = filled[p] if p is not None else -1
+                if p is None or k >= len(parts[p]) or parts[p][k].id != str(rid):
+                    raise ZcError(f"--engine ray: receipt `{rid}` of task `{task}` is not the decision the local "
+                                  "reader has next; the Parquet shards changed while distilling?")
+                out[p][k] = row
+                filled[p] += 1
+        if short := [p for p in D.PARTS if filled[p] != len(parts[p])]:
+            raise ZcError(f"--engine ray: featurised {filled[short[0]]} of the {len(parts[short[0]])} "
+                          f"{short[0]} decisions; the Parquet shards changed while distilling?")
+        return out
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ZcError("--engine ray needs Ray Data: pip install 'zcompile[ray]'") from None
+    if not ray.is_initialized():  # RAY_ADDRESS (a cluster) if set, else a local instance
+        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    return ray
+
+
+def featurised(ray: Any, files: list[str], policy: Any, spec: F.FeatureSpec, sampling: D.Sampling | None,
+               skip_invalid: bool, none_fits: bool):
+    """Batches {"id", "task", "x"} of the kept decisions of `files`, in file and row order."""
+    import inspect
+    import warnings
+
+    # Ray Data warns about its own deprecated settings when its context is made: not the user's doing
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"ray(\.|$)")
+    import ray.data
+
+    ctx = ray.data.DataContext.get_current()
+    ctx.execution_options.preserve_order = True  # rows come back in the files' order
+    ds = ray.data.read_parquet(files, file_extensions=None)
+    kwargs = dict(fn_kwargs={
+        "policy_ir": msgspec.msgpack.encode(policy.ir), "spec": msgspec.msgpack.encode(spec),
+        "sampling": msgspec.msgpack.encode(_plain_sampling(sampling)), "skip_invalid": skip_invalid,
+        "none_fits": none_fits}, batch_format="pyarrow", batch_size=RAY_BATCH)
+    if "udf_modifying_row_count" in inspect.signature(ds.map_batches).parameters:
+        kwargs["udf_modifying_row_count"] = True  # rows not kept are left out
+    # Ray tasks (not an actor pool: an actor would hold a CPU the read tasks wait for), each worker
+    # process building its Featurise once (`_worker`)
+    for batch in ds.map_batches(featurise_batch, **kwargs).iter_batches(batch_format="numpy", batch_size=None):
+        yield batch
+
+
+def featurise_batch(table: Any, **how: Any) -> dict[str, np.ndarray]:
+    """A Ray Data task: one Arrow batch of Parquet rows -> the kept decisions' feature rows."""
+    return _worker(**how)(table)
+
+
+@functools.lru_cache(maxsize=4)
+def _worker(**how: Any) -> Featurise:
+    return Featurise(**how)
+
+
+def _plain_sampling(s: D.Sampling | None) -> dict[str, Any] | None:
+    return None if s is None or s.theta is None else {"seed": s.seed, "theta": s.theta}
+
+
+class Featurise:
+    """A Ray Data worker: receipts (an Arrow batch of Parquet rows) -> the kept decisions' feature rows.
+
+    Validates each row exactly as `receipts.read` does (an invalid one is skipped when the
+    distillation skips invalid receipts, else it is an error), drops what `dataset.load` drops and
+    what the sample does not keep.
+    """
+
+    def __init__(self, policy_ir: bytes, spec: bytes, sampling: bytes, skip_invalid: bool, none_fits: bool) -> None:
+        from .. import ir
+        from ..runtime import Policy
+
+        self.policy = Policy(msgspec.msgpack.decode(policy_ir, type=ir.PolicyIR))
+        self.fz = F.Featurizer(msgspec.msgpack.decode(spec, type=F.FeatureSpec))
+        s = msgspec.msgpack.decode(sampling)
+        self.sampling = None if s is None else D.Sampling("sample", 0, 0, 0, s["seed"], s["theta"])
+        self.skip_invalid, self.none_fits = skip_invalid, none_fits
+
+    def __call__(self, table: Any) -> dict[str, np.ndarray]:
+        from ..receipts.io import receipt_of
+        from ..receipts.parquet import batch_bodies
+
+        ids, tasks, rows = [], [], []
+        for body, texts in batch_bodies(table):
+            r, problem = receipt_of(body, texts, self.policy)
+            if problem is not None:
+                if self.skip_invalid:
+                    continue
+                raise ZcError(f"receipt row: {problem}")
+            if D._dropped(r, self.none_fits) is not None or (self.sampling is not None and not self.sampling.keeps(r)):
+                continue
+            legal = self.policy.legal(r.state, r.intent)
+            ids.append(r.id)
+            tasks.append(r.task)
+            rows.append(self.fz.row(legal.root, legal.actions))
+        x = np.stack(rows) if rows else np.zeros((0, self.fz.dim), dtype=np.float32)
+        return {"id": np.array(ids, dtype=object), "task": np.array(tasks, dtype=object), "x": x}
