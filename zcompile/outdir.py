@@ -1,4 +1,4 @@
-"""Output directories: staged in a temporary sibling, swapped in atomically, never over a stranger's files."""
+"""Output files and directories: written to a temporary sibling and swapped in atomically, never over a stranger's files."""
 
 from __future__ import annotations
 
@@ -69,3 +69,23 @@ def swap(work: Path, target: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     except OSError as exc:
         raise ZcError(f"{target}: cannot write the output directory: {exc.strerror}") from None
+
+
+@contextmanager
+def new_file(path: str | os.PathLike, mode: int = 0o644, *, replace: bool = True) -> Iterator[Path]:
+    """Yield a temporary sibling of `path` to write; on success it gets `mode` and takes `path`'s place
+    (with `replace=False` only if `path` does not exist: FileExistsError, nothing overwritten); on an
+    exception it is removed and `path` is untouched."""
+    path = Path(path)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:200]}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        os.chmod(tmp, mode)  # mkstemp makes 0600
+        if replace:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)  # fails if the file appeared meanwhile
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import click
 import msgspec
 
 from ..errors import ZcError
+from ..outdir import new_file
 from .common import check_all, fail, load_policy, main, parse_call, read_json, report_diagnostics, summary
 
 
@@ -73,11 +72,8 @@ def compile_cmd(paths: tuple[str, ...], out: str, quiet: bool) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
         for path, policy, _ in results:
             target = out_dir / f"{policy.name}.zcp"
-            fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{policy.name}.", suffix=".tmp")
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(artifact_bytes(policy))
-            os.chmod(tmp, 0o644)  # mkstemp makes 0600; an artifact is meant to be shared
-            os.replace(tmp, target)
+            with new_file(target) as tmp:  # an artifact is meant to be shared: 0644
+                tmp.write_bytes(artifact_bytes(policy))
             click.echo(f"compiled {path} -> {target}")
     except OSError as exc:
         fail(ZcError(f"{out_dir}: cannot write artifacts: {exc.strerror}"))
@@ -243,11 +239,8 @@ def fmt_cmd(paths: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
             click.echo(f"would reformat {path}", err=True)
             continue
         try:
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-                fh.write(new)
-            os.chmod(tmp, path.stat().st_mode & 0o7777)
-            os.replace(tmp, path)
+            with new_file(path, path.stat().st_mode & 0o7777) as tmp:
+                tmp.write_bytes(new.encode("utf-8"))
         except OSError as exc:
             click.echo(f"error: {path}: cannot write: {exc.strerror}", err=True)
             errors += 1

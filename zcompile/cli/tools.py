@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import click
 import msgspec
 
 from ..errors import ZcError
+from ..outdir import new_file
 from .common import fail, load_policy, main
 
 
@@ -59,18 +59,8 @@ def _write_new(path: Path, data: bytes, force: bool) -> None:
     if os.path.lexists(path) and not force:
         raise ZcError(f"{path}: already exists; pass --force to replace it")
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.chmod(tmp, 0o644)
-            if force:
-                os.replace(tmp, path)
-            else:
-                os.link(tmp, path)  # fails if the file appeared meanwhile: nothing is overwritten
-        finally:
-            if os.path.lexists(tmp):
-                os.unlink(tmp)
+        with new_file(path, replace=force) as tmp:  # without --force, a file appearing meanwhile is kept
+            tmp.write_bytes(data)
     except FileExistsError:
         raise ZcError(f"{path}: already exists; pass --force to replace it") from None
     except OSError as exc:

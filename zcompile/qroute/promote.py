@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -14,6 +12,7 @@ import msgspec
 
 from .. import stats
 from ..errors import ZcError
+from ..outdir import new_file
 from ..receipts import ReadStats, expand, read
 from ..router.shadow import committed, label_of, record_right
 from .manifest import Gate, Manifest, encode, identity, seal_manifest
@@ -120,13 +119,8 @@ def promote(directory: str | Path, policy: Any, paths: Sequence[str | Path], *, 
 
 def _replace(path: Path, data: bytes) -> None:
     """Write `data` to a temporary sibling, then rename it over `path` (never a half-written file)."""
-    tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        with new_file(path) as tmp:
+            tmp.write_bytes(data)
     except OSError as exc:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
         raise ZcError(f"{path}: cannot write: {exc.strerror}") from None

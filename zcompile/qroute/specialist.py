@@ -42,6 +42,7 @@ class Answer:
 
 TOKENIZER_FILE = "tokenizer.json"
 MAX_MANIFEST_BYTES = 16 << 20  # a manifest is a few hundred KB (the argument model's weights)
+MAX_MODEL_BYTES = 2 << 30  # a float32 MiniLM-L6 is 87 MB, an ensemble of N is N times that
 TEXT_BATCH = 32  # rendered states per onnxruntime call in batch scoring
 
 
@@ -145,7 +146,7 @@ def open_verified(directory: str | Path, policy: Any = None, threads: int | None
     if policy is not None:
         check_against(m, policy, str(mpath))
     model_path = d / m.model.file
-    blob = read_file(model_path, "model")
+    blob = read_file(model_path, "model", MAX_MODEL_BYTES)
     if hashlib.sha256(blob).hexdigest() != m.model.sha256:
         raise ZcError(f"{model_path}: model does not match the sha256 in its manifest "
                       "(tampered or corrupt)")

@@ -7,7 +7,6 @@ import gzip
 import math
 import os
 import stat
-import tempfile
 import threading
 import zlib
 from collections import Counter
@@ -19,6 +18,7 @@ from typing import Any, BinaryIO
 import msgspec
 
 from ..errors import ZcError, json_problem
+from ..outdir import new_file
 from .format import FORMAT_VERSION, Receipt, ReceiptError, newer_major
 
 __all__ = ["GZIP_MAGIC", "PROBLEMS_KEPT", "SUFFIXES", "ReadStats", "ReceiptWriter", "check_receipt", "decoded_lines",
@@ -448,19 +448,12 @@ def write_file(path: str | os.PathLike, receipts: Iterable[Receipt]) -> int:
 
         return write_parquet(path, receipts)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:200]}.", suffix=".tmp")
     n = 0
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            out: BinaryIO = (gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0)  # type: ignore[assignment]
-                             if path.name.endswith(".gz") else raw)
-            with out:
-                for r in receipts:
-                    out.write(encode(r))
-                    n += 1
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with new_file(path) as tmp, open(tmp, "wb") as raw:
+        out: BinaryIO = (gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0)  # type: ignore[assignment]
+                         if path.name.endswith(".gz") else raw)
+        with out:
+            for r in receipts:
+                out.write(encode(r))
+                n += 1
     return n

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from ..outdir import new_file
 from .format import FORMAT_VERSION, Receipt, ReceiptError, newer_major
 
 __all__ = ["BATCH_ROWS", "MAGIC", "METADATA_KEY", "ROW_GROUP_ROWS", "columns", "is_parquet", "iter_rows",
@@ -109,27 +109,19 @@ def write_parquet(path: str | os.PathLike, receipts: Iterable[Receipt], *, row_g
     pa, pq = _arrow()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:200]}.", suffix=".tmp")
-    os.close(fd)
     sch = schema()
     n = 0
-    try:
-        with pq.ParquetWriter(tmp, sch, compression="zstd") as writer:
-            batch: list[Receipt] = []
-            for r in receipts:
-                batch.append(r)
-                if len(batch) == row_group_rows:
-                    writer.write_table(pa.Table.from_pydict(_columns_of(batch), schema=sch))
-                    n += len(batch)
-                    batch = []
-            if batch or not n:
+    with new_file(path) as tmp, pq.ParquetWriter(tmp, sch, compression="zstd") as writer:
+        batch: list[Receipt] = []
+        for r in receipts:
+            batch.append(r)
+            if len(batch) == row_group_rows:
                 writer.write_table(pa.Table.from_pydict(_columns_of(batch), schema=sch))
                 n += len(batch)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+                batch = []
+        if batch or not n:
+            writer.write_table(pa.Table.from_pydict(_columns_of(batch), schema=sch))
+            n += len(batch)
     return n
 
 
