@@ -411,3 +411,19 @@ def test_readme_tiers_toml_loads(tmp_path, monkeypatch):
     finally:
         for t in tiers.values():
             t.close()
+
+
+@pytest.mark.parametrize("depth", [201, 5000])
+def test_deeply_nested_replies_are_malformed_not_a_crash(stub, depth):
+    """Arguments (tools mode) or content (json_schema mode) nested past the bound of every other JSON
+    input (200 levels) are a malformed reply: an error outcome, never a RecursionError."""
+    deep = '{"a": ' * depth + "1" + "}" * depth
+    with OpenAITier(stub.base_url, "stub-model", timeout_ms=2000, mode="tools") as t:
+        stub.behaviour, stub.arguments = "correct", deep
+        ans = t.propose(STATE, LEGAL, timeout_s=2.0)
+        assert (ans.outcome, ans.action) == ("error", None) and "malformed reply" in ans.detail, ans
+    stub.reset()
+    with OpenAITier(stub.base_url, "stub-model", timeout_ms=2000, mode="json_schema") as t:
+        stub.behaviour, stub.content = "correct", '{"action": "fs.read", "x": ' + deep + "}"
+        ans = t.propose(STATE, LEGAL, timeout_s=2.0)
+        assert ans.action is None and ans.outcome in ("error", "abstained"), ans

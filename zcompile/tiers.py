@@ -20,7 +20,7 @@ import httpx
 import msgspec
 
 from .errors import ZcError, did_you_mean, json_problem
-from .inputs import MAX_JSON_DEPTH, read_file
+from .inputs import MAX_JSON_DEPTH, decode_json, read_file
 from .tools import signature_schema
 
 __all__ = ["MODES", "OpenAITier", "Tier", "TierAnswer", "TierConfig", "load_tiers", "render_state",
@@ -391,7 +391,7 @@ class OpenAITier:
         if isinstance(raw, list):  # the events of a stream
             return "ok", raw, ""
         try:
-            return "ok", json.loads(raw), ""
+            return "ok", _loads(raw), ""
         except (ValueError, UnicodeDecodeError, RecursionError):
             return "error", None, f"malformed reply: body is not JSON: {_snippet(raw)}"
 
@@ -452,7 +452,7 @@ class OpenAITier:
         if fenced:
             text = fenced.group(1)
         try:
-            obj = json.loads(text)
+            obj = _loads(text)
         except (ValueError, RecursionError):
             obj = None
         if not isinstance(obj, dict) or "action" not in obj:
@@ -493,7 +493,7 @@ def _arguments(raw: Any) -> dict:
         return {}
     if isinstance(raw, str):
         try:
-            raw = json.loads(raw)
+            raw = _loads(raw)
         except (ValueError, RecursionError):
             raise _Malformed(f'"tool_calls[0].function.arguments" is not JSON: {_snippet(raw)}') from None
     if not isinstance(raw, dict):
@@ -515,7 +515,7 @@ def _events(resp: httpx.Response, on_event: Callable[[Any], None]) -> list:
         if data == "[DONE]":
             return out
         try:
-            event = json.loads(data)
+            event = _loads(data)
         except (ValueError, RecursionError):
             raise _BadStream(f"an event is not JSON: {_snippet(data)}") from None
         out.append(event)
@@ -617,10 +617,19 @@ def _snippet(raw: bytes | str) -> str:
     return repr(text if len(text) <= _SNIPPET else text[:_SNIPPET] + "…")
 
 
+def _loads(text: str | bytes) -> Any:
+    """A model server's JSON, nesting bounded (`inputs.MAX_JSON_DEPTH`): ValueError when it is not JSON,
+    or nested deeper."""
+    try:
+        return decode_json(text, what="the reply")
+    except ZcError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def _error_message(raw: bytes) -> str:
     """`: message` from an OpenAI-style error body, if there is one."""
     try:
-        err = json.loads(raw).get("error")
+        err = _loads(raw).get("error")
         msg = err.get("message") if isinstance(err, dict) else err
     except (ValueError, AttributeError, UnicodeDecodeError):
         return ""
