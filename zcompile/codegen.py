@@ -9,6 +9,7 @@ Integers too long for a literal (action bitmasks of big policies) become named c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,12 +155,7 @@ class Gen:
             case ir.Cost():
                 return Code(self.const(action.cost), False)
             case ir.Not(operand=o):
-                c = self._expr(o, action)
-                if not c.maybe:
-                    return self._out(f"(not {c.text})", False, c.height + 1)
-                t = self._t()
-                return self._out(f"(None if ({t} := {c.text}) is None else not {t})", True,
-                                 c.height + 2)
+                return self._lift(self._expr(o, action), lambda x: f"not {x}")
             case ir.And(operands=ops) | ir.Or(operands=ops):
                 return self._kleene("and" if isinstance(e, ir.And) else "or",
                                     [self._expr(o, action) for o in ops])
@@ -175,22 +171,20 @@ class Gen:
                 c = self._expr(o, action)
                 k = self.const(frozenset(values))
                 word = "not in" if neg else "in"
-                if not c.maybe:
-                    return self._out(f"({c.text} {word} {k})", False, c.height + 1)
-                t = self._t()
-                return self._out(f"(None if ({t} := {c.text}) is None else {t} {word} {k})", True,
-                                 c.height + 2)
+                return self._lift(c, lambda x: f"{x} {word} {k}")
             case ir.InSet(operand=o, path=p, negated=neg):
                 return self._binary("not in" if neg else "in", self._expr(o, action),
                                     self._expr(ir.Field(p), action))
             case ir.Neg(operand=o):
-                c = self._expr(o, action)
-                if not c.maybe:
-                    return self._out(f"(-{c.text})", False, c.height + 1)
-                t = self._t()
-                return self._out(f"(None if ({t} := {c.text}) is None else -{t})", True,
-                                 c.height + 2)
+                return self._lift(self._expr(o, action), lambda x: f"-{x}")
         raise ZcError(f"corrupt artifact: unknown expression {e!r}")
+
+    def _lift(self, c: Code, apply: Callable[[str], str]) -> Code:
+        """`apply` (one operand's text -> an expression) over a value that may be unknown: unknown stays unknown."""
+        if not c.maybe:
+            return self._out(f"({apply(c.text)})", False, c.height + 1)
+        t = self._t()
+        return self._out(f"(None if ({t} := {c.text}) is None else {apply(t)})", True, c.height + 2)
 
     def _kleene(self, word: str, parts: list[Code]) -> Code:
         height = max(p.height for p in parts) + 2
