@@ -40,6 +40,8 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
 
     if split not in SPLITS:
         raise ZcError(f"unknown split `{split}` (choose test or all)")
+    if sample < 1:
+        raise ZcError(f"sample must be at least 1, got {sample}")
     m = specialist.manifest
     check_policy(m, policy)
     paths = [str(p) for p in paths]
