@@ -192,3 +192,23 @@ def test_cli_reports_progress_on_stderr(airline, tmp_path):
                                     "--receipts", str(path), "--split", "all", "--allow-trained"])
     assert res.exit_code == 0, res.output
     assert "  replaying receipts: 40/40 (" in res.output and "NOT held-out" in res.output
+
+
+def test_counting_rows_for_progress_leaves_bad_files_to_the_reader(tmp_path):
+    """The progress bar's row count never decides what is read: a truncated gzip stream is skipped
+    under --skip-invalid as before, and a corrupt Parquet file is a clear error, not a traceback."""
+    import gzip
+
+    whole = gzip.compress(gzip.decompress((ROOT / "receipts" / "tau-airline-gpt4o.jsonl.gz").read_bytes()))
+    (tmp_path / "torn.jsonl.gz").write_bytes(whole[:20_000])  # a gzip stream cut mid-file
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1" + b"x" * 64)
+    base = ["eval", "--policy", str(ROOT / "policies" / "airline_chat.zc"),
+            "--specialists", str(ROOT / "specialists" / "airline_chat"), "--receipts"]
+    runner = CliRunner()
+    res = runner.invoke(main, [*base, str(tmp_path / "torn.jsonl.gz"), str(ROOT / "receipts"), "--skip-invalid"])
+    assert res.exit_code == 0 and "n = 150 decisions" in res.output, res.output
+    res = runner.invoke(main, [*base, str(tmp_path / "torn.jsonl.gz"), str(ROOT / "receipts")])
+    assert res.exit_code == 1 and "torn.jsonl.gz:" in res.output and "the gzip stream ends early" in res.output
+    res = runner.invoke(main, [*base, str(tmp_path / "bad.parquet")])
+    assert res.exit_code == 1 and "bad.parquet: not a readable Parquet file" in res.output
+    assert "Traceback" not in res.output

@@ -181,18 +181,26 @@ class Bounded:
 
 
 def rows_in(paths: Sequence[str | Path]) -> int:
-    """Receipt rows in the files (non-blank lines; Parquet: the metadata's count), without decoding any."""
-    from ..receipts import expand
+    """Receipt rows in the files (non-blank lines; Parquet: the metadata's count), without decoding any.
+
+    Only what can be read is counted (a truncated gzip stream up to its end, nothing of an unreadable
+    file or corrupt Parquet): reading the receipts reports those, or skips them under --skip-invalid.
+    """
+    from ..receipts import ReceiptError, expand
     from ..receipts.io import is_parquet_file, iter_lines
 
     n = 0
     for p in expand(paths):
-        if is_parquet_file(p):
-            import pyarrow.parquet as pq
+        try:
+            if is_parquet_file(p):
+                import pyarrow.parquet as pq
 
-            n += pq.ParquetFile(p).metadata.num_rows
-        else:
-            n += sum(1 for _ in iter_lines(p))
+                n += pq.ParquetFile(p).metadata.num_rows
+                continue
+            for _ in iter_lines(p):
+                n += 1
+        except (ReceiptError, OSError, ValueError):  # pyarrow's ArrowInvalid is a ValueError
+            continue
     return n
 
 
