@@ -243,7 +243,13 @@ def test_test_files_are_validated_and_run_as_you_type(lsp, tmp_path):
                                                                                    "legal: 7")}]})
     (d,) = published(2)
     assert d["code"] == "test-file" and d["range"]["start"] == {"line": 7, "character": 2}
-    assert d["message"] == "$.cases[1].legal: expected `array | null`, got `int`"
+    assert d["message"] == "$.cases[1].legal: expected `array`, got `int`"
+    lsp.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": 3},
+                                          "contentChanges": [{"text": text.replace("legal: [get_order, refund]",
+                                                                                   "legal: [get_ordr]")}]})
+    (d,) = published(3)  # a case that is wrong itself: at the wrong value, not at the case
+    assert d["code"] == "test" and d["range"]["start"] == {"line": 7, "character": 10}
+    assert "$.cases[1].legal[0]: unknown action `get_ordr` (did you mean `get_order`?)" in d["message"]
     lsp.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
 
 

@@ -169,7 +169,8 @@ def test_cmd(paths: tuple[str, ...], coverage: bool, min_coverage: float | None,
         if shown:
             click.echo(f"{run.path}:")
         for r, line in shown:
-            where = f" ({run.path}:{line})" if line and not r.passed else ""
+            where = "" if r.passed else f" ({run.suite.where(r.at)})" if r.at else \
+                f" ({run.path}:{line})" if line else ""
             click.echo(f"  {'PASS' if r.passed else 'FAIL'}: {r.name}{where} ({r.seconds * 1e3:.2f} ms)")
             for d in r.diff:
                 click.echo(f"    {d}")

@@ -73,10 +73,11 @@ def analyse_suite(path: str, text: str, previous: Analysis | None = None) -> Ana
         return Analysis((Diagnostic("test-file", "error", m.group(3), Span(source, start, start + 1)),),
                         kept)
     out = []
-    for case, line in zip(suite.cases, suite.lines):
-        result = run_case(compiled, case)
-        if not result.passed:
-            start = _offset(source, line or 1, 1)
+    for i, (case, line) in enumerate(zip(suite.cases, suite.lines)):
+        result = run_case(compiled, case, f"$.cases[{i}]")
+        if not result.passed:  # at the wrong value when the case itself is wrong, else at the case
+            m = re.search(r":(\d+):(\d+)$", suite.where(result.at)) if result.at else None
+            start = _offset(source, int(m.group(1)), int(m.group(2))) if m else _offset(source, line or 1, 1)
             end = text.find("\n", start)
             out.append(Diagnostic("test", "error", f"case `{case.name}` fails:\n" + "\n".join(result.diff),
                                   Span(source, start, len(text) if end < 0 else end)))
