@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -16,12 +17,15 @@ from zcompile.errors import ZcError
 from zcompile.fmt import _parser, format_text
 
 ROOT = Path(__file__).parents[1]
-SHIPPED = sorted((ROOT / "policies").glob("*.zc")) + sorted((ROOT / "tests" / "golden" / "ok").glob("*.zc"))
+SHIPPED = sorted((ROOT / "policies").glob("*.zc")) + sorted((ROOT / "tests" / "golden" / "ok").glob("*.zc")) \
+    + sorted((ROOT / "examples").rglob("*.zc"))
 
 
 def tokens(text: str) -> list[tuple[str, str]]:
-    """Every token and comment, in order (whitespace left out)."""
-    return [(t.type, str(t)) for t in _parser().lex(text, dont_ignore=True) if not t.type.startswith("__")]
+    """Every token and comment, in order (whitespace left out, a comment's trailing whitespace and
+    `\r` too: trailing whitespace goes, line endings are the file's)."""
+    return [(t.type, str(t).rstrip() if t.type == "COMMENT" else str(t))
+            for t in _parser().lex(text, dont_ignore=True) if not t.type.startswith("__")]
 
 
 def assert_kept(src: str) -> str:
@@ -37,7 +41,8 @@ def test_shipped_policies_keep_identity_and_comments(path):
     assert_kept(path.read_text())
 
 
-GAPS = [" ", "  ", "\t", "\n", "\n\n", "\n      ", " # a comment\n", "\n# own line\n", "  #c\n\n"]
+GAPS = [" ", "  ", "\t", "\n", "\n\n", "\n      ", " # a comment\n", "\n# own line\n", "  #c\n\n",
+        "\r\n", "  \r\n\t", " #\n", "\f", " \t# tab\tand ünïcødé ✓ \"q\" # again\n", "\n\n\n# two\n# lines\n\n"]
 
 
 @st.composite
@@ -105,13 +110,19 @@ def test_condition_spacing_is_kept_because_reasons_quote_it():
 
 
 def test_crlf_line_endings_are_kept_with_the_identity():
-    """A condition broken over lines keeps its `\r` in its text (and so in the identity)."""
+    """A CRLF file stays CRLF, with the identity of the same policy written with LF (a condition's
+    text, which reasons quote, has no `\r`)."""
     src = ("policy p  # c\r\nstate { n: int }\r\naction a\r\nfallback a\r\n"
            "rule r: forbid a when n > 1 and\r\n      n < 3   # why\r\n")
     out = assert_kept(src)
     assert out == ("policy p  # c\r\nstate {\r\n  n: int\r\n}\r\naction a\r\nfallback a\r\n"
                    "rule r: forbid a when n > 1 and\r\n    n < 3  # why\r\n")
-    assert_kept((ROOT / "tests" / "golden" / "ok" / "support_desk.zc").read_text().replace("\n", "\r\n"))
+    assert compile_text(src).sha256 == compile_text(src.replace("\r\n", "\n")).sha256
+    assert compile_text(src).ir.rules[0].text == "n > 1 and n < 3"
+    desk = (ROOT / "tests" / "golden" / "ok" / "support_desk.zc").read_text()
+    assert compile_text(assert_kept(desk.replace("\n", "\r\n"))).sha256 == compile_text(desk).sha256
+    mixed = src.replace("and\r\n", "and\n")  # mixed line endings: CRLF wins, the meaning stays
+    assert compile_text(assert_kept(mixed)).sha256 == compile_text(src).sha256
 
 
 def test_a_layout_that_would_change_the_identity_is_refused(monkeypatch):
@@ -162,3 +173,38 @@ def test_cli_stdin_and_errors(tmp_path):
     assert bad.read_text() == "policy p\naction\n"
     assert run(main, ["fmt", str(tmp_path / "missing.zc")]).exit_code == 1
     assert run(main, ["fmt"]).exit_code == 2
+
+
+def test_in_place_writes_through_a_symlink_keep_the_link_and_the_mode(messy):
+    messy.chmod(0o640)
+    link = messy.with_name("link.zc")
+    link.symlink_to(messy.name)
+    res = CliRunner().invoke(main, ["fmt", str(link)])
+    assert res.exit_code == 0, res.output
+    assert link.is_symlink() and messy.read_text() == "policy p\naction a tags(read)\nfallback a\n"
+    assert messy.stat().st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in messy.parent.iterdir()) == ["link.zc", "p.zc"]  # no temporary left
+
+
+def test_a_fifo_is_refused_and_left_alone(tmp_path):
+    fifo = tmp_path / "f.zc"
+    os.mkfifo(fifo)
+    res = CliRunner().invoke(main, ["fmt", str(tmp_path)])  # reading it would block: refused
+    assert res.exit_code == 1 and "not a regular file" in res.output
+    assert fifo.is_fifo() and [p.name for p in tmp_path.iterdir()] == ["f.zc"]
+
+
+def test_a_file_edited_while_it_is_formatted_is_not_overwritten(messy, monkeypatch):
+    from zcompile import fmt
+
+    real = fmt.format_source
+
+    def edit_meanwhile(source):
+        messy.write_text("policy p\naction a    tags(read)  # the author's edit\nfallback a\n")
+        return real(source)
+
+    monkeypatch.setattr(fmt, "format_source", edit_meanwhile)
+    res = CliRunner().invoke(main, ["fmt", str(messy)])
+    assert res.exit_code == 1 and "changed while it was being formatted; not written" in res.output
+    assert "the author's edit" in messy.read_text()
+    assert [p.name for p in messy.parent.iterdir()] == ["p.zc"]

@@ -196,6 +196,8 @@ def test_a_path_that_is_not_a_regular_file_is_refused_not_read(desk):
     os.mkfifo(fifo)
     res = zc("test", fifo)  # reading a FIFO would block: refused before it is opened
     assert res.exit_code == 1 and "not a regular file" in res.output
+    with pytest.raises(ZcError, match="cannot read test file: not a regular file"):
+        load_suite(fifo)  # the API refuses it too, on the opened descriptor
 
 
 def test_a_flat_dotted_state_key_is_explained(desk):

@@ -14,6 +14,7 @@ import msgspec
 from . import ast as A
 from . import interp
 from .errors import ZcError, did_you_mean
+from .inputs import read_file
 from .runtime import Policy
 from .state import StateError
 
@@ -175,10 +176,8 @@ def load_suite(path: str | Path, text: str | None = None) -> LoadedSuite:
     `$.path` otherwise."""
     p = Path(path)
     if text is None:
-        try:
-            text = p.read_bytes().decode("utf-8")
-        except OSError as exc:
-            raise ZcError(f"{p}: cannot read test file: {exc.strerror}") from None
+        try:  # a regular file only (a FIFO would block), of bounded size
+            text = read_file(p, "test file").decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ZcError(f"{p}: test file is not UTF-8 text (byte {exc.start})") from None
     if p.name.endswith(".json"):

@@ -240,10 +240,9 @@ def fmt_cmd(paths: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
             click.echo(f"would reformat {path}", err=True)
             continue
         try:
-            with new_file(path, path.stat().st_mode & 0o7777) as tmp:
-                tmp.write_bytes(new.encode("utf-8"))
-        except OSError as exc:
-            click.echo(f"error: {path}: cannot write: {exc.strerror}", err=True)
+            _replace_policy(path, source.text, new)
+        except ZcError as exc:
+            click.echo(exc.render(), err=True)
             errors += 1
             continue
         click.echo(f"formatted {path}", err=True)
@@ -251,6 +250,26 @@ def fmt_cmd(paths: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
     click.echo(f"{changed} of {len(files)} file{'s' if len(files) != 1 else ''} {verb}"
                + (f", {errors} with errors" if errors else ""), err=True)
     sys.exit(1 if errors or (check_only and changed) else 0)
+
+
+def _replace_policy(path: Path, old: str, new: str) -> None:
+    """Write `new` over the policy file that held `old`, atomically: through a symlink to its target
+    (the link stays), refused unless it is still a regular file holding `old`."""
+    import stat
+
+    from ..driver import read_source
+
+    target = path.resolve()
+    try:
+        mode = target.stat().st_mode
+        if not stat.S_ISREG(mode):
+            raise ZcError(f"{path}: not a regular file any more; not written")
+        with new_file(target, mode & 0o7777) as tmp:
+            tmp.write_bytes(new.encode("utf-8"))
+            if read_source(target).text != old:  # edited meanwhile: the edit wins
+                raise ZcError(f"{path}: changed while it was being formatted; not written")
+    except OSError as exc:
+        raise ZcError(f"{path}: cannot write: {exc.strerror}") from None
 
 
 @main.command("lsp")
