@@ -270,3 +270,47 @@ def test_broken_new_document_and_utf16_columns(lsp):
                                                      "position": {"line": 1, "character": 0}})
     assert {"a", "policy", "requires"} <= {i["label"] for i in result["items"]}
     lsp.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+
+
+def test_test_files_name_nested_state_keys_and_rules(lsp, tmp_path):
+    (tmp_path / "support_desk.zc").write_text(DESK)
+    uri = (tmp_path / "support_desk.test.yaml").as_uri()
+    text = ("version: 1\ncases:\n- name: a\n  state:\n    user: {role: admin, verified: true}\n"
+            "    budget: {units: 3}\n  legal: [get_order]\n  removed: {refund: [confirm_first]}\n")
+    lsp.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "yaml", "version": 1,
+                                                         "text": text}})
+
+    def at_(needle, delta=1):
+        return {"textDocument": {"uri": uri}, "position": position(text, needle, delta=delta)}
+
+    # a nested key stands for its dotted field: hover and definition of `user.role`
+    hover = lsp.request("textDocument/hover", at_("role"))
+    assert "**field** `user.role`" in hover["contents"]["value"]
+    assert "enum(customer, agent, admin)" in hover["contents"]["value"]
+    (loc,) = lsp.request("textDocument/definition", at_("units"))
+    assert loc["range"]["start"] == position(DESK, "budget.units:", delta=0)
+    assert lsp.request("textDocument/hover", at_("user")) is None  # an object, not a field
+    # the rules an expectation names: definition into the policy
+    (loc,) = lsp.request("textDocument/definition", at_("confirm_first"))
+    assert loc["uri"] == (tmp_path / "support_desk.zc").as_uri()
+    assert loc["range"]["start"] == position(DESK, "confirm_first:", delta=0)
+    labels = [i["label"] for i in lsp.request("textDocument/completion", at_("get_order"))["items"]]
+    assert {"confirm_first", "get_order", "user.role"} <= set(labels)
+    assert "requires" not in labels and len(labels) == len(set(labels))
+    lsp.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+
+
+def test_completion_offers_each_name_once_and_hover_shows_a_signature(lsp):
+    uri = "file:///work/policies/shop.zc"
+    text = (ROOT / "tests" / "golden" / "ok" / "shop.zc").read_text()
+    lsp.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "zc", "version": 1,
+                                                         "text": text}})
+    where = {"textDocument": {"uri": uri}, "position": position(text, "add_bags when")}
+    hover = lsp.request("textDocument/hover", where)
+    assert "action add_bags(order_id: text, bags: int, express: bool?) tags(write)" in hover["contents"]["value"]
+    items = lsp.request("textDocument/completion", where)["items"]
+    labels = [i["label"] for i in items]
+    assert len(labels) == len(set(labels)) and "rule" in labels  # keywords in a policy
+    (order_id,) = [i for i in items if i["label"] == "args.order_id"]  # one item, every action's
+    assert order_id["detail"].count("argument of") == 4
+    lsp.notify("textDocument/didClose", {"textDocument": {"uri": uri}})

@@ -33,6 +33,8 @@ class Symbol:
 class Analysis:
     diagnostics: tuple[Diagnostic, ...] = ()
     symbols: dict[str, list[Symbol]] = field(default_factory=dict)  # name -> its declarations
+    keys: tuple[tuple[int, int, str], ...] = ()  # a test file's nested state keys: (start, end, field)
+    test_file: bool = False
 
 
 def analyse(path: str, text: str, previous: Analysis | None = None) -> Analysis:
@@ -68,10 +70,10 @@ def analyse_suite(path: str, text: str, previous: Analysis | None = None) -> Ana
     except ZcError as exc:
         m = re.match(re.escape(path) + r":(\d+):(\d+): (.*)", str(exc), re.S)
         if m is None:
-            return Analysis((_whole_file(path, exc.render().removeprefix("error: ")),), kept)
+            return Analysis((_whole_file(path, exc.render().removeprefix("error: ")),), kept, test_file=True)
         start = _offset(source, int(m.group(1)), int(m.group(2)))
         return Analysis((Diagnostic("test-file", "error", m.group(3), Span(source, start, start + 1)),),
-                        kept)
+                        kept, test_file=True)
     out = []
     for i, (case, line) in enumerate(zip(suite.cases, suite.lines)):
         result = run_case(compiled, case, f"$.cases[{i}]")
@@ -81,7 +83,30 @@ def analyse_suite(path: str, text: str, previous: Analysis | None = None) -> Ana
             end = text.find("\n", start)
             out.append(Diagnostic("test", "error", f"case `{case.name}` fails:\n" + "\n".join(result.diff),
                                   Span(source, start, len(text) if end < 0 else end)))
-    return Analysis(tuple(out), _symbols(compiled.checked.policy))
+    return Analysis(tuple(out), _symbols(compiled.checked.policy),
+                    _state_keys(suite.node, set(compiled.checked.fields)), test_file=True)
+
+
+def _state_keys(node, fields: set[str]) -> tuple[tuple[int, int, str], ...]:
+    """Where each case's state names a field by its nested keys (`user: {role: …}` is `user.role`)."""
+    import yaml
+
+    out = []
+    cases = next((v for k, v in getattr(node, "value", ()) if getattr(k, "value", None) == "cases"), None)
+    stack = [(v, "") for case in getattr(cases, "value", ()) if isinstance(case, yaml.MappingNode)
+             for k, v in case.value if k.value == "state"]
+    while stack:
+        n, prefix = stack.pop()
+        if not isinstance(n, yaml.MappingNode):
+            continue
+        for k, v in n.value:
+            if not isinstance(k, yaml.ScalarNode):
+                continue
+            path = prefix + str(k.value)
+            if path in fields:
+                out.append((k.start_mark.index, k.end_mark.index, path))
+            stack.append((v, path + "."))
+    return tuple(sorted(out))
 
 
 def _offset(source: Source, line: int, col: int) -> int:
@@ -141,6 +166,10 @@ def word_at(text: str, offset: int) -> tuple[str, int, int] | None:
 
 
 def lookup(analysis: Analysis, text: str, offset: int) -> list[Symbol]:
-    """The declarations of the name under the cursor."""
+    """The declarations of the name under the cursor (in a test file, of the field a nested state
+    key stands for)."""
+    for start, end, path in analysis.keys:
+        if start <= offset <= end:
+            return analysis.symbols.get(path, [])
     hit = word_at(text, offset)
     return analysis.symbols.get(hit[0], []) if hit else []
