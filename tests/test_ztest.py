@@ -225,6 +225,12 @@ def test_a_policy_path_runs_the_tests_beside_it(desk):
     assert res.exit_code == 1 and "no test file beside this policy (`other.test.yaml`)" in res.output
 
 
+def test_a_run_without_cases_fails(desk):
+    write(desk, "version: 1\ncases: []\n")
+    res = zc("test", desk)
+    assert res.exit_code == 1 and "no test cases: nothing was tested" in res.output
+
+
 def test_usage_errors(tmp_path):
     assert zc("test").exit_code == 2
     res = zc("test", tmp_path)

@@ -196,7 +196,9 @@ def test_cmd(paths: tuple[str, ...], coverage: bool, min_coverage: float | None,
         click.echo(f"PASS: {passed}/{passed + failed}")
     if failed:
         click.echo(f"FAIL: {failed}/{passed + failed}")
-    sys.exit(1 if failed or low else 0)
+    if not passed + failed:  # fail closed: a run that tested nothing is not a pass
+        click.echo("no test cases: nothing was tested")
+    sys.exit(1 if failed or low or not passed + failed else 0)
 
 
 @main.command("fmt")
