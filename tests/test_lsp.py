@@ -314,3 +314,30 @@ def test_completion_offers_each_name_once_and_hover_shows_a_signature(lsp):
     (order_id,) = [i for i in items if i["label"] == "args.order_id"]  # one item, every action's
     assert order_id["detail"].count("argument of") == 4
     lsp.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+
+
+def test_a_test_file_runs_against_the_policy_as_last_saved(lsp, tmp_path):
+    policy = tmp_path / "support_desk.zc"
+    policy.write_text(DESK)
+    uri = (tmp_path / "support_desk.test.yaml").as_uri()
+    text = ("version: 1\ncases:\n- name: ok\n  state: {user: {role: customer, verified: true}, "
+            "budget: {units: 3}}\n  legal: [get_order, ask_user, continue, stop, escalate]\n")
+
+    def published(version):
+        while True:
+            msg = lsp.messages.get(timeout=TIMEOUT)
+            if msg.get("method") == "textDocument/publishDiagnostics" and msg["params"]["uri"] == uri \
+                    and msg["params"].get("version") == version:
+                return msg["params"]["diagnostics"]
+
+    lsp.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "yaml", "version": 1,
+                                                         "text": text}})
+    assert published(1) == []
+    policy.write_text(DESK.replace("rule fault_stops:", "rule no_continue: forbid continue when retries >= 0\n"
+                                                        "rule fault_stops:"))
+    lsp.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": 2},
+                                          "contentChanges": [{"text": text + "\n"}]})
+    (d,) = published(2)  # the saved policy is compiled again: `continue` is now removed
+    assert "case `ok` fails" in d["message"] and "- continue: expected legal, but removed: `no_continue`" \
+        in d["message"]
+    lsp.notify("textDocument/didClose", {"textDocument": {"uri": uri}})

@@ -5,8 +5,10 @@ Plain data, no protocol: the server (server.py) turns it into LSP messages.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .. import ast as A
 from ..errors import Diagnostic, ZcError
@@ -60,13 +62,13 @@ def analyse_suite(path: str, text: str, previous: Analysis | None = None) -> Ana
     """A `zc test` file being edited: its validation error, or one diagnostic per failing case
     (at the case, with the differences), run against the policy as saved on disk. Its symbols are
     the policy's, so hover, definitions and completion name the policy's actions and fields."""
-    from ..testing import compile_policy, load_suite, run_case
+    from ..testing import load_suite, run_case
 
     source = Source(path, text)
     kept = previous.symbols if previous else {}
     try:
         suite = load_suite(path, text)
-        compiled = compile_policy(suite.policy)
+        compiled = _compiled(suite.policy)
     except ZcError as exc:
         m = re.match(re.escape(path) + r":(\d+):(\d+): (.*)", str(exc), re.S)
         if m is None:
@@ -85,6 +87,28 @@ def analyse_suite(path: str, text: str, previous: Analysis | None = None) -> Ana
                                   Span(source, start, len(text) if end < 0 else end)))
     return Analysis(tuple(out), _symbols(compiled.checked.policy),
                     _state_keys(suite.node, set(compiled.checked.fields)), test_file=True)
+
+
+_COMPILED: dict = {}  # policy path -> (its stat, compiled): compiled again only when saved again
+
+
+def _compiled(path):
+    """The policy a test file tests, compiled once per saved version (not once per keystroke)."""
+    from ..testing import compile_policy
+
+    try:
+        st = os.stat(path)
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+    except OSError:
+        stamp = None
+    key = str(Path(path).resolve())
+    hit = _COMPILED.get(key)
+    if stamp is not None and hit is not None and hit[0] == stamp:
+        return hit[1]
+    compiled = compile_policy(path)  # a ZcError (policy with errors, unreadable) is not cached
+    if stamp is not None:
+        _COMPILED[key] = (stamp, compiled)
+    return compiled
 
 
 def _state_keys(node, fields: set[str]) -> tuple[tuple[int, int, str], ...]:
