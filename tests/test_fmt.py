@@ -208,3 +208,28 @@ def test_a_file_edited_while_it_is_formatted_is_not_overwritten(messy, monkeypat
     assert res.exit_code == 1 and "changed while it was being formatted; not written" in res.output
     assert "the author's edit" in messy.read_text()
     assert [p.name for p in messy.parent.iterdir()] == ["p.zc"]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "tests" / "golden" / "err").glob("*.zc")), ids=lambda p: p.name)
+def test_policies_with_errors_format_or_are_refused_with_their_diagnostic(path):
+    """A policy with semantic errors is formatted (same tokens, idempotent, same diagnostics); one
+    that does not parse is refused with its syntax diagnostic, never a traceback."""
+    from zcompile.driver import check_source
+    from zcompile.parse import decode
+    from zcompile.source import Source
+
+    try:
+        source = decode(str(path), path.read_bytes())
+        out = format_text(source.text, str(path))
+    except ZcError as exc:
+        assert exc.diagnostics and all(d.code < "ZC0100" for d in exc.diagnostics), exc.render()
+        return
+    assert format_text(out) == out and tokens(out) == tokens(source.text)
+
+    def codes(text):
+        try:
+            return [d.code for d in check_source(Source(str(path), text)).diagnostics]
+        except ZcError as exc:
+            return [d.code for d in exc.diagnostics]
+
+    assert codes(out) == codes(source.text)
