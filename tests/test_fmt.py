@@ -233,3 +233,13 @@ def test_policies_with_errors_format_or_are_refused_with_their_diagnostic(path):
             return [d.code for d in exc.diagnostics]
 
     assert codes(out) == codes(source.text)
+
+
+def test_a_read_only_file_is_not_replaced(messy, monkeypatch):
+    messy.chmod(0o444)
+    if os.geteuid() == 0:  # root may write anything: judge by the mode bits, as for any other user
+        monkeypatch.setattr(os, "access", lambda p, mode: os.stat(p).st_mode & 0o222 != 0)
+    res = CliRunner().invoke(main, ["fmt", str(messy)])
+    assert res.exit_code == 1 and "the file is read-only; not written" in res.output
+    assert messy.read_text() == "policy p\naction a   tags(read)\nfallback a\n"
+    assert [p.name for p in messy.parent.iterdir()] == ["p.zc"]

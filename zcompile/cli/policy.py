@@ -256,7 +256,8 @@ def fmt_cmd(paths: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
 
 def _replace_policy(path: Path, old: str, new: str) -> None:
     """Write `new` over the policy file that held `old`, atomically: through a symlink to its target
-    (the link stays), refused unless it is still a regular file holding `old`."""
+    (the link stays), refused unless it is still a writable regular file holding `old`."""
+    import os
     import stat
 
     from ..driver import read_source
@@ -266,6 +267,8 @@ def _replace_policy(path: Path, old: str, new: str) -> None:
         mode = target.stat().st_mode
         if not stat.S_ISREG(mode):
             raise ZcError(f"{path}: not a regular file any more; not written")
+        if not os.access(target, os.W_OK):  # replacing it would get round its protection
+            raise ZcError(f"{path}: the file is read-only; not written")
         with new_file(target, mode & 0o7777) as tmp:
             tmp.write_bytes(new.encode("utf-8"))
             if read_source(target).text != old:  # edited meanwhile: the edit wins
