@@ -120,6 +120,8 @@ def test_json_test_files_run_too(desk):
     ("version: 1\ncases: [\n", ":3:1: invalid YAML:"),
     ("version: 1\nversion: 1\ncases: []\n", ":2:1: duplicate key `version`"),
     ("version: 1\npolicy: nowhere.zc\ncases: []\n", ":2:1: $.policy: policy `"),
+    ("version: 1\npolicy: build/p.zcp\ncases: []\n",
+     ":2:1: $.policy: `build/p.zcp` is not a policy source: name the `.zc` file"),
     ("", ": empty test file"),
     ("version: 1\ncases:\n- name: a\n  state: {}\n  legal: []\n  removed: {[a]: [b]}\n",
      ":6:13: invalid YAML: found unhashable key"),

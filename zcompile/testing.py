@@ -236,6 +236,9 @@ def load_suite(path: str | Path, text: str | None = None) -> LoadedSuite:
     stem = p.name[: -len(next(s for s in SUFFIXES if p.name.endswith(s)))] \
         if p.name.endswith(SUFFIXES) else p.stem
     policy = (p.parent / suite.policy) if suite.policy else p.parent / f"{stem}.zc"
+    if policy.suffix != ".zc":  # an artifact has no source to place reasons and coverage on
+        raise _problem(p, node, "$.policy", f"`{suite.policy}` is not a policy source: name the `.zc` "
+                                            "file (zc test compiles it)")
     if not policy.exists():
         raise _problem(p, node, "$.policy" if suite.policy else "$",
                        f"policy `{policy}` not found" + ("" if suite.policy else
