@@ -295,7 +295,8 @@ def test_test_files_name_nested_state_keys_and_rules(lsp, tmp_path):
     assert loc["uri"] == (tmp_path / "support_desk.zc").as_uri()
     assert loc["range"]["start"] == position(DESK, "confirm_first:", delta=0)
     labels = [i["label"] for i in lsp.request("textDocument/completion", at_("get_order"))["items"]]
-    assert {"confirm_first", "get_order", "user.role"} <= set(labels)
+    assert {"confirm_first", "get_order", "user", "role", "budget", "units", "history"} <= set(labels)
+    assert "user.role" not in labels  # a state key is nested: `user: {role: …}`
     assert "requires" not in labels and len(labels) == len(set(labels))
     lsp.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
 
