@@ -227,7 +227,16 @@ static PyMethodDef METHODS[] = {
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_features_c",
                                     "The hot loops of a feature row (features.py) in C.", -1, METHODS};
 
+/* Bumped with every change to what these functions compute or take: features.py uses a build of
+ * another revision (a stale in-place build) as if the extension were not built. */
+#define REVISION 1
+
 PyMODINIT_FUNC PyInit__features_c(void) {
     make_table();
-    return PyModule_Create(&MODULE);
+    PyObject *m = PyModule_Create(&MODULE);
+    if (m != NULL && PyModule_AddIntConstant(m, "REVISION", REVISION) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -38,10 +38,16 @@ from .. import ir
 from ..errors import ZcError
 from ..state import Schema, read_path
 
+C_REVISION = 1  # the revision of _features_c.c this module calls (its REVISION)
 try:
-    from ._features_c import count as _count_c, put as _put_c
+    from . import _features_c
 except ImportError:  # not built (no C compiler at install): the Python path below
+    _features_c = None
+if getattr(_features_c, "REVISION", None) == C_REVISION:
+    _count_c, _put_c = _features_c.count, _features_c.put
+else:  # not built, or a stale build of another revision
     _count_c = _put_c = None
+C_EXTENSION = _count_c is not None  # whether rows are counted and written in C
 
 VERSION = 2
 TEXT_DIM = 128
