@@ -319,10 +319,11 @@ def render(r: dict, command: str) -> str:
           "`specialists/airline_chat/manifest.json` (train and calibration too). Every figure below is on "
           f"that sealed test split, **n = {n} decisions**. The label is the teacher's action "
           f"({r['label_not_legal']} test labels lie outside the legal set: no router can match them). "
-          f"Target: precision ≥ {TARGET} certified with 95% confidence by Learn-then-Test, the guarantee "
-          f"`zc distill` gives τ: for the baselines on the calibration split ({r['split_n']['calibration']} "
-          f"decisions); for the specialist, by `zc distill` on {r['specialist_n']} out-of-fold scores "
-          f"({r['specialist_source']}). Calibration figures are answered, correct and the one-sided 95% "
+          f"Target: precision ≥ {TARGET}, certified for the baselines with 95% confidence by Learn-then-Test "
+          f"(`zc distill`'s default guarantee) on the calibration split ({r['split_n']['calibration']} "
+          f"decisions); the specialist's τ is its manifest's, certified by `zc distill --guarantee "
+          f"{r['specialist_guarantee']}` on {r['specialist_n']} out-of-fold scores ({r['specialist_source']}): "
+          f"\"{r['specialist_statement']}\". Calibration figures are answered, correct and the one-sided 95% "
           "Clopper–Pearson lower bound at the threshold.",
           "",
           "**At the target precision** (each router's threshold chosen on the calibration split; "
@@ -543,6 +544,7 @@ def main() -> None:
         "majority": float((Y["test"] == index["respond"]).mean()),
         "specialist": spec_sum, "specialist_tau": sp.tau, "specialist_cal": (cal_n, cal_k, cal_lb),
         "specialist_model": man.model.kind, "specialist_n": th.n, "specialist_source": th.source,
+        "specialist_guarantee": th.guarantee, "specialist_statement": th.statement,
         "manifest_top1": mt["accuracy_top1"], "manifest_answered": mt["answered"],
         "embedding": emb_sum, "embedding_alt": alt_sum, "embedding_tau": emb_tau,
         "embedding_cal": choices[kind]["cal"], "score_choice": why,
