@@ -40,12 +40,10 @@ from ..state import Schema, read_path
 
 C_REVISION = 1  # the revision of _features_c.c this module calls (its REVISION)
 try:
-    from . import _features_c
+    from ._features_c import REVISION as _revision, count as _count_c, put as _put_c
 except ImportError:  # not built (no C compiler at install): the Python path below
-    _features_c = None
-if getattr(_features_c, "REVISION", None) == C_REVISION:
-    _count_c, _put_c = _features_c.count, _features_c.put
-else:  # not built, or a stale build of another revision
+    _revision = _count_c = _put_c = None
+if _revision != C_REVISION:  # not built, or a stale build of another revision
     _count_c = _put_c = None
 C_EXTENSION = _count_c is not None  # whether rows are counted and written in C
 
