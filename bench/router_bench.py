@@ -102,8 +102,10 @@ def specialist_parts(policy, spec_dir: Path, decisions, rounds: int) -> list[tup
         "texts": hash_texts,
         "onnx": lambda i: sp.probabilities(rows[i]),
         "choose": lambda i: sp.choose(outputs[i], legals[i].actions),
-        "skl": lambda i: clf.predict_proba(rows[i]),
     }, len(sample), rounds)
+    # apart: scikit-learn's calls take milliseconds and leave its worker threads spinning, which
+    # would slow whatever ran next on the two cores
+    t |= interleaved({"skl": lambda i: clf.predict_proba(rows[i])}, len(sample), min(rounds, 500))
     n_texts = sum(map(len, texts)) / len(texts)
     return [(f"zc specialist `{sp.name}` ({sp.manifest.model.kind}), whole decision from a LegalSet "
              "(as the router asks: its validated state is reused)", *t["dec_ls"]),
@@ -219,14 +221,20 @@ def main(argv: list[str] | None = None) -> int:
         for name, (router, states) in configs.items():  # warm-up
             for s in states[:50]:
                 router.decide(s)
+        # the in-process configurations interleaved; the HTTP tier's after them, alone: its stub
+        # server is a thread of this process, still finishing each request (under the GIL) while the
+        # next decision would run
+        local = [name for name in configs if "HTTP" not in name]
         gc.disable()
         try:
-            for i in range(args.rounds):  # interleaved
-                for name, (router, states) in configs.items():
-                    s = states[i % len(states)]
-                    t = time.perf_counter_ns()
-                    router.decide(s)
-                    times[name].append((time.perf_counter_ns() - t) / 1000)
+            for group in (local, [name for name in configs if name not in local]):
+                for i in range(args.rounds):
+                    for name in group:
+                        router, states = configs[name]
+                        s = states[i % len(states)]
+                        t = time.perf_counter_ns()
+                        router.decide(s)
+                        times[name].append((time.perf_counter_ns() - t) / 1000)
         finally:
             gc.enable()
         for router, _ in configs.values():
@@ -262,19 +270,20 @@ def main(argv: list[str] | None = None) -> int:
         f"| steal (hypervisor) during the run | {steal_share(steal0, cpu_times())} |",
         f"| feature row | {'C extension `zcompile.qroute._features_c`' if C_PATH else 'Python path (the C extension is not built)'} |", "",
         "Each `Router.decide` includes state validation, the legal set, the route, every rung asked, "
-        "and appending the receipt to a file. Interleaved over the three configurations after 50 "
-        "warm-up decisions each, the airline states in receipt order; GC off while timing. The HTTP "
-        f"tier is the local stub server (no model; {connections} TCP connection(s) for all its calls: "
-        "kept alive).", "",
+        "and appending the receipt to a file. After 50 warm-up decisions each, the two in-process "
+        "configurations interleaved, the airline states in receipt order, then the HTTP tier alone (its "
+        "stub server is a thread of this process, which would still be finishing a request while the "
+        f"next decision ran); GC off while timing. The HTTP tier is the local stub server (no model; "
+        f"{connections} TCP connection(s) for all its calls: kept alive).", "",
         "| configuration | n | p50 µs | p99 µs | p50 / compiler-only |",
         "|---|---:|---:|---:|---:|",
         *(f"| {n} | {k:,} | {p50:,.1f} | {p99:,.1f} | {r:.2f} |" for n, k, p50, p99, r in rows),
         "",
         "**One specialist decision** (`Specialist.decide`: features + ONNX + legal mask + threshold) and its "
         "parts, against scikit-learn running the same kind of model, trained the same way on the same split "
-        "(`predict_proba` on the same feature row). Interleaved over 300 receipt states, each part on a "
-        "different state in a round (the tree walk is faster on a row it has just seen), after a warm-up "
-        "pass:", "",
+        "(`predict_proba` on the same feature row, timed apart afterwards: its calls leave worker threads "
+        "spinning). Interleaved over 300 receipt states, each part on a different state in a round (the "
+        "tree walk is faster on a row it has just seen), after a warm-up pass:", "",
         *table(spec_rows),
         "",
         f"ONNX model call alone / scikit-learn `predict_proba`: {spec_rows[5][2] / spec_rows[7][2]:.3f} (p50). "
