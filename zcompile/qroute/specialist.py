@@ -308,8 +308,10 @@ class Specialist:
         if not cols:
             return Answer(None, 0.0, None, None, "name")
         # a handful of numbers: plain Python floats beat numpy calls (42 against 12 µs measured)
-        t = self.temperature
-        z = [math.log(min(max(p, 1e-12), 1.0)) / t for p in take(row)]
+        ps = take(row)
+        if min(ps) < 1e-12 or max(ps) > 1.0:  # clamped into [1e-12, 1] (a no-op for the rest)
+            ps = [min(max(p, 1e-12), 1.0) for p in ps]
+        z = list(map(operator.truediv, map(math.log, ps), itertools.repeat(self.temperature)))
         top = max(z)
         j = z.index(top)  # the first best, as numpy's argmax
         c = 1.0 / sum(map(math.exp, map(operator.sub, z, itertools.repeat(top))))
