@@ -65,7 +65,7 @@ from benchdoc import machine_table, publish  # noqa: E402
 from zcompile import compile_file, stats  # noqa: E402
 from zcompile.qroute import (Specialist, choose_threshold, evaluate, load_decisions, risky_actions,  # noqa: E402
                              split_by_task)
-from zcompile.qroute.calls import same_call  # noqa: E402
+from zcompile.receipts.candidates import same_call  # noqa: E402
 
 PACKAGES = [("onnxruntime / numpy / scikit-learn", ("onnxruntime", "numpy", "scikit-learn")),
             ("torch / transformers / tokenizers", ("torch", "transformers", "tokenizers")),
