@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from typing import TYPE_CHECKING
 
 from . import ast as A
@@ -287,9 +288,63 @@ class Linter:
 
 def _witness(preds: list[tuple], domains: dict[str, list], want_keep: bool) -> bool:
     """Is there a state in the product of `domains` that every predicate keeps (want_keep) / that
-    some predicate removes? Exactly the answer of enumerating the product, found without it: each
-    predicate is mapped over the product of only the fields it reads, and the rows it keeps are
-    joined predicate by predicate, carrying only the fields that later predicates read."""
+    some predicate removes? Exactly the answer of enumerating the product, found without it: a
+    removal is looked for predicate by predicate over the fields each reads; a state every predicate
+    keeps is searched for depth first (most have one, found in a few calls), and past a budget of
+    calls the rows each predicate keeps are joined predicate by predicate, carrying only the fields
+    that later predicates read."""
+    if not want_keep:
+        return any(False in itertools.starmap(keep, itertools.product(*(domains[p] for p in reads)))
+                   for keep, reads in preds)
+    budget = sum(math.prod(len(domains[p]) for p in reads) for _, reads in preds)
+    found = _search(preds, domains, budget)
+    return found if found is not None else _join(preds, domains)
+
+
+def _search(preds: list[tuple], domains: dict[str, list], budget: int) -> bool | None:
+    """Depth first, one field at a time, each predicate called as soon as the fields it reads are
+    set: is there a state every predicate keeps? None after `budget` calls without an answer."""
+    order: dict[str, int] = {}
+    for _, reads in sorted(preds, key=lambda pred: len(pred[1])):  # small predicates prune first
+        for p in reads:
+            order.setdefault(p, len(order))
+    if len(order) > 100:  # deeper than the recursion should go
+        return None
+    tests: list[list[tuple]] = [[] for _ in order]  # tests[i]: the predicates complete at field i
+    for keep, reads in preds:
+        if not reads:
+            if not keep():
+                return False
+            continue
+        at = tuple(order[p] for p in reads)
+        tests[max(at)].append((keep, at))
+    columns = [domains[p] for p in order]
+    values: list = [None] * len(order)
+    calls = 0
+
+    def extend(i: int) -> bool | None:
+        nonlocal calls
+        if i == len(columns):
+            return True
+        for v in columns[i]:
+            values[i] = v
+            for keep, at in tests[i]:
+                calls += 1
+                if not keep(*[values[j] for j in at]):
+                    break
+            else:
+                found = extend(i + 1)
+                if found is not False:
+                    return found
+            if calls > budget:
+                return None
+        return False
+
+    return extend(0)
+
+
+def _join(preds: list[tuple], domains: dict[str, list]) -> bool:
+    """Is there a state every predicate keeps? The kept rows joined predicate by predicate."""
     carried: tuple[str, ...] = ()
     partial: set[tuple] = {()}  # values of `carried` that every predicate so far keeps
     later: list[set[str]] = [set()]  # later[-1 - i]: the fields read after predicate i
@@ -297,12 +352,7 @@ def _witness(preds: list[tuple], domains: dict[str, list], want_keep: bool) -> b
         later.append(later[-1].union(reads))
     for keep, reads in preds:
         rows = list(itertools.product(*(domains[p] for p in reads)))
-        flags = map(keep, *zip(*rows)) if reads else itertools.repeat(keep(), 1)
-        if not want_keep:
-            if False in flags:
-                return True
-            continue
-        good = list(itertools.compress(rows, flags))
+        good = [row for row, kept in zip(rows, itertools.starmap(keep, rows)) if kept]
         if not good:
             return False
         after = later.pop()
@@ -325,7 +375,7 @@ def _witness(preds: list[tuple], domains: dict[str, list], want_keep: bool) -> b
         if not joined:
             return False
         carried, partial = tuple(merged[j] for j in keep_at), joined
-    return want_keep
+    return True
 
 
 def _numeric_points(consts: list, integral: bool) -> list:
