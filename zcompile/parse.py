@@ -10,6 +10,7 @@ from importlib import resources
 
 import lark
 from lark import Token, Transformer
+from lark.lexer import Lexer
 
 from . import ast as A
 from .errors import Diagnostic, ZcError
@@ -47,8 +48,53 @@ def _grammar() -> str:
 def _parser() -> lark.Lark:
     """The parser: its reductions call _BUILDER, which makes the AST nodes (no parse tree); every token
     is kept for them, so spans run from a rule's first token to its last."""
-    return lark.Lark(_grammar(), parser="lalr", lexer="basic", keep_all_tokens=True, cache=True,
+    return lark.Lark(_grammar(), parser="lalr", lexer=_Lexer, keep_all_tokens=True, cache=True,
                      maybe_placeholders=False, transformer=_BUILDER)
+
+
+class _Lexer(Lexer):
+    """Lark's basic lexer in one regular expression match per token: lark's terminals in lark's order
+    (a keyword is a NAME whose text is that keyword), with the blanks and comments before a token
+    skipped in the same match (atomically: a comment is never cut short for a token to follow), and
+    no line counting (spans are offsets)."""
+
+    def __init__(self, conf) -> None:
+        terminals = sorted(conf.terminals, key=lambda t: (
+            -t.priority, -t.pattern.max_width, -len(t.pattern.value), t.name))  # lark's own order
+        assert not any(t.pattern.flags for t in terminals), "terminal flags are not supported"
+        regexes = [t for t in terminals if t.pattern.type == "re" and t.name not in conf.ignore]
+        self.keywords: dict[str, dict[str, str]] = {}  # regex terminal -> its text -> string terminal
+        alternatives = []
+        for t in terminals:
+            if t.name in conf.ignore:
+                continue
+            if t.pattern.type == "str":
+                value = t.pattern.value
+                holder = next((r for r in regexes if r.priority == t.priority and (
+                    m := re.match(r.pattern.to_regexp(), value)) and m.group(0) == value), None)
+                if holder is not None:
+                    self.keywords.setdefault(holder.name, {})[value] = t.name
+                    continue
+            alternatives.append(f"(?P<{t.name}>{t.pattern.to_regexp()})")
+        skip = "(?>" + "|".join(t.pattern.to_regexp() for t in terminals if t.name in conf.ignore) + ")*+"
+        self.skip = re.compile(skip)
+        self.token = re.compile(skip + "(?:" + "|".join(alternatives) + ")")
+        self.allowed = {t.name for t in terminals if t.name not in conf.ignore}
+
+    def lex(self, text: str):
+        match, keywords, pos = self.token.match, self.keywords, 0
+        while (m := match(text, pos)) is not None:
+            kind = m.lastgroup
+            start, pos = m.start(kind), m.end()
+            value = text[start:pos]
+            if kind in keywords:
+                kind = keywords[kind].get(value, kind)
+            yield Token(kind, value, start, None, None, None, None, pos)
+        pos = self.skip.match(text, pos).end()
+        if pos < len(text):
+            line = text.count("\n", 0, pos) + 1
+            raise lark.exceptions.UnexpectedCharacters(text, pos, line, pos - text.rfind("\n", 0, pos),
+                                                       allowed=self.allowed)
 
 
 @functools.cache
