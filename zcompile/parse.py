@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import gc
 import re
 import threading
 from importlib import resources
@@ -13,6 +12,7 @@ from lark import Token, Transformer
 from lark.lexer import Lexer
 
 from . import ast as A
+from . import ir
 from .errors import Diagnostic, ZcError
 from .ir import MAX_DEPTH, MAX_FLOAT, MAX_INT
 from .source import Source, Span
@@ -152,13 +152,8 @@ def decode(path: str, data: bytes) -> Source:
 
 def parse(source: Source) -> A.Policy:
     """Parse a source into a Policy AST; raise ZcError with a ZC000x diagnostic on bad syntax."""
-    enabled = gc.isenabled()
-    gc.disable()  # the parse allocates millions of small objects and frees none: skip the GC passes
-    try:
+    with ir.no_gc():  # the parse allocates millions of small objects and frees none
         return _parse(source)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _parse(source: Source) -> A.Policy:
