@@ -64,6 +64,7 @@ class Linter:
         self.path = path
         self.diags: list[Diagnostic] = []
         self._uses: dict[int, tuple[bool, bool]] = {}
+        self._guarding: dict[int, bool] = {}  # id(rule) -> it reads an enum, bool or set field
         self._cache: dict[tuple, bool | None] = {}
         self._facts_cache: dict[tuple, tuple | None] = {}
         self.work = 0
@@ -126,12 +127,12 @@ class Linter:
         return self.diags
 
     def _guards(self, rule: A.RuleDecl) -> bool:
-        if rule.cond is None:
-            return False
-        for e in walk(rule.cond):
-            if isinstance(e, A.FieldRef) and self.k.fields[e.path].kind in ("enum", "bool", "set"):
-                return True
-        return False
+        guards = self._guarding.get(id(rule))
+        if guards is None:
+            guards = self._guarding[id(rule)] = rule.cond is not None and any(
+                isinstance(e, A.FieldRef) and self.k.fields[e.path].kind in ("enum", "bool", "set")
+                for e in walk(rule.cond))
+        return guards
 
     def _key(self, rule: A.RuleDecl, action: str) -> tuple:
         """What a (rule, action) question depends on: the action only through `self` / `cost`."""
