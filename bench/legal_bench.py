@@ -616,6 +616,23 @@ def time_compile(case: Case, repeats: int) -> dict:
             "stages": {k: statistics.median(v) for k, v in stages.items()}}
 
 
+def compile_only(sizes: list[int], mode: str) -> int:
+    """The compile-time rows alone, printed (`--compile-only`)."""
+    import zcompile
+
+    print("| actions | n | zc `compile_text` s | Cedar `from_str` s | zc/Cedar | zc parse s | "
+          "zc check + lints s | zc lower s | zc load s |")
+    for n in sizes:
+        pol = generate(n)
+        case = Case(n, pol, to_zc(pol), to_cedar(pol), [], [], None, None, None, 0)
+        zcompile.compile_text(case.zc_src, name=pol.name)  # the one-off run (it also loads the parser)
+        c = time_compile(case, COMPILE_REPEATS[mode].get(n, 2))
+        st = c["stages"]
+        print(f"| {n:,} | {c['n']} | {c['zc']:.3f} | {c['cedar']:.4f} | {c['zc'] / c['cedar']:.1f} | "
+              f"{st['parse']:.3f} | {st['check']:.3f} | {st['lower']:.3f} | {st['load']:.3f} |", flush=True)
+    return 0
+
+
 def nest_copy(states: list[dict]) -> list[dict]:
     """Independent copies, so no engine can see another's objects."""
     return [{k: dict(v) for k, v in s.items()} for s in states]
@@ -1066,6 +1083,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--states", type=int, default=None,
                     help="random states per size (default 200, and 100 at 1,000 actions: the agreement check "
                          "runs on all of them, and at 1,000 actions it costs ~1 s of Cedar per state)")
+    ap.add_argument("--compile-only", action="store_true",
+                    help="only time compiling beside Cedar's parsing (printed, not written)")
     ap.add_argument("--write", metavar="FILE", help="replace/insert this benchmark's section in FILE")
     ap.add_argument("--dump", metavar="DIR", help="also write the generated zc and Cedar sources to DIR")
     args = ap.parse_args(argv)
@@ -1078,6 +1097,8 @@ def main(argv: list[str] | None = None) -> int:
     command = "python bench/legal_bench.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     command = command.strip()
 
+    if args.compile_only:
+        return compile_only(sizes, mode)
     cases = []
     checks = []
     for n in sizes:
