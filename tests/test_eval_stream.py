@@ -210,5 +210,5 @@ def test_counting_rows_for_progress_leaves_bad_files_to_the_reader(tmp_path):
     res = runner.invoke(main, [*base, str(tmp_path / "torn.jsonl.gz"), str(ROOT / "receipts")])
     assert res.exit_code == 1 and "torn.jsonl.gz:" in res.output and "the gzip stream ends early" in res.output
     res = runner.invoke(main, [*base, str(tmp_path / "bad.parquet")])
-    assert res.exit_code == 1 and "bad.parquet: not a readable Parquet file" in res.output
+    assert res.exit_code == 1 and "bad.parquet: $: not a readable Parquet file" in res.output
     assert "Traceback" not in res.output
