@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 
-from zcompile.lint import _witness
+from zcompile.lint import _join, _search, _witness
 
 
 def _brute(preds, domains, want_keep):
@@ -39,4 +39,7 @@ def test_witness_matches_enumeration():
             want = _brute(preds, domains, want_keep)
             assert _witness(preds, domains, want_keep) is want, (preds, domains, want_keep)
             checked[want] += 1
+        want = _brute(preds, domains, True)  # each way of answering it, on its own
+        assert _search(preds, domains, 10**9) is want and _join(preds, domains) is want
+        assert _search(preds, domains, 0) in (want, None)
     assert checked[True] > 50 and checked[False] > 50  # both answers were exercised

@@ -22,28 +22,34 @@ def read_source(path: str | Path) -> Source:
 
 def check_source(source: Source) -> Checked:
     """Parse and check; raise ZcError with every diagnostic when the policy has errors."""
-    return check(parse(source), source)
+    with ir.no_gc():  # the passes allocate many small objects and free few: skip the GC passes
+        return check(parse(source), source)
 
 
 def compile_source(source: Source) -> tuple[ir.PolicyIR, tuple[Diagnostic, ...]]:
     """Compile to IR, returning the warnings alongside; the IR passes the runtime's verification
     (what `zc compile` writes always loads)."""
-    checked = check_source(source)
-    policy = lower(checked, source)
-    verify(policy)
+    with ir.no_gc():
+        checked = check_source(source)
+        policy = lower(checked, source)
+        verify(policy)
     return policy, checked.diagnostics
 
 
 def compile_text(text: str, name: str = "<string>") -> Policy:
     """Compile policy source text straight to a runtime Policy (warnings are dropped)."""
-    policy, _ = compile_source(Source(name, text))
-    return Policy(policy)
+    return _load(Source(name, text))
 
 
 def compile_file(path: str | Path) -> Policy:
     """Compile a `.zc` file straight to a runtime Policy (warnings are dropped)."""
-    policy, _ = compile_source(read_source(path))
-    return Policy(policy)
+    return _load(read_source(path))
+
+
+def _load(source: Source) -> Policy:
+    """compile_source then load, verifying once: the runtime verifies what it loads."""
+    with ir.no_gc():
+        return Policy(lower(check_source(source), source))
 
 
 def artifact_bytes(policy: ir.PolicyIR) -> bytes:

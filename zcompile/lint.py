@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from typing import TYPE_CHECKING
 
 from . import ast as A
@@ -63,6 +64,7 @@ class Linter:
         self.path = path
         self.diags: list[Diagnostic] = []
         self._uses: dict[int, tuple[bool, bool]] = {}
+        self._guarding: dict[int, bool] = {}  # id(rule) -> it reads an enum, bool or set field
         self._cache: dict[tuple, bool | None] = {}
         self._facts_cache: dict[tuple, tuple | None] = {}
         self.work = 0
@@ -125,12 +127,12 @@ class Linter:
         return self.diags
 
     def _guards(self, rule: A.RuleDecl) -> bool:
-        if rule.cond is None:
-            return False
-        for e in walk(rule.cond):
-            if isinstance(e, A.FieldRef) and self.k.fields[e.path].kind in ("enum", "bool", "set"):
-                return True
-        return False
+        guards = self._guarding.get(id(rule))
+        if guards is None:
+            guards = self._guarding[id(rule)] = rule.cond is not None and any(
+                isinstance(e, A.FieldRef) and self.k.fields[e.path].kind in ("enum", "bool", "set")
+                for e in walk(rule.cond))
+        return guards
 
     def _key(self, rule: A.RuleDecl, action: str) -> tuple:
         """What a (rule, action) question depends on: the action only through `self` / `cost`."""
@@ -214,7 +216,7 @@ class Linter:
             if cond is None:
                 cond = self._lowered[id(rule)] = lower_expr(rule.cond)
             test = gen.test(cond, ir.ActionDef(action, cost=self.k.costs[action]))
-            reads = tuple(sorted({e.path for e in walk(rule.cond) if isinstance(e, A.FieldRef)}))
+            reads = tuple(sorted(self._facts(rule, action)[0]))  # every field it reads has an entry
             keep = "False" if rule.kind == "forbid_when" else "True"
             text = f"({test.code.text}) is {keep}"
         body = "".join(f"    {line}\n" for line in test.setup) + f"    return {text}\n"
@@ -230,7 +232,8 @@ class Linter:
         elif rule.kind == "after":
             facts = ({"history": set()}, {"history": {a.text for a in rule.after}})
         else:
-            expr = substitute(rule.cond, action, self.k.costs[action])
+            expr = rule.cond if self._uses[id(rule)] == (False, False) \
+                else substitute(rule.cond, action, self.k.costs[action])
             facts = self._expr_facts(expr)
             self.work += len(rule.cond.span.text)  # rough cost of walking it
         if self.work > LINT_WORK:
@@ -287,9 +290,63 @@ class Linter:
 
 def _witness(preds: list[tuple], domains: dict[str, list], want_keep: bool) -> bool:
     """Is there a state in the product of `domains` that every predicate keeps (want_keep) / that
-    some predicate removes? Exactly the answer of enumerating the product, found without it: each
-    predicate is mapped over the product of only the fields it reads, and the rows it keeps are
-    joined predicate by predicate, carrying only the fields that later predicates read."""
+    some predicate removes? Exactly the answer of enumerating the product, found without it: a
+    removal is looked for predicate by predicate over the fields each reads; a state every predicate
+    keeps is searched for depth first (most have one, found in a few calls), and past a budget of
+    calls the rows each predicate keeps are joined predicate by predicate, carrying only the fields
+    that later predicates read."""
+    if not want_keep:
+        return any(False in itertools.starmap(keep, itertools.product(*(domains[p] for p in reads)))
+                   for keep, reads in preds)
+    budget = sum(math.prod(len(domains[p]) for p in reads) for _, reads in preds)
+    found = _search(preds, domains, budget)
+    return found if found is not None else _join(preds, domains)
+
+
+def _search(preds: list[tuple], domains: dict[str, list], budget: int) -> bool | None:
+    """Depth first, one field at a time, each predicate called as soon as the fields it reads are
+    set: is there a state every predicate keeps? None after `budget` calls without an answer."""
+    order: dict[str, int] = {}
+    for _, reads in sorted(preds, key=lambda pred: len(pred[1])):  # small predicates prune first
+        for p in reads:
+            order.setdefault(p, len(order))
+    if len(order) > 100:  # deeper than the recursion should go
+        return None
+    tests: list[list[tuple]] = [[] for _ in order]  # tests[i]: the predicates complete at field i
+    for keep, reads in preds:
+        if not reads:
+            if not keep():
+                return False
+            continue
+        at = tuple(order[p] for p in reads)
+        tests[max(at)].append((keep, at))
+    columns = [domains[p] for p in order]
+    values: list = [None] * len(order)
+    calls = 0
+
+    def extend(i: int) -> bool | None:
+        nonlocal calls
+        if i == len(columns):
+            return True
+        for v in columns[i]:
+            values[i] = v
+            for keep, at in tests[i]:
+                calls += 1
+                if not keep(*[values[j] for j in at]):
+                    break
+            else:
+                found = extend(i + 1)
+                if found is not False:
+                    return found
+            if calls > budget:
+                return None
+        return False
+
+    return extend(0)
+
+
+def _join(preds: list[tuple], domains: dict[str, list]) -> bool:
+    """Is there a state every predicate keeps? The kept rows joined predicate by predicate."""
     carried: tuple[str, ...] = ()
     partial: set[tuple] = {()}  # values of `carried` that every predicate so far keeps
     later: list[set[str]] = [set()]  # later[-1 - i]: the fields read after predicate i
@@ -297,12 +354,7 @@ def _witness(preds: list[tuple], domains: dict[str, list], want_keep: bool) -> b
         later.append(later[-1].union(reads))
     for keep, reads in preds:
         rows = list(itertools.product(*(domains[p] for p in reads)))
-        flags = map(keep, *zip(*rows)) if reads else itertools.repeat(keep(), 1)
-        if not want_keep:
-            if False in flags:
-                return True
-            continue
-        good = list(itertools.compress(rows, flags))
+        good = [row for row, kept in zip(rows, itertools.starmap(keep, rows)) if kept]
         if not good:
             return False
         after = later.pop()
@@ -325,7 +377,7 @@ def _witness(preds: list[tuple], domains: dict[str, list], want_keep: bool) -> b
         if not joined:
             return False
         carried, partial = tuple(merged[j] for j in keep_at), joined
-    return want_keep
+    return True
 
 
 def _numeric_points(consts: list, integral: bool) -> list:

@@ -37,9 +37,9 @@ def lower(checked: Checked, source: Source) -> ir.PolicyIR:
             text=_one_line(r.cond.span.text) if r.cond is not None else ", ".join(a.text for a in r.after),
             cond=expr(r.cond) if r.cond is not None else None,
             after=tuple(a.text for a in r.after),
-            reads=_reads(r.cond) + (("history",) if r.kind == "after" else ()),
-            args=_args(r.cond))
-        for r in p.rules)
+            reads=reads + (("history",) if r.kind == "after" else ()),
+            args=args)
+        for r in p.rules for reads, args in [_reads_args(r.cond)])
     return ir.PolicyIR(
         name=p.name.text,
         source_path=source.path,
@@ -78,17 +78,16 @@ def _params(params) -> tuple[ir.ParamDef, ...] | None:
                  for p in params.values())
 
 
-def _args(cond: A.Expr | None) -> tuple[str, ...]:
-    if cond is None:
-        return ()
-    return tuple(sorted({e.name for e in walk(cond) if isinstance(e, A.ArgRef)}))
-
-
-def _reads(cond: A.Expr | None) -> tuple[str, ...]:
-    if cond is None:
-        return ()
-    paths = [e.path for e in walk(cond) if isinstance(e, A.FieldRef)]
-    return tuple(sorted(set(paths)))
+def _reads_args(cond: A.Expr | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The state fields and the call's arguments a condition reads, each sorted."""
+    reads: set[str] = set()
+    args: set[str] = set()
+    for e in walk(cond) if cond is not None else ():
+        if isinstance(e, A.FieldRef):
+            reads.add(e.path)
+        elif isinstance(e, A.ArgRef):
+            args.add(e.name)
+    return tuple(sorted(reads)), tuple(sorted(args))
 
 
 def expr(e: A.Expr) -> ir.Expr:

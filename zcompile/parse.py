@@ -1,16 +1,18 @@
-"""Parsing: Lark (LALR) over grammar/zc.lark, then a Transformer to the frozen AST."""
+"""Parsing: Lark (LALR) over grammar/zc.lark, building the frozen AST as it reduces."""
 
 from __future__ import annotations
 
 import functools
-import gc
 import re
+import threading
 from importlib import resources
 
 import lark
-from lark import Token, Transformer, v_args
+from lark import Token, Transformer
+from lark.lexer import Lexer
 
 from . import ast as A
+from . import ir
 from .errors import Diagnostic, ZcError
 from .ir import MAX_DEPTH, MAX_FLOAT, MAX_INT
 from .source import Source, Span
@@ -38,10 +40,67 @@ _TERMINAL_NAMES = {
 }
 
 
+def _grammar() -> str:
+    return resources.files("zcompile.grammar").joinpath("zc.lark").read_text("utf-8")
+
+
 @functools.cache
 def _parser() -> lark.Lark:
-    grammar = resources.files("zcompile.grammar").joinpath("zc.lark").read_text("utf-8")
-    return lark.Lark(grammar, parser="lalr", lexer="basic", propagate_positions=True, cache=True,
+    """The parser: its reductions call _BUILDER, which makes the AST nodes (no parse tree); every token
+    is kept for them, so spans run from a rule's first token to its last."""
+    return lark.Lark(_grammar(), parser="lalr", lexer=_Lexer, keep_all_tokens=True, cache=True,
+                     maybe_placeholders=False, transformer=_BUILDER)
+
+
+class _Lexer(Lexer):
+    """Lark's basic lexer in one regular expression match per token: lark's terminals in lark's order
+    (a keyword is a NAME whose text is that keyword), with the blanks and comments before a token
+    skipped in the same match (atomically: a comment is never cut short for a token to follow), and
+    no line counting (spans are offsets)."""
+
+    def __init__(self, conf) -> None:
+        terminals = sorted(conf.terminals, key=lambda t: (
+            -t.priority, -t.pattern.max_width, -len(t.pattern.value), t.name))  # lark's own order
+        assert not any(t.pattern.flags for t in terminals), "terminal flags are not supported"
+        regexes = [t for t in terminals if t.pattern.type == "re" and t.name not in conf.ignore]
+        self.keywords: dict[str, dict[str, str]] = {}  # regex terminal -> its text -> string terminal
+        alternatives = []
+        for t in terminals:
+            if t.name in conf.ignore:
+                continue
+            if t.pattern.type == "str":
+                value = t.pattern.value
+                holder = next((r for r in regexes if r.priority == t.priority and (
+                    m := re.match(r.pattern.to_regexp(), value)) and m.group(0) == value), None)
+                if holder is not None:
+                    self.keywords.setdefault(holder.name, {})[value] = t.name
+                    continue
+            alternatives.append(f"(?P<{t.name}>{t.pattern.to_regexp()})")
+        skip = "(?>" + "|".join(t.pattern.to_regexp() for t in terminals if t.name in conf.ignore) + ")*+"
+        self.skip = re.compile(skip)
+        self.token = re.compile(skip + "(?:" + "|".join(alternatives) + ")")
+        self.allowed = {t.name for t in terminals if t.name not in conf.ignore}
+
+    def lex(self, text: str):
+        match, keywords, pos = self.token.match, self.keywords, 0
+        while (m := match(text, pos)) is not None:
+            kind = m.lastgroup
+            start, pos = m.start(kind), m.end()
+            value = text[start:pos]
+            if kind in keywords:
+                kind = keywords[kind].get(value, kind)
+            yield Token(kind, value, start, None, None, None, None, pos)
+        pos = self.skip.match(text, pos).end()
+        if pos < len(text):
+            line = text.count("\n", 0, pos) + 1
+            raise lark.exceptions.UnexpectedCharacters(text, pos, line, pos - text.rfind("\n", 0, pos),
+                                                       allowed=self.allowed)
+
+
+@functools.cache
+def _tree_parser() -> lark.Lark:
+    """The same grammar building lark's parse tree: only to locate a ZC0006 nesting error."""
+    return lark.Lark(_grammar(), parser="lalr", lexer="basic", propagate_positions=True, cache=True,
                      maybe_placeholders=False)
 
 
@@ -93,13 +152,8 @@ def decode(path: str, data: bytes) -> Source:
 
 def parse(source: Source) -> A.Policy:
     """Parse a source into a Policy AST; raise ZcError with a ZC000x diagnostic on bad syntax."""
-    enabled = gc.isenabled()
-    gc.disable()  # the parse allocates millions of small objects and frees none: skip the GC passes
-    try:
+    with ir.no_gc():  # the parse allocates millions of small objects and frees none
         return _parse(source)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _parse(source: Source) -> A.Policy:
@@ -119,26 +173,36 @@ def _parse(source: Source) -> A.Policy:
         raise ZcError("not a policy file", [Diagnostic(
             "ZC0005", "error", f"text holds an unpaired surrogate at offset {exc.start}", None,
             "zc policies are UTF-8 text", path=source.path)]) from None
-    diags: list[Diagnostic] = []
-    work = text
-    while True:
+    with _LOCK:  # _BUILDER holds the state of one parse
         try:
-            tree = _parser().parse(work)
+            policy = _parse_locked(source)
+            too_deep, literal_diags = _BUILDER.too_deep, _BUILDER.diags
+        finally:
+            _BUILDER.reset(None)
+    if too_deep:
+        _check_depth(source, _tree_parser().parse(text))
+    if literal_diags:
+        raise ZcError("syntax error", literal_diags)
+    return policy
+
+
+def _parse_locked(source: Source) -> A.Policy:
+    diags: list[Diagnostic] = []
+    work = source.text
+    while True:
+        _BUILDER.reset(source)
+        try:
+            policy = _parser().parse(work)
             break
         except lark.exceptions.UnexpectedInput as exc:
             diag, pos = _syntax_error(source, exc)
             diags.append(diag)
-            blanked = _blank_declaration(work, pos) if len(text) <= RECOVER_BYTES else None
+            blanked = _blank_declaration(work, pos) if len(source.text) <= RECOVER_BYTES else None
             if blanked is None or len(diags) >= MAX_SYNTAX_ERRORS:
                 break
             work = blanked
     if diags:
         raise ZcError("syntax error", diags)
-    _check_depth(source, tree)
-    to_ast = _ToAst(source)
-    policy = to_ast.transform(tree)
-    if to_ast.diags:
-        raise ZcError("syntax error", to_ast.diags)
     return policy
 
 
@@ -223,12 +287,78 @@ def _check_depth(source: Source, tree: lark.Tree) -> None:
         stack.extend((c, depth) for c in node.children if isinstance(c, lark.Tree))
 
 
-@v_args(inline=True, meta=True)
-class _ToAst(Transformer):
-    def __init__(self, source: Source) -> None:
+class _Part:
+    """A value on its way into a node, with the text it came from: a clause, a list, or a
+    parenthesised expression (whose parentheses belong to the enclosing node's span, not its own)."""
+
+    __slots__ = ("value", "start", "end")
+
+    def __init__(self, value, start: int, end: int) -> None:
+        self.value, self.start, self.end = value, start, end
+
+
+class _Params(_Part):
+    """An action's signature (told apart from the tags tuple)."""
+
+    __slots__ = ()
+
+
+def _lo(v) -> int:
+    if type(v) is Token:
+        return v.start_pos
+    return v.start if isinstance(v, _Part) else v.span.start
+
+
+def _hi(v) -> int:
+    if type(v) is Token:
+        return v.end_pos
+    return v.end if isinstance(v, _Part) else v.span.end
+
+
+def _items(children) -> tuple:
+    """The values of a list, without its punctuation tokens."""
+    return tuple(c for c in children if type(c) is not Token)
+
+
+class _Builder(Transformer):
+    """The AST built as the LALR parser reduces (lark's `transformer=`): each method gets a rule's
+    children, every token kept, and a node's span runs from its first token to its last."""
+
+    def __init__(self) -> None:
         super().__init__(visit_tokens=False)
+        self.reset(None)
+
+    def reset(self, source: Source | None) -> None:
         self.src = source
-        self.diags: list[Diagnostic] = []  # bad literals: reported together after the transform
+        self.diags: list[Diagnostic] = []  # bad literals: reported together after the parse
+        self.depths: dict[int, tuple[int, object]] = {}  # id(node) -> (operators nested in it, node)
+        self.too_deep = False
+
+    def __default__(self, data, children, meta):  # noqa: D105
+        if data.startswith("_"):  # lark's own rules for `*` and `+`, spliced into their parent
+            return lark.Tree(data, children)
+        raise AssertionError(f"grammar rule {data!r} has no AST transform")  # guard against leaking trees
+
+    def _span(self, c) -> Span:
+        return Span(self.src, _lo(c[0]), _hi(c[-1]))
+
+    def _tok(self, tok: Token) -> Span:
+        return Span(self.src, tok.start_pos, tok.end_pos)
+
+    def _depth(self, node, operands):
+        """Record how many operators nest in `node` (an operator): ZC0006 past MAX_DEPTH."""
+        depths = self.depths
+        most = 0
+        for o in operands:
+            if type(o) is _Part:
+                o = o.value
+            d = depths.get(id(o))
+            if d is not None and d[0] > most:
+                most = d[0]
+        depths[id(node)] = (most + 1, node)  # the node is kept alive so its id stays its own
+        if most >= MAX_DEPTH:
+            self.too_deep = True
+        return node
 
     def _bad(self, code: str, msg: str, tok: Token, help: str) -> None:
         self.diags.append(Diagnostic(code, "error", msg, self._tok(tok), help))
@@ -272,235 +402,244 @@ class _ToAst(Transformer):
                       "a `\\uD800`-`\\uDBFF` escape must be followed by a `\\uDC00`-`\\uDFFF` one")
             return ""
 
-    def _span(self, meta) -> Span:
-        return Span(self.src, meta.start_pos, meta.end_pos)
-
-    def _tok(self, tok: Token) -> Span:
-        return Span(self.src, tok.start_pos, tok.end_pos)
-
-    def __default__(self, data, children, meta):  # noqa: D105 - guard against leaking trees
-        raise AssertionError(f"grammar rule {data!r} has no AST transform")
-
     # names and literals
-    def name(self, meta, tok):
-        return A.Ident(text=str(tok), span=self._tok(tok))
+    def name(self, c):  # a NAME, or a soft keyword used as one
+        tok = c[0]
+        return A.Ident(text=str(tok), span=Span(self.src, tok.start_pos, tok.end_pos))
 
     path = name
 
-    def ref(self, meta, ident):
+    def ref(self, c):
+        ident = c[0]
         return A.Name(path=ident.text, span=ident.span)
 
-    def int_(self, meta, tok):
+    def int_(self, c):
+        tok = c[0]
         value = int(tok) if len(tok) <= 20 else MAX_INT + 1  # no 4,300-digit conversion
         return A.LitNum(value=self._number(tok, value), span=self._tok(tok))
 
-    def float_(self, meta, tok):
+    def float_(self, c):
+        tok = c[0]
         return A.LitNum(value=self._number(tok, float(tok)), span=self._tok(tok))
 
-    def true(self, meta, tok=None):
-        return A.LitBool(value=True, span=self._span(meta))
+    def true(self, c):
+        return A.LitBool(value=True, span=self._tok(c[0]))
 
-    def false(self, meta, tok=None):
-        return A.LitBool(value=False, span=self._span(meta))
+    def false(self, c):
+        return A.LitBool(value=False, span=self._tok(c[0]))
 
-    def member(self, meta, ident):
+    def member(self, c):
+        ident = c[0]
         return A.LitMember(name=ident, span=ident.span)
 
-    def string(self, meta, tok):
-        return A.LitString(value=self._unquote(tok), span=self._tok(tok))
+    def string(self, c):
+        return A.LitString(value=self._unquote(c[0]), span=self._tok(c[0]))
 
-    def neg(self, meta, operand):
+    def neg(self, c):  # "-" operand
+        operand = c[1].value if type(c[1]) is _Part else c[1]
         if isinstance(operand, A.LitNum):
-            return A.LitNum(value=-operand.value, span=self._span(meta))
-        return A.Neg(operand=_expr(operand), span=self._span(meta))
+            node = A.LitNum(value=-operand.value, span=self._span(c))
+        else:
+            node = A.Neg(operand=_expr(operand), span=self._span(c))
+        return self._depth(node, (operand,))
 
-    def set_lit(self, meta, *items):
-        return A.LitSet(items=tuple(i for i in items if i is not None), span=self._span(meta))
+    def set_lit(self, c):  # "{" items "}"
+        node = A.LitSet(items=_items(c[1:-1]), span=self._span(c))
+        if any(id(i) in self.depths for i in node.items):  # a negated number: one operator deep
+            self.depths[id(node)] = (1, node)
+        return node
+
+    def atom(self, c):  # "(" expr ")": parentheses are no node
+        inner = c[1].value if type(c[1]) is _Part else c[1]
+        return _Part(inner, c[0].start_pos, c[2].end_pos)
 
     # state
-    def start(self, meta, head, *items):
+    def start(self, c):  # policy_decl item*
         by = {k: [] for k in ("fields", "actions", "fallbacks", "intents", "rules", "tiers", "routes")}
-        for item in items:
-            if isinstance(item, tuple):
-                by["fields"].extend(item)
+        for item in c[1:]:
+            if type(item) is _Part:  # a state block
+                by["fields"].extend(item.value)
             else:
                 by[_KIND[type(item)]].append(item)
-        return A.Policy(name=head, span=self._span(meta), **{k: tuple(v) for k, v in by.items()})
+        return A.Policy(name=c[0].value, span=self._span(c), **{k: tuple(v) for k, v in by.items()})
 
-    def policy_decl(self, meta, ident):
-        return ident
+    def policy_decl(self, c):
+        return _Part(c[1], c[0].start_pos, _hi(c[1]))
 
-    def state_block(self, meta, *fields):
-        return tuple(fields)
+    def state_block(self, c):  # "state" "{" field_decl* "}"
+        return _Part(tuple(c[2:-1]), c[0].start_pos, c[-1].end_pos)
 
-    def field_decl(self, meta, path, type_ref, *rest):
-        optional = any(isinstance(r, Token) for r in rest)
-        default = next((r for r in rest if not isinstance(r, Token)), None)
-        return A.FieldDecl(path=path, type=type_ref, optional=optional, default=default,
-                           span=self._span(meta))
+    def field_decl(self, c):  # path ":" type_ref OPTIONAL? default?
+        rest = c[3:]
+        optional = any(type(r) is Token for r in rest)
+        default = next((r.value for r in rest if type(r) is not Token), None)
+        return A.FieldDecl(path=c[0], type=c[2], optional=optional, default=default, span=self._span(c))
 
-    def default(self, meta, lit):
-        return lit
+    def default(self, c):  # "=" literal
+        return _Part(c[1], c[0].start_pos, _hi(c[1]))
 
-    def enum_type(self, meta, *members):
-        return A.EnumType(members=members, span=self._span(meta))
+    def enum_type(self, c):  # "enum" "(" names ")"
+        return A.EnumType(members=_items(c[2:-1]), span=self._span(c))
 
-    def scalar_type(self, meta, tok):
-        return A.ScalarType(kind=str(tok), span=self._span(meta))
+    def scalar_type(self, c):
+        return A.ScalarType(kind=str(c[0]), span=self._tok(c[0]))
 
-    def set_type(self, meta):
-        return A.SetType(span=self._span(meta))
+    def set_type(self, c):
+        return A.SetType(span=self._span(c))
 
     # actions, fallback, intents
-    def action_decl(self, meta, name, *rest):
+    def action_decl(self, c):  # "action" path params? tags? cost? description?
         tags, cost, desc, params = (), None, None, None
-        for r in rest:
-            if isinstance(r, _Params):
-                params = r.params
-            elif isinstance(r, tuple):
-                tags = r
-            elif isinstance(r, A.LitNum):
-                cost = r
-            else:
+        for r in c[2:]:
+            if type(r) is _Params:
+                params = r.value
+            elif type(r) is A.LitString:
                 desc = r.value
-        return A.ActionDecl(name=name, params=params, tags=tags, cost=cost, description=desc,
-                            span=self._span(meta))
+            elif type(r.value) is tuple:
+                tags = r.value
+            else:
+                cost = r.value
+        return A.ActionDecl(name=c[1], params=params, tags=tags, cost=cost, description=desc,
+                            span=self._span(c))
 
-    def params(self, meta, *params):
-        return _Params(tuple(p for p in params if p is not None))
+    def params(self, c):  # "(" params ")"
+        return _Params(_items(c[1:-1]), c[0].start_pos, c[-1].end_pos)
 
-    def param_name(self, meta, tok):
+    def param_name(self, c):
+        tok = c[0]
         if isinstance(tok, A.Ident):
             return tok
         return A.Ident(text=str(tok), span=self._tok(tok))
 
-    def param(self, meta, name, type_ref, *optional):
-        return A.Param(name=name, type=type_ref, optional=bool(optional), span=self._span(meta))
+    def param(self, c):  # param_name ":" arg_type OPTIONAL?
+        return A.Param(name=c[0], type=c[2], optional=len(c) == 4, span=self._span(c))
 
-    def list_type(self, meta):
-        return A.ListType(span=self._span(meta))
+    def list_type(self, c):
+        return A.ListType(span=self._span(c))
 
-    def tags(self, meta, *names):
-        return tuple(names)
+    def tags(self, c):  # "tags" "(" names ")"
+        return _Part(_items(c[2:-1]), c[0].start_pos, c[-1].end_pos)
 
-    def cost(self, meta, num):
-        return num
+    def cost(self, c):  # "cost" number
+        return _Part(c[1], c[0].start_pos, _hi(c[1]))
 
-    def description(self, meta, tok):
-        return A.LitString(value=self._unquote(tok), span=self._tok(tok))
+    def description(self, c):
+        return A.LitString(value=self._unquote(c[0]), span=self._tok(c[0]))
 
-    def fallback_decl(self, meta, name):
-        return A.FallbackDecl(action=name, span=self._span(meta))
+    def fallback_decl(self, c):
+        return A.FallbackDecl(action=c[1], span=self._span(c))
 
-    def intent_decl(self, meta, name, *rest):
-        desc = self._unquote(rest[0]) if len(rest) == 2 else None
-        return A.IntentDecl(name=name, description=desc, allow=rest[-1], span=self._span(meta))
+    def intent_decl(self, c):  # "intent" name STRING? "{" "allow" path_list "}"
+        desc = self._unquote(c[2]) if len(c) == 7 else None
+        return A.IntentDecl(name=c[1], description=desc, allow=c[-2].value, span=self._span(c))
 
-    def path_list(self, meta, *names):
-        return tuple(names)
+    def path_list(self, c):
+        return _Part(_items(c), _lo(c[0]), _hi(c[-1]))
 
     name_list = path_list
 
     # rules
-    def rule_decl(self, meta, name, body):
-        kind, target, cond, after = body
-        return A.RuleDecl(name=name, kind=kind, target=target, cond=cond, after=after,
-                          span=self._span(meta))
+    def rule_decl(self, c):  # "rule" name ":" rule_body
+        kind, target, cond, after = c[3].value
+        return A.RuleDecl(name=c[1], kind=kind, target=target, cond=cond, after=after,
+                          span=self._span(c))
 
-    def requires(self, meta, target, cond):
-        return ("requires", target, _expr(cond), ())
+    def requires(self, c):  # target "requires" expr
+        return _Part(("requires", c[0], _expr(c[2]), ()), _lo(c[0]), _hi(c[2]))
 
-    def forbid_when(self, meta, target, cond):
-        return ("forbid_when", target, _expr(cond), ())
+    def forbid_when(self, c):  # "forbid" target "when" expr
+        return _Part(("forbid_when", c[1], _expr(c[3]), ()), c[0].start_pos, _hi(c[3]))
 
-    def forbid_unless(self, meta, target, cond):
-        return ("forbid_unless", target, _expr(cond), ())
+    def forbid_unless(self, c):  # "forbid" target "unless" expr
+        return _Part(("forbid_unless", c[1], _expr(c[3]), ()), c[0].start_pos, _hi(c[3]))
 
-    def after(self, meta, target, names):
-        return ("after", target, None, names)
+    def after(self, c):  # target "after" path_list
+        return _Part(("after", c[0], None, c[2].value), _lo(c[0]), _hi(c[2]))
 
-    def target_actions(self, meta, names):
-        return A.TargetActions(names=names, span=self._span(meta))
+    def target_actions(self, c):
+        part = c[0]
+        return A.TargetActions(names=part.value, span=Span(self.src, part.start, part.end))
 
-    def target_tags(self, meta, tags):
-        return A.TargetTags(tags=tags, span=self._span(meta))
+    def target_tags(self, c):
+        part = c[0]
+        return A.TargetTags(tags=part.value, span=Span(self.src, part.start, part.end))
 
-    def target_all(self, meta):
-        return A.TargetAll(span=self._span(meta))
+    def target_all(self, c):
+        return A.TargetAll(span=self._tok(c[0]))
 
     # tiers and routes
-    def tier_decl(self, meta, name, *opts):
-        values = dict(opts)
-        return A.TierDecl(name=name, max_ms=values.get("max_ms"), cost=values.get("cost"),
-                          span=self._span(meta))
+    def tier_decl(self, c):  # "tier" name tier_opt*
+        values = dict(opt.value for opt in c[2:])
+        return A.TierDecl(name=c[1], max_ms=values.get("max_ms"), cost=values.get("cost"),
+                          span=self._span(c))
 
-    def max_ms(self, meta, num):
-        return ("max_ms", num)
+    def max_ms(self, c):
+        return _Part(("max_ms", c[1]), c[0].start_pos, _hi(c[1]))
 
-    def tier_cost(self, meta, num):
-        return ("cost", num)
+    def tier_cost(self, c):
+        return _Part(("cost", c[1]), c[0].start_pos, _hi(c[1]))
 
-    def route_decl(self, meta, name, *rest):
-        when = _expr(rest[0]) if len(rest) == 2 else None
-        return A.RouteDecl(name=name, when=when, tiers=rest[-1], span=self._span(meta))
+    def route_decl(self, c):  # "route" name ":" ("when" expr)? "use" name_list
+        when = _expr(c[4]) if len(c) == 7 else None
+        return A.RouteDecl(name=c[1], when=when, tiers=c[-1].value, span=self._span(c))
 
     # expressions
-    def or_(self, meta, *operands):
-        return A.Or(operands=tuple(map(_expr, operands)), span=self._span(meta))
+    def or_(self, c):  # operand ("or" operand)+
+        operands = c[::2]
+        return self._depth(A.Or(operands=tuple(map(_expr, operands)), span=self._span(c)), operands)
 
-    def and_(self, meta, *operands):
-        return A.And(operands=tuple(map(_expr, operands)), span=self._span(meta))
+    def and_(self, c):
+        operands = c[::2]
+        return self._depth(A.And(operands=tuple(map(_expr, operands)), span=self._span(c)), operands)
 
-    def not_(self, meta, operand):
-        return A.Not(operand=_expr(operand), span=self._span(meta))
+    def not_(self, c):
+        return self._depth(A.Not(operand=_expr(c[1]), span=self._span(c)), c[1:])
 
-    def compare(self, meta, left, op, right):
-        return A.Compare(op=str(op), left=_expr(left), right=_expr(right), span=self._span(meta))
+    def compare(self, c):  # left CMP right
+        node = A.Compare(op=str(c[1]), left=_expr(c[0]), right=_expr(c[2]), span=self._span(c))
+        return self._depth(node, (c[0], c[2]))
 
-    def in_lit(self, meta, operand, items, negated=False):
-        return A.InLit(operand=_expr(operand), items=tuple(map(_expr, items.items)),
-                       negated=negated, span=self._span(meta))
+    def in_lit(self, c):  # operand "not"? "in" set_lit
+        items = c[-1]
+        node = A.InLit(operand=_expr(c[0]), items=tuple(map(_expr, items.items)),
+                       negated=len(c) == 4, span=self._span(c))
+        return self._depth(node, (c[0], items))
 
-    def not_in_lit(self, meta, operand, items):
-        return self.in_lit(meta, operand, items, True)
+    not_in_lit = in_lit
 
-    def in_field(self, meta, operand, path, negated=False):
-        return A.InField(operand=_expr(operand), field=A.Name(path=path.text, span=path.span),
-                         negated=negated, span=self._span(meta))
+    def in_field(self, c):  # operand "not"? "in" path
+        path = c[-1]
+        node = A.InField(operand=_expr(c[0]), field=A.Name(path=path.text, span=path.span),
+                         negated=len(c) == 4, span=self._span(c))
+        return self._depth(node, (c[0],))
 
-    def not_in_field(self, meta, operand, path):
-        return self.in_field(meta, operand, path, True)
+    not_in_field = in_field
 
-    def _arith(self, op, meta, left, right):
-        return A.Arith(op=op, left=_expr(left), right=_expr(right), span=self._span(meta))
+    def _arith(self, op, c):
+        node = A.Arith(op=op, left=_expr(c[0]), right=_expr(c[2]), span=self._span(c))
+        return self._depth(node, (c[0], c[2]))
 
-    def add(self, meta, left, right):
-        return self._arith("+", meta, left, right)
+    def add(self, c):
+        return self._arith("+", c)
 
-    def sub(self, meta, left, right):
-        return self._arith("-", meta, left, right)
+    def sub(self, c):
+        return self._arith("-", c)
 
-    def mul(self, meta, left, right):
-        return self._arith("*", meta, left, right)
+    def mul(self, c):
+        return self._arith("*", c)
 
-    def self_(self, meta):
-        return A.SelfRef(span=self._span(meta))
+    def self_(self, c):
+        return A.SelfRef(span=self._tok(c[0]))
 
-    def cost_ref(self, meta):
-        return A.CostRef(span=self._span(meta))
+    def cost_ref(self, c):
+        return A.CostRef(span=self._tok(c[0]))
 
-    def call(self, meta, func, operand):
-        return A.Call(func=func, operand=_expr(operand), span=self._span(meta))
+    def call(self, c):  # path "(" expr ")"
+        return self._depth(A.Call(func=c[0], operand=_expr(c[2]), span=self._span(c)), (c[2],))
 
 
-class _Params:
-    """An action's signature on its way into ActionDecl (told apart from the tags tuple)."""
-
-    __slots__ = ("params",)
-
-    def __init__(self, params: tuple[A.Param, ...]) -> None:
-        self.params = params
-
+_BUILDER = _Builder()
+_LOCK = threading.Lock()
 
 _KIND = {
     A.ActionDecl: "actions", A.FallbackDecl: "fallbacks", A.IntentDecl: "intents",
@@ -509,7 +648,9 @@ _KIND = {
 
 
 def _expr(node):
-    """Literals in expression position become expression nodes."""
+    """Literals in expression position become expression nodes; parentheses are dropped."""
+    if type(node) is _Part:
+        node = node.value
     if isinstance(node, A.LitNum):
         return A.Num(value=node.value, span=node.span)
     if isinstance(node, A.LitBool):
@@ -518,4 +659,3 @@ def _expr(node):
         ident = node if isinstance(node, A.Ident) else node.name
         return A.Name(path=ident.text, span=ident.span)
     return node
-
