@@ -88,8 +88,17 @@ def bool_expr(draw, actions, depth, args=False):
     return f" {word} ".join(f"({p})" for p in parts)
 
 
+# What `zc serve` needs beside a drawn policy: the text reply (`respond`), an action whose empty
+# signature makes its name a complete call (`ping`, a local answer when it is the only legal action),
+# and a tier for the upstream.
+SERVED = "action respond tags(control, reply)\naction ping() tags(control) cost 0\ntier remote cost 1\n"
+
+
 @st.composite
-def policies(draw):
+def policies(draw, served: bool = False):
+    """(source, the drawn action names). `served`: with SERVED declared (`*` in an argument rule is
+    spelled out as the drawn actions, which alone declare the arguments), and `ping` among the
+    fallbacks drawn."""
     n = draw(st.integers(1, 6))
     actions = [f"act{i}" for i in range(n)]
     lines = ["policy random", SCHEMA]
@@ -98,7 +107,7 @@ def policies(draw):
         lines.append(f"action {name}{SIGNATURE} tags({', '.join(tags)}) cost {draw(st.integers(0, 5))}")
     used_tags = sorted({t for line in lines if line.startswith("action")
                         for t in line.split("tags(")[1].split(")")[0].split(", ")})
-    lines.append(f"fallback {draw(st.sampled_from(actions))}")
+    lines.append(f"fallback {draw(st.sampled_from(actions + ['ping'] if served else actions))}")
     allow = draw(st.lists(st.sampled_from(actions), min_size=1, max_size=n, unique=True))
     lines.append(f"intent focus {{ allow {', '.join(allow)} }}")
     for i in range(draw(st.integers(0, 6))):
@@ -120,11 +129,13 @@ def policies(draw):
             lines.append(f"rule r{i}: {target} after {', '.join(needs)}")
             continue
         cond = draw(bool_expr(actions, 2, args=draw(st.booleans())))
+        if served and target == "*" and "args." in cond:
+            target = ", ".join(actions)
         body = {"requires": f"{target} requires {cond}",
                 "forbid_when": f"forbid {target} when {cond}",
                 "forbid_unless": f"forbid {target} unless {cond}"}[kind]
         lines.append(f"rule r{i}: {body}")
-    return "\n".join(lines) + "\n", actions
+    return "\n".join(lines) + "\n" + (SERVED if served else ""), actions
 
 
 @st.composite
