@@ -344,7 +344,7 @@ def check_session(m: Manifest, session: Any, path: str) -> None:
         if (k := max(probe.row, default=0)) >= dim:
             raise ZcError(f"{path}: $.model.probes[{i}].row.{k}: outside the {dim} features; distil the specialist again")
         rows[i, list(probe.row)] = list(probe.row.values())
-    got = _scored(session, rows, want, path, dim)
+    got = _scored(session, rows, path, dim)
     probs = got[want]
     if probs.shape != (len(rows), len(m.model.classes)):
         raise ZcError(f"{path}: the model gives {probs.shape[-1]} classes but $.model.classes lists "
@@ -370,7 +370,7 @@ def check_session(m: Manifest, session: Any, path: str) -> None:
                              else "not this specialist's model"))
 
 
-def _scored(session: Any, rows: Any, want: str, path: str, dim: int) -> dict[str, Any]:
+def _scored(session: Any, rows: Any, path: str, dim: int) -> dict[str, Any]:
     """The model's outputs by name on feature rows; ZcError when it cannot score them."""
     from ..errors import ZcError
 
@@ -388,8 +388,7 @@ def probes_for(session: Any, pool: Any, classes: tuple[str, ...]) -> tuple[Probe
     impossible to swap in `$.model.classes` unnoticed (the earliest row wins a tie)."""
     import numpy as np
 
-    probs = _scored(session, pool.astype(np.float32), "probabilities", "the exported model", pool.shape[1])
-    probs = probs["probabilities"]
+    probs = _scored(session, pool.astype(np.float32), "the exported model", pool.shape[1])["probabilities"]
     out = []
     for j in range(len(classes)):
         i = int(np.argmax(probs[:, j]))

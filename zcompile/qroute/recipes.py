@@ -162,9 +162,8 @@ class TabularRecipe(ClassifierRecipe):
         return self._on_actions(sp.probabilities(x), sp.model_classes)
 
     def export(self, clf: Any, work: Path, report: Report, quantization: str) -> Model:
-        from skl2onnx import to_onnx
-
         import onnxruntime as ort
+        from skl2onnx import to_onnx
 
         onx = to_onnx(clf, clf.sample_.astype(np.float32), options={id(clf): {"zipmap": False}}, target_opset=18)
         blob = onx.SerializeToString()
