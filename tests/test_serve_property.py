@@ -199,7 +199,7 @@ def test_random_policies_every_returned_call_passes_policy_check(stub, tmp_path_
         "name": UNDECLARED, "parameters": {"type": "object", "properties": {}}}}]
     receipts = tmp_path_factory.getbasetemp() / f"random-{next(COUNTER)}.jsonl"
     gw = Gateway(policy, stub.base_url, "stub-model", extract=state_in_system_message, receipts=receipts,
-                 timeout_ms=2000)
+                 timeout_ms=10_000)  # no slow upstream here: only a loaded machine nears it
     try:
         with TestClient(create_app(gw)) as http:  # the app in-process; the upstream is the stub
             client = OpenAI(base_url=f"{http.base_url}/v1", api_key="unused", http_client=http, max_retries=0)
