@@ -81,6 +81,13 @@ def test_grammar_is_complete():
       ("and", "keyword.operator.logical.zc"), ("not", "keyword.operator.logical.zc"),
       ("self", "variable.language.self.zc"), ("in", "keyword.operator.logical.zc"),
       ("confirmed", "variable.other.zc")]),
+    ("rule s: add_bags requires len(args.item_ids) >= 1 and get_order in history",
+     [("rule", "keyword.declaration.rule.zc"), ("s", "entity.name.tag.rule.zc"),
+      (":", "punctuation.separator.zc"), ("add_bags", "variable.other.zc"),
+      ("requires", "keyword.control.zc"), ("len", "support.function.builtin.zc"),
+      ("args.item_ids", "variable.parameter.argument.zc"), (">=", "keyword.operator.comparison.zc"),
+      ("1", "constant.numeric.zc"), ("and", "keyword.operator.logical.zc"), ("get_order", "variable.other.zc"),
+      ("in", "keyword.operator.logical.zc"), ("history", "variable.language.history.zc")]),
 ])
 def test_lines_are_scoped(line, want):
     assert scopes(line) == want

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -16,12 +17,15 @@ from zcompile.errors import ZcError
 from zcompile.fmt import _parser, format_text
 
 ROOT = Path(__file__).parents[1]
-SHIPPED = sorted((ROOT / "policies").glob("*.zc")) + sorted((ROOT / "tests" / "golden" / "ok").glob("*.zc"))
+SHIPPED = sorted((ROOT / "policies").glob("*.zc")) + sorted((ROOT / "tests" / "golden" / "ok").glob("*.zc")) \
+    + sorted((ROOT / "examples").rglob("*.zc"))
 
 
 def tokens(text: str) -> list[tuple[str, str]]:
-    """Every token and comment, in order (whitespace left out)."""
-    return [(t.type, str(t)) for t in _parser().lex(text, dont_ignore=True) if not t.type.startswith("__")]
+    """Every token and comment, in order (whitespace left out, a comment's trailing whitespace and
+    `\r` too: trailing whitespace goes, line endings are the file's)."""
+    return [(t.type, str(t).rstrip() if t.type == "COMMENT" else str(t))
+            for t in _parser().lex(text, dont_ignore=True) if not t.type.startswith("__")]
 
 
 def assert_kept(src: str) -> str:
@@ -37,7 +41,8 @@ def test_shipped_policies_keep_identity_and_comments(path):
     assert_kept(path.read_text())
 
 
-GAPS = [" ", "  ", "\t", "\n", "\n\n", "\n      ", " # a comment\n", "\n# own line\n", "  #c\n\n"]
+GAPS = [" ", "  ", "\t", "\n", "\n\n", "\n      ", " # a comment\n", "\n# own line\n", "  #c\n\n",
+        "\r\n", "  \r\n\t", " #\n", "\f", " \t# tab\tand ünïcødé ✓ \"q\" # again\n", "\n\n\n# two\n# lines\n\n"]
 
 
 @st.composite
@@ -105,13 +110,19 @@ def test_condition_spacing_is_kept_because_reasons_quote_it():
 
 
 def test_crlf_line_endings_are_kept_with_the_identity():
-    """A condition broken over lines keeps its `\r` in its text (and so in the identity)."""
+    """A CRLF file stays CRLF, with the identity of the same policy written with LF (a condition's
+    text, which reasons quote, has no `\r`)."""
     src = ("policy p  # c\r\nstate { n: int }\r\naction a\r\nfallback a\r\n"
            "rule r: forbid a when n > 1 and\r\n      n < 3   # why\r\n")
     out = assert_kept(src)
     assert out == ("policy p  # c\r\nstate {\r\n  n: int\r\n}\r\naction a\r\nfallback a\r\n"
                    "rule r: forbid a when n > 1 and\r\n    n < 3  # why\r\n")
-    assert_kept((ROOT / "tests" / "golden" / "ok" / "support_desk.zc").read_text().replace("\n", "\r\n"))
+    assert compile_text(src).sha256 == compile_text(src.replace("\r\n", "\n")).sha256
+    assert compile_text(src).ir.rules[0].text == "n > 1 and n < 3"
+    desk = (ROOT / "tests" / "golden" / "ok" / "support_desk.zc").read_text()
+    assert compile_text(assert_kept(desk.replace("\n", "\r\n"))).sha256 == compile_text(desk).sha256
+    mixed = src.replace("and\r\n", "and\n")  # mixed line endings: CRLF wins, the meaning stays
+    assert compile_text(assert_kept(mixed)).sha256 == compile_text(src).sha256
 
 
 def test_a_layout_that_would_change_the_identity_is_refused(monkeypatch):
@@ -162,3 +173,75 @@ def test_cli_stdin_and_errors(tmp_path):
     assert bad.read_text() == "policy p\naction\n"
     assert run(main, ["fmt", str(tmp_path / "missing.zc")]).exit_code == 1
     assert run(main, ["fmt"]).exit_code == 2
+
+
+def test_in_place_writes_through_a_symlink_keep_the_link_and_the_mode(messy):
+    messy.chmod(0o640)
+    link = messy.with_name("link.zc")
+    link.symlink_to(messy.name)
+    res = CliRunner().invoke(main, ["fmt", str(link)])
+    assert res.exit_code == 0, res.output
+    assert link.is_symlink() and messy.read_text() == "policy p\naction a tags(read)\nfallback a\n"
+    assert messy.stat().st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in messy.parent.iterdir()) == ["link.zc", "p.zc"]  # no temporary left
+
+
+def test_a_fifo_is_refused_and_left_alone(tmp_path):
+    fifo = tmp_path / "f.zc"
+    os.mkfifo(fifo)
+    res = CliRunner().invoke(main, ["fmt", str(tmp_path)])  # reading it would block: refused
+    assert res.exit_code == 1 and "not a regular file" in res.output
+    assert fifo.is_fifo() and [p.name for p in tmp_path.iterdir()] == ["f.zc"]
+
+
+def test_a_file_edited_while_it_is_formatted_is_not_overwritten(messy, monkeypatch):
+    from zcompile import fmt
+
+    real = fmt.format_source
+
+    def edit_meanwhile(source):
+        messy.write_text("policy p\naction a    tags(read)  # the author's edit\nfallback a\n")
+        return real(source)
+
+    monkeypatch.setattr(fmt, "format_source", edit_meanwhile)
+    res = CliRunner().invoke(main, ["fmt", str(messy)])
+    assert res.exit_code == 1 and "changed while it was being formatted; not written" in res.output
+    assert "the author's edit" in messy.read_text()
+    assert [p.name for p in messy.parent.iterdir()] == ["p.zc"]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "tests" / "golden" / "err").glob("*.zc")), ids=lambda p: p.name)
+def test_policies_with_errors_format_or_are_refused_with_their_diagnostic(path):
+    """A policy with semantic errors is formatted (same tokens, idempotent, same diagnostics); one
+    that does not parse is refused with its syntax diagnostic, never a traceback."""
+    from zcompile.driver import check_source
+    from zcompile.parse import decode
+    from zcompile.source import Source
+
+    try:
+        source = decode(str(path), path.read_bytes())
+        out = format_text(source.text, str(path))
+    except ZcError as exc:
+        assert exc.diagnostics and all(d.code < "ZC0100" for d in exc.diagnostics), exc.render()
+        return
+    assert format_text(out) == out and tokens(out) == tokens(source.text)
+
+    def codes(text):
+        try:
+            return [d.code for d in check_source(Source(str(path), text)).diagnostics]
+        except ZcError as exc:
+            return [d.code for d in exc.diagnostics]
+
+    assert codes(out) == codes(source.text)
+
+
+def test_a_read_only_file_is_not_replaced(messy, monkeypatch):
+    messy.chmod(0o444)
+    if os.geteuid() == 0:  # root may write anything: judge by the mode bits, as for any other user
+        real = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode: real(p, mode) and not (
+            mode & os.W_OK and os.stat(p).st_mode & 0o222 == 0))
+    res = CliRunner().invoke(main, ["fmt", str(messy)])
+    assert res.exit_code == 1 and "the file is read-only; not written" in res.output
+    assert messy.read_text() == "policy p\naction a   tags(read)\nfallback a\n"
+    assert [p.name for p in messy.parent.iterdir()] == ["p.zc"]

@@ -1,4 +1,4 @@
-"""Golden legal sets and verdicts: every case of the `zc test` files of the shipped and golden policies."""
+"""Golden legal sets and verdicts: every case of the `zc test` files of the shipped, example and golden policies."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from zcompile.testing import compile_policy, load_suite, run_case, suite_files
 
 ROOT = Path(__file__).parents[1]
 GOLDEN = Path(__file__).parent / "golden" / "ok"
-SUITES = [load_suite(f) for f in suite_files([GOLDEN, ROOT / "policies"])]
+SUITES = [load_suite(f) for f in suite_files([GOLDEN, ROOT / "policies", ROOT / "examples"])]
 CASES = [(s, c) for s in SUITES for c in s.cases]
-SOURCES = sorted({s.policy for s in SUITES} | set(GOLDEN.glob("*.zc")) | set((ROOT / "policies").glob("*.zc")))
+SOURCES = sorted({s.policy for s in SUITES} | set(GOLDEN.glob("*.zc")) | set((ROOT / "policies").glob("*.zc"))
+                 | set((ROOT / "examples").rglob("*.zc")))
 _COMPILED: dict = {}
 
 

@@ -243,7 +243,13 @@ def test_test_files_are_validated_and_run_as_you_type(lsp, tmp_path):
                                                                                    "legal: 7")}]})
     (d,) = published(2)
     assert d["code"] == "test-file" and d["range"]["start"] == {"line": 7, "character": 2}
-    assert d["message"] == "$.cases[1].legal: expected `array | null`, got `int`"
+    assert d["message"] == "$.cases[1].legal: expected `array`, got `int`"
+    lsp.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": 3},
+                                          "contentChanges": [{"text": text.replace("legal: [get_order, refund]",
+                                                                                   "legal: [get_ordr]")}]})
+    (d,) = published(3)  # a case that is wrong itself: at the wrong value, not at the case
+    assert d["code"] == "test" and d["range"]["start"] == {"line": 7, "character": 10}
+    assert "$.cases[1].legal[0]: unknown action `get_ordr` (did you mean `get_order`?)" in d["message"]
     lsp.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
 
 
@@ -263,4 +269,76 @@ def test_broken_new_document_and_utf16_columns(lsp):
     result = lsp.request("textDocument/completion", {"textDocument": {"uri": uri},
                                                      "position": {"line": 1, "character": 0}})
     assert {"a", "policy", "requires"} <= {i["label"] for i in result["items"]}
+    lsp.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+
+
+def test_test_files_name_nested_state_keys_and_rules(lsp, tmp_path):
+    (tmp_path / "support_desk.zc").write_text(DESK)
+    uri = (tmp_path / "support_desk.test.yaml").as_uri()
+    text = ("version: 1\ncases:\n- name: a\n  state:\n    user: {role: admin, verified: true}\n"
+            "    budget: {units: 3}\n  legal: [get_order]\n  removed: {refund: [confirm_first]}\n")
+    lsp.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "yaml", "version": 1,
+                                                         "text": text}})
+
+    def at_(needle, delta=1):
+        return {"textDocument": {"uri": uri}, "position": position(text, needle, delta=delta)}
+
+    # a nested key stands for its dotted field: hover and definition of `user.role`
+    hover = lsp.request("textDocument/hover", at_("role"))
+    assert "**field** `user.role`" in hover["contents"]["value"]
+    assert "enum(customer, agent, admin)" in hover["contents"]["value"]
+    (loc,) = lsp.request("textDocument/definition", at_("units"))
+    assert loc["range"]["start"] == position(DESK, "budget.units:", delta=0)
+    assert lsp.request("textDocument/hover", at_("user")) is None  # an object, not a field
+    # the rules an expectation names: definition into the policy
+    (loc,) = lsp.request("textDocument/definition", at_("confirm_first"))
+    assert loc["uri"] == (tmp_path / "support_desk.zc").as_uri()
+    assert loc["range"]["start"] == position(DESK, "confirm_first:", delta=0)
+    labels = [i["label"] for i in lsp.request("textDocument/completion", at_("get_order"))["items"]]
+    assert {"confirm_first", "get_order", "user", "role", "budget", "units", "history"} <= set(labels)
+    assert "user.role" not in labels  # a state key is nested: `user: {role: …}`
+    assert "requires" not in labels and len(labels) == len(set(labels))
+    lsp.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+
+
+def test_completion_offers_each_name_once_and_hover_shows_a_signature(lsp):
+    uri = "file:///work/policies/shop.zc"
+    text = (ROOT / "tests" / "golden" / "ok" / "shop.zc").read_text()
+    lsp.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "zc", "version": 1,
+                                                         "text": text}})
+    where = {"textDocument": {"uri": uri}, "position": position(text, "add_bags when")}
+    hover = lsp.request("textDocument/hover", where)
+    assert "action add_bags(order_id: text, bags: int, express: bool?) tags(write)" in hover["contents"]["value"]
+    items = lsp.request("textDocument/completion", where)["items"]
+    labels = [i["label"] for i in items]
+    assert len(labels) == len(set(labels)) and "rule" in labels  # keywords in a policy
+    (order_id,) = [i for i in items if i["label"] == "args.order_id"]  # one item, every action's
+    assert order_id["detail"].count("argument of") == 4
+    lsp.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+
+
+def test_a_test_file_runs_against_the_policy_as_last_saved(lsp, tmp_path):
+    policy = tmp_path / "support_desk.zc"
+    policy.write_text(DESK)
+    uri = (tmp_path / "support_desk.test.yaml").as_uri()
+    text = ("version: 1\ncases:\n- name: ok\n  state: {user: {role: customer, verified: true}, "
+            "budget: {units: 3}}\n  legal: [get_order, ask_user, continue, stop, escalate]\n")
+
+    def published(version):
+        while True:
+            msg = lsp.messages.get(timeout=TIMEOUT)
+            if msg.get("method") == "textDocument/publishDiagnostics" and msg["params"]["uri"] == uri \
+                    and msg["params"].get("version") == version:
+                return msg["params"]["diagnostics"]
+
+    lsp.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "yaml", "version": 1,
+                                                         "text": text}})
+    assert published(1) == []
+    policy.write_text(DESK.replace("rule fault_stops:", "rule no_continue: forbid continue when retries >= 0\n"
+                                                        "rule fault_stops:"))
+    lsp.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": 2},
+                                          "contentChanges": [{"text": text + "\n"}]})
+    (d,) = published(2)  # the saved policy is compiled again: `continue` is now removed
+    assert "case `ok` fails" in d["message"] and "- continue: expected legal, but removed: `no_continue`" \
+        in d["message"]
     lsp.notify("textDocument/didClose", {"textDocument": {"uri": uri}})

@@ -82,3 +82,17 @@ def test_json_without_span_and_exit_codes(tmp_path):
     assert check("--format", "json", DESK).exit_code == 0
     assert check("--format", "json", "--deny-warnings", DESK).exit_code == 1
     assert check("--format", "yaml", DESK).exit_code == 2
+
+
+def test_every_code_the_compiler_emits_has_a_rule_description():
+    """SARIF readers show a rule's `shortDescription` as its name: every code has one."""
+    import re
+
+    from zcompile.sarif import CODES
+
+    emitted = {m for f in (ROOT / "zcompile").rglob("*.py") for m in re.findall(r'"(ZC\d{4})"', f.read_text())}
+    assert emitted - set(CODES) == set() and set(CODES) - emitted == set()
+    log = json.loads(check("--format", "sarif", *ERR).stdout)
+    rules = log["runs"][0]["tool"]["driver"]["rules"]
+    assert rules and all(r["shortDescription"]["text"] == CODES[r["id"]] for r in rules)
+    assert {r["id"] for r in rules} == {r["ruleId"] for r in log["runs"][0]["results"]}

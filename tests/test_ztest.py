@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -98,9 +99,15 @@ def test_json_test_files_run_too(desk):
 
 @pytest.mark.parametrize(("text", "error"), [
     ("version: 1\ncases:\n- name: a\n  state: {}\n  legal: 3\n",
-     ":5:3: $.cases[0].legal: expected `array | null`, got `int`"),
+     ":5:3: $.cases[0].legal: expected `array`, got `int`"),
     ("version: 1\ncases:\n- name: a\n  state: {}\n  legal: []\n  colour: red\n",
-     ":3:3: $.cases[0]: object contains unknown field `colour`"),
+     ":6:3: $.cases[0].colour: unknown key (a case takes name, state, intent, legal, fallback, "
+     "removed, call, allowed, reasons)"),
+    ("version: 1\ncases:\n- name: a\n  stat: {}\n  legal: []\n",
+     ":4:3: $.cases[0].stat: unknown key (did you mean `state`?)"),
+    ("version: 1\ncases:\n- name: a\n  state: {}\n  call: {name: stop, args: {}}\n  allowed: true\n",
+     ":5:22: $.cases[0].call.args: unknown key (did you mean `arguments`?)"),
+    ("version: 1\ncase: []\n", ":2:1: $.case: unknown key (did you mean `cases`?)"),
     ("version: 1\ncases:\n- name: a\n  state: {}\n",
      ":3:3: $.cases[0]: a case gives either `legal`"),
     ("version: 1\ncases:\n- name: a\n  state: {}\n  call: {name: stop}\n",
@@ -113,6 +120,8 @@ def test_json_test_files_run_too(desk):
     ("version: 1\ncases: [\n", ":3:1: invalid YAML:"),
     ("version: 1\nversion: 1\ncases: []\n", ":2:1: duplicate key `version`"),
     ("version: 1\npolicy: nowhere.zc\ncases: []\n", ":2:1: $.policy: policy `"),
+    ("version: 1\npolicy: build/p.zcp\ncases: []\n",
+     ":2:1: $.policy: `build/p.zcp` is not a policy source: name the `.zc` file"),
     ("", ": empty test file"),
     ("version: 1\ncases:\n- name: a\n  state: {}\n  legal: []\n  removed: {[a]: [b]}\n",
      ":6:13: invalid YAML: found unhashable key"),
@@ -158,18 +167,48 @@ def test_case_errors_fail_the_case_not_the_run(desk):
                 "- name: typo\n  state: {}\n  legal: [get_ordr]\n"
                 f"- name: bad_intent\n  intent: nope\n  state: {STATE}\n  legal: []\n")
     out = zc("test", desk).output
-    assert 'error: $.user.role: expected one of customer|agent|admin, got "root"' in out
-    assert "unknown action `get_ordr` in `legal` (did you mean `get_order`?)" in out
-    assert "FAIL: bad_intent" in out and "intent" in out.split("FAIL: bad_intent")[1]
+    # each at the value that is wrong: file:line:column and its `$.path` in the test file
+    assert "FAIL: bad_state (support_desk.test.yaml:4:18)" in out.replace(str(desk) + "/", "")
+    assert 'error: $.cases[0].state.user.role: expected one of customer|agent|admin, got "root"' in out
+    assert "(support_desk.test.yaml:8:11)" in out.replace(str(desk) + "/", "")
+    assert "error: $.cases[1].legal[0]: unknown action `get_ordr` (did you mean `get_order`?)" in out
+    assert "error: $.cases[2].intent: unknown intent `nope`" in out
     assert "FAIL: 3/3" in out
+
+
+def test_unknown_rules_in_expectations_are_named_with_did_you_mean(desk):
+    write(desk, "version: 1\ncases:\n"
+                f"- name: removed\n  state: {STATE}\n  legal: {LEGAL}\n"
+                "  removed: {refund: [confirm_firs], deploy: [intent]}\n"
+                f"- name: reasons\n  state: {STATE}\n  call: {{name: refund}}\n  allowed: false\n"
+                "  reasons: [confirm_first, schema, nope]\n"
+                f"- name: history\n  state: {{{STATE[1:-1]}, history: [get_ordr]}}\n  legal: {LEGAL}\n")
+    out = zc("test", desk).output
+    assert "error: $.cases[0].removed.refund[0]: unknown rule `confirm_firs` (did you mean " \
+           "`confirm_first`?)" in out
+    assert "$.cases[0].removed.deploy" not in out  # `intent` names the intent's allow list
+    assert "error: $.cases[1].reasons[2]: unknown rule `nope`" in out and "reasons[1]" not in out
+    assert "error: $.cases[2].state.history[0]: expected one of get_order|" in out
+    assert "(did you mean `get_order`?)" in out.split("history[0]")[1]
+    assert "FAIL: 3/3" in out
+
+
+def test_a_path_that_is_not_a_regular_file_is_refused_not_read(desk):
+    fifo = desk / "support_desk.test.yaml"
+    os.mkfifo(fifo)
+    res = zc("test", fifo)  # reading a FIFO would block: refused before it is opened
+    assert res.exit_code == 1 and "not a regular file" in res.output
+    with pytest.raises(ZcError, match="cannot read test file: not a regular file"):
+        load_suite(fifo)  # the API refuses it too, on the opened descriptor
 
 
 def test_a_flat_dotted_state_key_is_explained(desk):
     write(desk, "version: 1\ncases:\n- name: flat\n"
                 "  state: {user.role: admin, user: {verified: true}, budget: {units: 3}}\n  legal: []\n")
     out = zc("test", desk).output
-    assert "state key `user.role` is written flat: dotted fields are nested objects " \
-           "(`user: {role: …}`)" in out
+    assert 'error: $.cases[0].state["user.role"]: state key `user.role` is written flat: dotted ' \
+           "fields are nested objects (`user: {role: …}`)" in out
+    assert "(support_desk.test.yaml:4:11)" in out.replace(str(desk) + "/", "")
 
 
 def test_a_policy_with_errors_is_one_error(tmp_path):
@@ -186,6 +225,12 @@ def test_a_policy_path_runs_the_tests_beside_it(desk):
     (desk / "other.zc").write_text("policy other\naction a\nfallback a\n")
     res = zc("test", desk / "other.zc")
     assert res.exit_code == 1 and "no test file beside this policy (`other.test.yaml`)" in res.output
+
+
+def test_a_run_without_cases_fails(desk):
+    write(desk, "version: 1\ncases: []\n")
+    res = zc("test", desk)
+    assert res.exit_code == 1 and "no test cases: nothing was tested" in res.output
 
 
 def test_usage_errors(tmp_path):

@@ -80,7 +80,7 @@ def format_source(source: Source) -> str:
     text = source.text
     tree = _parser().parse(text)
     comments = [t for t in _parser().lex(text, dont_ignore=True) if t.type == "COMMENT"]
-    newline = "\r\n" if "\r\n" in text else "\n"  # a condition's text keeps its `\r` (identity)
+    newline = "\r\n" if "\r\n" in text else "\n"  # the file keeps its line endings
     out = _render(_lines(_segments(tree, text), comments), newline)
     if _signature(out) != _signature(text) or _identity(source.path, out) != _identity(source.path, text):
         raise ZcError(f"{source.path}: cannot be formatted without changing its meaning "

@@ -66,8 +66,9 @@ def span_def(span: Span) -> ir.SpanDef:
 
 
 def _one_line(text: str) -> str:
-    """A condition written over several lines, as one line (for reasons)."""
-    return re.sub(r"[ \t]*(#[^\n]*)?\n\s*", " ", text)
+    """A condition written over several lines, as one line (for reasons); a CRLF line break is a
+    line break, so a policy's identity does not depend on its line endings."""
+    return re.sub(r"[ \t\r]*(#[^\n]*)?\n\s*", " ", text)
 
 
 def _params(params) -> tuple[ir.ParamDef, ...] | None:

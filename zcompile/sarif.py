@@ -15,6 +15,67 @@ JSON_VERSION = 1
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 _LEVEL = {"error": "error", "warning": "warning", "note": "note"}
 
+# Every diagnostic code, with the one-line description SARIF readers show as the rule's name
+# (tests/test_sarif.py checks that every code the compiler emits is here).
+CODES = {
+    "ZC0000": "the file cannot be read",
+    "ZC0001": "syntax: unexpected token",
+    "ZC0002": "syntax: unexpected character",
+    "ZC0003": "syntax: unexpected end of file",
+    "ZC0004": "empty policy file",
+    "ZC0005": "not UTF-8 text",
+    "ZC0006": "expression nested too deeply",
+    "ZC0007": "invalid string literal",
+    "ZC0008": "number literal out of range",
+    "ZC0101": "duplicate state field",
+    "ZC0102": "duplicate action",
+    "ZC0103": "duplicate intent",
+    "ZC0104": "duplicate rule",
+    "ZC0105": "duplicate tier",
+    "ZC0106": "duplicate route",
+    "ZC0107": "more than one fallback",
+    "ZC0108": "no fallback",
+    "ZC0109": "field path clash",
+    "ZC0110": "duplicate enum member",
+    "ZC0111": "argument declared twice",
+    "ZC0113": "state field named `args`",
+    "ZC0201": "unknown field",
+    "ZC0202": "unknown enum member",
+    "ZC0203": "unknown action",
+    "ZC0204": "unknown tag",
+    "ZC0205": "unknown tier",
+    "ZC0206": "unknown argument",
+    "ZC0207": "unknown function",
+    "ZC0301": "mismatched comparison",
+    "ZC0302": "ordering of non-numbers",
+    "ZC0303": "arithmetic on non-numbers",
+    "ZC0304": "non-boolean condition",
+    "ZC0305": "a rule reads a text field",
+    "ZC0306": "`in` on a field that is not a set",
+    "ZC0307": "bad default",
+    "ZC0308": "`self` or `cost` in a route",
+    "ZC0309": "set literal of the wrong type",
+    "ZC0310": "`args` in a route",
+    "ZC0311": "argument types differ across a rule's targets",
+    "ZC0312": "`len` of something that is not a list argument",
+    "ZC0313": "constant arithmetic overflows",
+    "ZC0401": "`after` rules form a cycle",
+    "ZC0500": "a tool no signature can state",
+    "ZC0501": "a tool without an action",
+    "ZC0502": "an action without the tool's signature",
+    "ZC0503": "an action lacks a tool's argument",
+    "ZC0504": "an action has an argument the tool does not",
+    "ZC0505": "an argument's type differs from the tool's",
+    "ZC0506": "an argument's optionality differs from the tool's",
+    "ZC0507": "an action with a signature that no tool has",
+    "ZC1000": "lint budget exhausted: some questions undecided",
+    "ZC1001": "an action no state can make legal",
+    "ZC1002": "a rule that can never remove an action",
+    "ZC1003": "an unguarded risky action",
+    "ZC1004": "a state field no rule or route reads",
+    "ZC1005": "a route that is never used",
+}
+
 
 class Location(msgspec.Struct, frozen=True):
     """1-based line and column of the first character; `end_column` is one past the last."""
@@ -103,6 +164,7 @@ def sarif_report(results: Sequence[tuple[Path, object, Iterable[Diagnostic]]]) -
             "tool": {"driver": {
                 "name": "zc", "version": __version__, "semanticVersion": __version__,
                 "rules": [{"id": code, "defaultConfiguration": {"level": levels[code]}}
+                          | ({"shortDescription": {"text": CODES[code]}} if code in CODES else {})
                           for code in rules]}},
             "columnKind": "unicodeCodePoints",
             "originalUriBaseIds": {"%SRCROOT%": {"uri": Path.cwd().as_uri() + "/"}},

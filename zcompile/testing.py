@@ -14,7 +14,9 @@ import msgspec
 from . import ast as A
 from . import interp
 from .errors import ZcError, did_you_mean
+from .inputs import read_file
 from .runtime import Policy
+from .state import StateError
 
 VERSION = 1
 SUFFIXES = (".test.yaml", ".test.yml", ".test.json")
@@ -66,6 +68,12 @@ class LoadedSuite:
     policy: Path
     cases: tuple[Case, ...]
     lines: tuple[int | None, ...]  # 1-based line of each case, when known
+    node: Any = field(default=None, compare=False, repr=False)  # the YAML node tree, when parsed
+
+    def where(self, at: str) -> str:
+        """`file:line:column` of the value at a `$.cases[0].state.x` path (as deep as it goes)."""
+        spot = _locate(self.node, at) if self.node is not None else None
+        return f"{self.path}:{spot[0]}:{spot[1]}" if spot else str(self.path)
 
 
 # ---- reading ---------------------------------------------------------------------------------
@@ -141,7 +149,8 @@ def _locate(node, path: str) -> tuple[int, int] | None:
     import yaml
 
     where = (node.start_mark.line + 1, node.start_mark.column + 1)
-    for key, index in re.findall(r"\.([^.\[]+)|\[(\d+)\]", path):
+    for key, index, quoted in re.findall(r'\.([^.\[]+)|\[(\d+)\]|\[("(?:[^"\\]|\\.)*")\]', path):
+        key = key or (msgspec.json.decode(quoted) if quoted else "")
         if key and isinstance(node, yaml.MappingNode):
             hit = next(((k, v) for k, v in node.value if k.value == key), None)
             if hit is None:
@@ -167,10 +176,8 @@ def load_suite(path: str | Path, text: str | None = None) -> LoadedSuite:
     `$.path` otherwise."""
     p = Path(path)
     if text is None:
-        try:
-            text = p.read_bytes().decode("utf-8")
-        except OSError as exc:
-            raise ZcError(f"{p}: cannot read test file: {exc.strerror}") from None
+        try:  # a regular file only (a FIFO would block), of bounded size
+            text = read_file(p, "test file").decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ZcError(f"{p}: test file is not UTF-8 text (byte {exc.start})") from None
     if p.name.endswith(".json"):
@@ -197,8 +204,16 @@ def load_suite(path: str | Path, text: str | None = None) -> LoadedSuite:
         suite = msgspec.convert(data, Suite)
     except msgspec.ValidationError as exc:
         msg, _, at = str(exc).rpartition(" - at `")
-        at = at.rstrip("`") if msg else "$"
-        raise _problem(p, node, at, (msg or str(exc))[0].lower() + (msg or str(exc))[1:]) from None
+        at, msg = (at.rstrip("`"), msg) if msg else ("$", str(exc))
+        msg = msg[0].lower() + msg[1:].replace(" | null`", "`")
+        unknown = re.fullmatch(r"object contains unknown field `(.*)`", msg)
+        if unknown:  # at the key itself, with the keys its object takes
+            known = (Call if at.endswith(".call") else Case if at.endswith("]") else Suite).__struct_fields__
+            hint = did_you_mean(unknown.group(1), known)
+            at, msg = f"{at}.{unknown.group(1)}", "unknown key" + (f" ({hint})" if hint else
+                                                                  f" (a {'case' if at.endswith(']') else 'file'} "
+                                                                  f"takes {', '.join(known)})")
+        raise _problem(p, node, at, msg) from None
     if suite.version != VERSION:
         raise _problem(p, node, "$.version", f"unsupported test file version {suite.version} "
                                              f"(this zc reads version {VERSION})")
@@ -221,13 +236,16 @@ def load_suite(path: str | Path, text: str | None = None) -> LoadedSuite:
     stem = p.name[: -len(next(s for s in SUFFIXES if p.name.endswith(s)))] \
         if p.name.endswith(SUFFIXES) else p.stem
     policy = (p.parent / suite.policy) if suite.policy else p.parent / f"{stem}.zc"
+    if policy.suffix != ".zc":  # an artifact has no source to place reasons and coverage on
+        raise _problem(p, node, "$.policy", f"`{suite.policy}` is not a policy source: name the `.zc` "
+                                            "file (zc test compiles it)")
     if not policy.exists():
         raise _problem(p, node, "$.policy" if suite.policy else "$",
                        f"policy `{policy}` not found" + ("" if suite.policy else
                                                          " (name it with `policy:`)"))
     lines = tuple(_locate(node, f"$.cases[{i}]")[0] if node is not None else None
                   for i in range(len(suite.cases)))
-    return LoadedSuite(p, policy, tuple(suite.cases), lines)
+    return LoadedSuite(p, policy, tuple(suite.cases), lines, node)
 
 
 def suite_files(paths: Iterable[str | Path]) -> list[Path]:
@@ -247,6 +265,8 @@ def suite_files(paths: Iterable[str | Path]) -> list[Path]:
             out.extend(found)
         elif p.is_file():
             out.append(p)
+        elif p.exists():
+            raise ZcError(f"{p}: not a regular file, a directory or a policy")
         else:
             raise ZcError(f"{p}: no such file or directory")
     return out
@@ -255,12 +275,14 @@ def suite_files(paths: Iterable[str | Path]) -> list[Path]:
 # ---- running ---------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class CaseResult:
-    """The outcome of one case: passed, or the differences (and errors) that failed it."""
+    """The outcome of one case: passed, or the differences (and errors) that failed it; `at` is the
+    `$.path` of the value that makes the case itself wrong (an unknown name, an invalid state)."""
 
     name: str
     passed: bool
     diff: tuple[str, ...] = ()
     seconds: float = 0.0
+    at: str | None = None
 
 
 @dataclass(slots=True)
@@ -282,34 +304,26 @@ def compile_policy(path: Path) -> Compiled:
     return Compiled(Policy(lower(checked, source)), checked, path)
 
 
-def _names_problem(policy: Policy, names: Iterable[str], what: str) -> list[str]:
-    out = []
-    for n in names:
-        if n not in policy.actions:
-            hint = did_you_mean(n, policy.actions)
-            out.append(f"unknown action `{n}` in {what}" + (f" ({hint})" if hint else ""))
-    return out
-
-
 def _why(reasons) -> str:
     return "; ".join(f"`{r.rule}`: {r.message}" for r in reasons) or "no reason"
 
 
-def run_case(compiled: Compiled, case: Case) -> CaseResult:
-    """Run one case against a compiled policy."""
-    policy = compiled.policy
+def run_case(compiled: Compiled, case: Case, at: str = "$") -> CaseResult:
+    """Run one case (`at`: its `$.cases[i]` path in its file) against a compiled policy."""
     t0 = time.perf_counter()
-    flat = _flat_keys(case.state, set(compiled.checked.fields))
-    if flat:
-        return CaseResult(case.name, False, tuple(flat), time.perf_counter() - t0)
-    try:
-        diff = _legal_diff(policy, case) if case.legal is not None else _call_diff(policy, case)
-    except ZcError as exc:  # an invalid state, an unknown intent or action: the case is wrong
-        diff = [f"error: {exc}"]
-    return CaseResult(case.name, not diff, tuple(diff), time.perf_counter() - t0)
+    wrong = _flat_keys(case.state, set(compiled.checked.fields), at + ".state") + _unknown_names(compiled, case, at)
+    if not wrong:
+        try:
+            diff = _legal_diff(compiled.policy, case) if case.legal is not None \
+                else _call_diff(compiled.policy, case)
+            return CaseResult(case.name, not diff, tuple(diff), time.perf_counter() - t0)
+        except StateError as exc:  # the case's state does not match the schema
+            wrong = [(at + ".state" + exc.path[1:], str(exc).removeprefix(exc.path + ": "))]
+    return CaseResult(case.name, False, tuple(f"error: {w}: {problem}" for w, problem in wrong),
+                      time.perf_counter() - t0, wrong[0][0])
 
 
-def _flat_keys(state: Mapping[str, Any], fields: set[str], prefix: str = "") -> list[str]:
+def _flat_keys(state: Mapping[str, Any], fields: set[str], at: str, prefix: str = "") -> list[tuple[str, str]]:
     """A state key written flat (`"user.role": …`) would be ignored: say how to nest it."""
     out = []
     for key, value in state.items():
@@ -317,18 +331,42 @@ def _flat_keys(state: Mapping[str, Any], fields: set[str], prefix: str = "") -> 
         if "." in key and path in fields:
             parts = key.split(".")
             nested = ": {".join(parts) + ": …" + "}" * (len(parts) - 1)
-            out.append(f"error: state key `{path}` is written flat: dotted fields are nested "
-                       f"objects (`{nested}`)")
+            out.append((f"{at}{msgspec.json.encode([key]).decode()}",
+                        f"state key `{path}` is written flat: dotted fields are nested objects "
+                        f"(`{nested}`)"))
         elif isinstance(value, Mapping):
-            out.extend(_flat_keys(value, fields, path + "."))
+            out.extend(_flat_keys(value, fields, f"{at}.{key}", path + "."))
+    return out
+
+
+def _unknown_names(compiled: Compiled, case: Case, at: str) -> list[tuple[str, str]]:
+    """Every action, rule and intent the case names that the policy does not declare."""
+    tree = compiled.checked.policy
+    actions = compiled.policy.actions
+    rules = [r.name.text for r in tree.rules]
+    out = []
+
+    def need(name: str, known, what: str, where: str) -> None:
+        if name not in known:
+            hint = did_you_mean(name, known)
+            out.append((where, f"unknown {what} `{name}`" + (f" ({hint})" if hint else "")))
+
+    if case.intent is not None:
+        need(case.intent, [i.name.text for i in tree.intents], "intent", at + ".intent")
+    for j, a in enumerate(case.legal or ()):
+        need(a, actions, "action", f"{at}.legal[{j}]")
+    for a, names in (case.removed or {}).items():
+        need(a, actions, "action", f"{at}.removed.{a}")
+        for j, r in enumerate(names):  # `intent`: outside the intent's allow list
+            need(r, [*rules, "intent"], "rule", f"{at}.removed.{a}[{j}]")
+    if case.call is not None:
+        need(case.call.name, actions, "action", at + ".call.name")
+    for j, r in enumerate(case.reasons or ()):  # `schema`: the arguments do not match the signature
+        need(r, [*rules, "schema"], "rule", f"{at}.reasons[{j}]")
     return out
 
 
 def _legal_diff(policy: Policy, case: Case) -> list[str]:
-    bad = _names_problem(policy, case.legal, "`legal`") + \
-        _names_problem(policy, (case.removed or {}), "`removed`")
-    if bad:
-        return bad
     got = policy.legal(case.state, case.intent)
     removed = got.removed
     diff = []
@@ -352,9 +390,6 @@ def _legal_diff(policy: Policy, case: Case) -> list[str]:
 
 def _call_diff(policy: Policy, case: Case) -> list[str]:
     call = case.call
-    bad = _names_problem(policy, [call.name], "`call.name`")
-    if bad:
-        return bad
     verdict = policy.check(case.state, call.name, call.arguments, case.intent)
     diff = []
     if verdict.allowed != case.allowed:
@@ -481,6 +516,7 @@ class SuiteRun:
     path: Path
     results: list[CaseResult] = field(default_factory=list)
     lines: tuple[int | None, ...] = ()
+    suite: LoadedSuite | None = None
     error: ZcError | None = None
     coverage: Coverage | None = None
 
@@ -508,8 +544,8 @@ def run_suites(files: Iterable[Path], coverage: bool = False) -> list[SuiteRun]:
         if isinstance(target, ZcError):
             run.error = target
             continue
-        run.lines = suite.lines
-        run.results = [run_case(target, c) for c in suite.cases]
+        run.lines, run.suite = suite.lines, suite
+        run.results = [run_case(target, c, f"$.cases[{i}]") for i, c in enumerate(suite.cases)]
         if coverage:
             run.coverage = covers.setdefault(key, Coverage(target))
             for c in suite.cases:

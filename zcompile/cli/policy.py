@@ -169,7 +169,8 @@ def test_cmd(paths: tuple[str, ...], coverage: bool, min_coverage: float | None,
         if shown:
             click.echo(f"{run.path}:")
         for r, line in shown:
-            where = f" ({run.path}:{line})" if line and not r.passed else ""
+            where = "" if r.passed else f" ({run.suite.where(r.at)})" if r.at else \
+                f" ({run.path}:{line})" if line else ""
             click.echo(f"  {'PASS' if r.passed else 'FAIL'}: {r.name}{where} ({r.seconds * 1e3:.2f} ms)")
             for d in r.diff:
                 click.echo(f"    {d}")
@@ -195,7 +196,9 @@ def test_cmd(paths: tuple[str, ...], coverage: bool, min_coverage: float | None,
         click.echo(f"PASS: {passed}/{passed + failed}")
     if failed:
         click.echo(f"FAIL: {failed}/{passed + failed}")
-    sys.exit(1 if failed or low else 0)
+    if not passed + failed:  # fail closed: a run that tested nothing is not a pass
+        click.echo("no test cases: nothing was tested")
+    sys.exit(1 if failed or low or not passed + failed else 0)
 
 
 @main.command("fmt")
@@ -239,10 +242,9 @@ def fmt_cmd(paths: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
             click.echo(f"would reformat {path}", err=True)
             continue
         try:
-            with new_file(path, path.stat().st_mode & 0o7777) as tmp:
-                tmp.write_bytes(new.encode("utf-8"))
-        except OSError as exc:
-            click.echo(f"error: {path}: cannot write: {exc.strerror}", err=True)
+            _replace_policy(path, source.text, new)
+        except ZcError as exc:
+            click.echo(exc.render(), err=True)
             errors += 1
             continue
         click.echo(f"formatted {path}", err=True)
@@ -250,6 +252,29 @@ def fmt_cmd(paths: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
     click.echo(f"{changed} of {len(files)} file{'s' if len(files) != 1 else ''} {verb}"
                + (f", {errors} with errors" if errors else ""), err=True)
     sys.exit(1 if errors or (check_only and changed) else 0)
+
+
+def _replace_policy(path: Path, old: str, new: str) -> None:
+    """Write `new` over the policy file that held `old`, atomically: through a symlink to its target
+    (the link stays), refused unless it is still a writable regular file holding `old`."""
+    import os
+    import stat
+
+    from ..driver import read_source
+
+    target = path.resolve()
+    try:
+        mode = target.stat().st_mode
+        if not stat.S_ISREG(mode):
+            raise ZcError(f"{path}: not a regular file any more; not written")
+        if not os.access(target, os.W_OK):  # replacing it would get round its protection
+            raise ZcError(f"{path}: the file is read-only; not written")
+        with new_file(target, mode & 0o7777) as tmp:
+            tmp.write_bytes(new.encode("utf-8"))
+            if read_source(target).text != old:  # edited meanwhile: the edit wins
+                raise ZcError(f"{path}: changed while it was being formatted; not written")
+    except OSError as exc:
+        raise ZcError(f"{path}: cannot write: {exc.strerror}") from None
 
 
 @main.command("lsp")

@@ -232,9 +232,13 @@ def create_app(gateway: Gateway) -> Starlette:
     async def chat(request: Request) -> Response:
         started = time.perf_counter()
         try:
-            req = parse(await _body(request, gateway.max_body_bytes))
+            body = await asyncio.wait_for(_body(request, gateway.max_body_bytes), gateway.timeout_ms / 1000)
+            req = parse(body)
         except BadRequest as exc:
             return _error(exc.status, exc.message, exc.code, exc.param)
+        except TimeoutError:  # a body trickled in slower than the deadline: no decision, no receipt
+            return _error(408, f"the request body did not arrive within the deadline ({gateway.timeout_ms:g} ms)",
+                          "body_timeout")
         if not req.stream:
             return _respond(await _settled(_decision(req, None)), started, False)
         loop = asyncio.get_running_loop()

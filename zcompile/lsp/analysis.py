@@ -5,8 +5,10 @@ Plain data, no protocol: the server (server.py) turns it into LSP messages.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .. import ast as A
 from ..errors import Diagnostic, ZcError
@@ -33,6 +35,8 @@ class Symbol:
 class Analysis:
     diagnostics: tuple[Diagnostic, ...] = ()
     symbols: dict[str, list[Symbol]] = field(default_factory=dict)  # name -> its declarations
+    keys: tuple[tuple[int, int, str], ...] = ()  # a test file's nested state keys: (start, end, field)
+    test_file: bool = False
 
 
 def analyse(path: str, text: str, previous: Analysis | None = None) -> Analysis:
@@ -58,29 +62,75 @@ def analyse_suite(path: str, text: str, previous: Analysis | None = None) -> Ana
     """A `zc test` file being edited: its validation error, or one diagnostic per failing case
     (at the case, with the differences), run against the policy as saved on disk. Its symbols are
     the policy's, so hover, definitions and completion name the policy's actions and fields."""
-    from ..testing import compile_policy, load_suite, run_case
+    from ..testing import load_suite, run_case
 
     source = Source(path, text)
     kept = previous.symbols if previous else {}
     try:
         suite = load_suite(path, text)
-        compiled = compile_policy(suite.policy)
+        compiled = _compiled(suite.policy)
     except ZcError as exc:
         m = re.match(re.escape(path) + r":(\d+):(\d+): (.*)", str(exc), re.S)
         if m is None:
-            return Analysis((_whole_file(path, exc.render().removeprefix("error: ")),), kept)
+            return Analysis((_whole_file(path, exc.render().removeprefix("error: ")),), kept, test_file=True)
         start = _offset(source, int(m.group(1)), int(m.group(2)))
         return Analysis((Diagnostic("test-file", "error", m.group(3), Span(source, start, start + 1)),),
-                        kept)
+                        kept, test_file=True)
     out = []
-    for case, line in zip(suite.cases, suite.lines):
-        result = run_case(compiled, case)
-        if not result.passed:
-            start = _offset(source, line or 1, 1)
+    for i, (case, line) in enumerate(zip(suite.cases, suite.lines)):
+        result = run_case(compiled, case, f"$.cases[{i}]")
+        if not result.passed:  # at the wrong value when the case itself is wrong, else at the case
+            m = re.search(r":(\d+):(\d+)$", suite.where(result.at)) if result.at else None
+            start = _offset(source, int(m.group(1)), int(m.group(2))) if m else _offset(source, line or 1, 1)
             end = text.find("\n", start)
             out.append(Diagnostic("test", "error", f"case `{case.name}` fails:\n" + "\n".join(result.diff),
                                   Span(source, start, len(text) if end < 0 else end)))
-    return Analysis(tuple(out), _symbols(compiled.checked.policy))
+    return Analysis(tuple(out), _symbols(compiled.checked.policy),
+                    _state_keys(suite.node, set(compiled.checked.fields)), test_file=True)
+
+
+_COMPILED: dict = {}  # policy path -> (its stat, compiled): compiled again only when saved again
+
+
+def _compiled(path):
+    """The policy a test file tests, compiled once per saved version (not once per keystroke)."""
+    from ..testing import compile_policy
+
+    try:
+        st = os.stat(path)
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+    except OSError:
+        stamp = None
+    key = str(Path(path).resolve())
+    hit = _COMPILED.get(key)
+    if stamp is not None and hit is not None and hit[0] == stamp:
+        return hit[1]
+    compiled = compile_policy(path)  # a ZcError (policy with errors, unreadable) is not cached
+    if stamp is not None:
+        _COMPILED[key] = (stamp, compiled)
+    return compiled
+
+
+def _state_keys(node, fields: set[str]) -> tuple[tuple[int, int, str], ...]:
+    """Where each case's state names a field by its nested keys (`user: {role: …}` is `user.role`)."""
+    import yaml
+
+    out = []
+    cases = next((v for k, v in getattr(node, "value", ()) if getattr(k, "value", None) == "cases"), None)
+    stack = [(v, "") for case in getattr(cases, "value", ()) if isinstance(case, yaml.MappingNode)
+             for k, v in case.value if k.value == "state"]
+    while stack:
+        n, prefix = stack.pop()
+        if not isinstance(n, yaml.MappingNode):
+            continue
+        for k, v in n.value:
+            if not isinstance(k, yaml.ScalarNode):
+                continue
+            path = prefix + str(k.value)
+            if path in fields:
+                out.append((k.start_mark.index, k.end_mark.index, path))
+            stack.append((v, path + "."))
+    return tuple(sorted(out))
 
 
 def _offset(source: Source, line: int, col: int) -> int:
@@ -140,6 +190,10 @@ def word_at(text: str, offset: int) -> tuple[str, int, int] | None:
 
 
 def lookup(analysis: Analysis, text: str, offset: int) -> list[Symbol]:
-    """The declarations of the name under the cursor."""
+    """The declarations of the name under the cursor (in a test file, of the field a nested state
+    key stands for)."""
+    for start, end, path in analysis.keys:
+        if start <= offset <= end:
+            return analysis.symbols.get(path, [])
     hit = word_at(text, offset)
     return analysis.symbols.get(hit[0], []) if hit else []

@@ -118,10 +118,20 @@ def _position(doc, source, offset: int) -> types.Position:
                 types.CompletionOptions(trigger_characters=[".", "(", ","]))
 def completion(ls: ZcServer, params: types.CompletionParams) -> types.CompletionList:
     analysis = ls.analyses.get(params.text_document.uri) or Analysis()
-    items = [types.CompletionItem(label=name, kind=_COMPLETION_KIND[s.kind], detail=s.detail)
-             for name, symbols in sorted(analysis.symbols.items()) for s in symbols
-             if s.kind in ("field", "action", "argument", "tag", "tier", "intent")]
-    items += [types.CompletionItem(label=k, kind=types.CompletionItemKind.Keyword) for k in KEYWORDS]
+    kinds = {"field", "action", "argument", "tag", "tier", "intent"} | ({"rule"} if analysis.test_file else set())
+    named: dict[str, list] = {}
+    for name, symbols in sorted(analysis.symbols.items()):
+        for s in symbols:
+            if s.kind == "field" and analysis.test_file:  # a test file nests dotted fields: its keys
+                for key in name.split("."):
+                    named.setdefault(key, []).append(s)
+            elif s.kind in kinds:
+                named.setdefault(name, []).append(s)
+    items = [types.CompletionItem(label=name, kind=_COMPLETION_KIND[shown[0].kind],  # one item a name
+                                  detail="\n".join(dict.fromkeys(s.detail for s in shown)))
+             for name, shown in sorted(named.items())]
+    if not analysis.test_file:  # a test file is YAML: the policy's keywords are not its words
+        items += [types.CompletionItem(label=k, kind=types.CompletionItemKind.Keyword) for k in KEYWORDS]
     return types.CompletionList(is_incomplete=False, items=items)
 
 

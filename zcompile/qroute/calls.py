@@ -1,11 +1,12 @@
-"""Complete calls: an action's signature as a JSON schema, text replies (`reply` tag), argument equality."""
+"""Complete calls: an action's signature as a JSON schema, text replies (`reply` tag), call outputs."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
+from ..receipts.candidates import same_call
 from ..tools import REPLY_TAG, signature_schema
+
 
 def params_schema(action: Any) -> dict[str, Any] | None:
     """The JSON-schema `parameters` object of an `ir.ActionDef` (None: no signature)."""
@@ -35,15 +36,6 @@ class Signatures:
     def any(self) -> bool:
         """Whether the policy says anything about calls (replies or signatures)."""
         return bool(self.replies) or any(p is not None for p in self.params.values())
-
-
-def same_call(action: str | None, arguments: Mapping[str, Any] | None, label: str | None,
-              teacher_arguments: Mapping[str, Any] | None) -> bool:
-    """Whether a proposed call equals the teacher's: same action, JSON-normalised equal arguments."""
-    from .arguments import normalize
-
-    return action is not None and action == label and normalize(dict(arguments or {})) == normalize(
-        dict(teacher_arguments or {}))
 
 
 class CallOutputs:

@@ -54,6 +54,17 @@ def normalize(value: Any) -> str:
     return json.dumps(_canonical(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def same_call(action: str | None, arguments: Any, label: str | None, label_arguments: Any) -> bool:
+    """Whether a call equals another (a teacher's): the same action, and arguments equal as canonical
+    JSON (`normalize`: key order ignored, 1 == 1.0); no arguments (None) is the empty object."""
+    if action is None or action != label:
+        return False
+    try:
+        return normalize(dict(arguments or {})) == normalize(dict(label_arguments or {}))
+    except (TypeError, ValueError):  # not an object of JSON values: equal to no call
+        return False
+
+
 @lru_cache(maxsize=8192, typed=True)  # typed: True, 1 and 1.0 are cached apart
 def _normalize_scalar(value: Scalar) -> str:
     return json.dumps(_canonical(value), ensure_ascii=False)

@@ -7,9 +7,8 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import msgspec
-
 from ..receipts import Receipt
+from ..receipts.candidates import same_call
 from .rung import SPECIALIST, Step, ask, timed
 
 RECEIPT_ARGUMENTS = "arguments" in Receipt.__struct_fields__  # else the router writes `meta.arguments`
@@ -18,15 +17,6 @@ RECEIPT_ARGUMENTS = "arguments" in Receipt.__struct_fields__  # else the router 
 def receipt_arguments(r: Receipt) -> Any:
     """The arguments of the call a receipt recorded (None: a bare name, or not recorded)."""
     return getattr(r, "arguments", None) if RECEIPT_ARGUMENTS else r.meta.get("arguments")
-
-
-def same_call(action: str | None, arguments: Any, other_action: str | None, other_arguments: Any) -> bool:
-    """Equal names, and equal arguments as JSON (key order ignored) when both give them."""
-    if action != other_action:
-        return False
-    if arguments is None or other_arguments is None:
-        return arguments is None and other_arguments is None
-    return msgspec.json.encode(arguments, order="sorted") == msgspec.json.encode(other_arguments, order="sorted")
 
 
 def label_of(r: Receipt) -> tuple[str | None, Any] | None:
@@ -138,8 +128,8 @@ class Monitor:
         out = []
         for name, a, a_args, same in answers:
             if action is not None:
-                label_args = dict(arguments) if arguments is not None else None
-                out.append((name, a == action if a_args is None else same_call(a, a_args, action, label_args)))
+                record = {"kind": None if a_args is None else "call", "action": a, "arguments": a_args}
+                out.append((name, record_right(record, action, arguments)))
             elif same:
                 out.append((name, bool(correct)))
             elif correct:
