@@ -166,6 +166,10 @@ class TabularRecipe(ClassifierRecipe):
         from skl2onnx import to_onnx
 
         onx = to_onnx(clf, clf.sample_.astype(np.float32), options={id(clf): {"zipmap": False}}, target_opset=18)
+        opsets = sorted((o.domain, o.version) for o in onx.opset_import)  # skl2onnx's order varies from run to run
+        del onx.opset_import[:]
+        for domain, version in opsets:
+            onx.opset_import.add(domain=domain, version=version)
         blob = onx.SerializeToString()
         (work / "model.onnx").write_bytes(blob)
         classes = tuple(str(c) for c in clf.classes_)
