@@ -118,8 +118,6 @@ def main() -> None:
     ap.add_argument("--engine", default="local", choices=["local", "ray"])
     ap.add_argument("--max-decisions", type=int, default=None,
                     help="zc distill --max-decisions (default: zc's own)")
-    ap.add_argument("--eval-max", type=int, default=150_000,
-                    help="run zc eval only up to this many receipts (it holds every decision in memory)")
     ap.add_argument("--seed", type=int, default=0, help="zc distill --seed (the sample and the folds)")
     ap.add_argument("--no-eval", action="store_true")
     ap.add_argument("--write-benchmarks", action="store_true")
@@ -138,8 +136,8 @@ def main() -> None:
                       "--engine", a.engine]
                 + ([] if a.max_decisions is None else ["--max-decisions", str(a.max_decisions)])
                 + ["--seed", str(a.seed)])
-        e = None if a.no_eval or d["rc"] or n > a.eval_max else run(zc + ["eval", "--policy", str(policy), "--specialists", str(out),
-                                                        "--receipts", str(src)])
+        e = None if a.no_eval or d["rc"] else run(zc + ["eval", "--policy", str(policy), "--specialists", str(out),
+                                                         "--receipts", str(src)])
         used = next((ln.strip() for ln in d["stderr"].splitlines() if "training data:" in ln), "")
         d["stages"] = stages(d["stderr"])
         row = {"n": n, "generate_s": gen, "distill": d, "eval": e, "training_data": used}

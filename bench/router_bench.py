@@ -28,16 +28,45 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import zcompile  # noqa: E402
-from benchdoc import machine_table, publish  # noqa: E402
+from benchdoc import cpu_times, machine_table, publish, steal_share  # noqa: E402
 from openai_stub import OpenAIStub  # noqa: E402
-from zcompile.qroute import Specialist, load_decisions, recipe, split_by_task  # noqa: E402
+from zcompile.qroute import Specialist, features, load_decisions, recipe, split_by_task  # noqa: E402
+from zcompile.qroute.features import _TEXT, count_text  # noqa: E402
+from zcompile.receipts import ReceiptWriter  # noqa: E402
+from zcompile.receipts.io import encode as encode_receipt  # noqa: E402
 from zcompile.router import Router  # noqa: E402
+from zcompile.router.router import json_copy  # noqa: E402
+
+C_PATH = features.C_EXTENSION  # the C extension zcompile.qroute._features_c is built
 
 PACKAGES = [("onnxruntime / numpy / scikit-learn", ("onnxruntime", "numpy", "scikit-learn")), ("httpx", ("httpx",))]
 
 
-def specialist_vs_sklearn(policy, spec_dir: Path, decisions, rounds: int) -> list[tuple]:
-    """Specialist.decide, its ONNX call alone, and scikit-learn predict_proba, interleaved. The
+def interleaved(parts: dict, n_states: int, rounds: int) -> dict[str, tuple[int, float, float]]:
+    """(n, p50 µs, p99 µs) of each part, timed in turn on every round after a warm-up pass, GC off.
+    Each part gets its own state in a round (offset by 37 × its position), so none reads a state
+    another part has just brought into the caches (the tree walk of the ONNX call is faster on a
+    row it has just seen)."""
+    for f in parts.values():
+        for i in range(min(n_states, 50)):
+            f(i)
+    times: dict[str, list[float]] = {k: [] for k in parts}
+    clock = time.perf_counter_ns
+    gc.disable()
+    try:
+        for r in range(rounds):
+            for pos, (name, f) in enumerate(parts.items()):
+                i = (r + 37 * pos) % n_states
+                t0 = clock()
+                f(i)
+                times[name].append((clock() - t0) / 1000)
+    finally:
+        gc.enable()
+    return {k: (len(ts), float(np.percentile(ts, 50)), float(np.percentile(ts, 99))) for k, ts in times.items()}
+
+
+def specialist_parts(policy, spec_dir: Path, decisions, rounds: int) -> list[tuple]:
+    """Specialist.decide and each of its parts, and scikit-learn predict_proba, interleaved. The
     scikit-learn model is the specialist's recipe refit as `zc distill` refits it: on the train and
     calibration splits, over the specialist's own (scaled) features."""
     import warnings
@@ -53,38 +82,92 @@ def specialist_vs_sklearn(policy, spec_dir: Path, decisions, rounds: int) -> lis
         clf = model.fit(X, [d.label for d in pool])
     sample = decisions[:300]
     legals = [policy.legal(d.state) for d in sample]  # the router's LegalSets (validated states)
-    rows = [fz.one(d.state, d.legal)[None, :] for d in sample]
-    for d, ls, x in zip(sample[:50], legals, rows):
-        sp.decide(d.state, d.legal), sp.decide(d.state, ls), sp.probabilities(x), clf.predict_proba(x)
-    t = {k: [] for k in ("dec", "dec_ls", "validate", "features", "onnx", "skl")}
-    clock = time.perf_counter_ns
-    gc.disable()
-    try:
-        for i in range(rounds):
-            d, ls, x = sample[i % len(sample)], legals[i % len(sample)], rows[i % len(rows)]
-            t0 = clock(); sp.decide(d.state, d.legal); t1 = clock()
-            t["dec"].append((t1 - t0) / 1000)
-            t0 = clock(); sp.decide(d.state, ls); t1 = clock()
-            t["dec_ls"].append((t1 - t0) / 1000)
-            t0 = clock(); fz.schema.convert(d.state); t1 = clock()
-            t["validate"].append((t1 - t0) / 1000)
-            t0 = clock(); fz.row(ls.root, d.legal); t1 = clock()
-            t["features"].append((t1 - t0) / 1000)
-            t0 = clock(); sp.probabilities(x); t1 = clock()
-            t["onnx"].append((t1 - t0) / 1000)
-            t0 = clock(); clf.predict_proba(x); t1 = clock()
-            t["skl"].append((t1 - t0) / 1000)
-    finally:
-        gc.enable()
-    stat = lambda ts: (len(ts), float(np.percentile(ts, 50)), float(np.percentile(ts, 99)))  # noqa: E731
+    rows = [fz.row(ls.root, ls.actions)[None, :] for ls in legals]
+    outputs = [sp.probabilities(x)[0].tolist() for x in rows]
+    dim = fz.spec.text_dim
+    texts = [[(v, j, cache) for (kind, j, cache, *_), v in zip(fz._plan, fz.values(ls.root)) if kind == _TEXT and v]
+             for ls in legals]
+
+    def hash_texts(i: int) -> None:
+        x = np.zeros(fz.dim, np.float32)
+        for v, j, cache in texts[i]:
+            count_text(x, v, j, dim, cache)
+        np.log1p(x, out=x)
+
+    t = interleaved({
+        "dec_ls": lambda i: sp.decide(sample[i].state, legals[i]),
+        "dec": lambda i: sp.decide(sample[i].state, sample[i].legal),
+        "validate": lambda i: fz.schema.convert(sample[i].state),
+        "features": lambda i: fz.row(legals[i].root, legals[i].actions),
+        "texts": hash_texts,
+        "onnx": lambda i: sp.probabilities(rows[i]),
+        "choose": lambda i: sp.choose(outputs[i], legals[i].actions),
+    }, len(sample), rounds)
+    # apart: scikit-learn's calls take milliseconds and leave its worker threads spinning, which
+    # would slow whatever ran next on the two cores
+    t |= interleaved({"skl": lambda i: clf.predict_proba(rows[i])}, len(sample), min(rounds, 500))
+    n_texts = sum(map(len, texts)) / len(texts)
     return [(f"zc specialist `{sp.name}` ({sp.manifest.model.kind}), whole decision from a LegalSet "
-             "(as the router asks: its validated state is reused)", *stat(t["dec_ls"])),
-            ("the same from a plain state and the legal names (validated here)", *stat(t["dec"])),
-            ("  of which: state validation (msgspec)", *stat(t["validate"])),
-            ("  of which: feature row from the validated state (one pass, text hashing included)",
-             *stat(t["features"])),
-            ("  of which: its ONNX model call alone (onnxruntime, 1 thread)", *stat(t["onnx"])),
-            ("scikit-learn `predict_proba`, one row (same model kind, features, split)", *stat(t["skl"]))]
+             "(as the router asks: its validated state is reused)", *t["dec_ls"]),
+            ("the same from a plain state and the legal names (validated here)", *t["dec"]),
+            ("  of which: state validation (msgspec; not done when given a LegalSet)", *t["validate"]),
+            ("  of which: feature row from the validated state (all fields, one pass)", *t["features"]),
+            (f"    of which: the text fields' tokens hashed and counted, log1p ({n_texts:.1f} non-empty texts "
+             f"a state; {'C extension' if C_PATH else 'Python path: the C extension is not built'})", *t["texts"]),
+            ("  of which: its ONNX model call alone (onnxruntime, 1 thread)", *t["onnx"]),
+            ("  of which: legal classes, softmax over them, τ, the call logic (`Specialist.choose`)", *t["choose"]),
+            ("scikit-learn `predict_proba`, one row (same model kind, features, split)", *t["skl"])]
+
+
+def router_parts(policy, spec_dir: Path, decisions, rounds: int, tmp: Path) -> list[tuple]:
+    """`Router.decide` with the specialist and its parts, interleaved (the rest of a decision, walking
+    the ladder and building the receipt and the Decision, is the whole less these)."""
+    router = Router(policy, specialists=spec_dir, receipts=tmp / "parts.jsonl")
+    sp = router.specialists[0]
+    states = [d.state for d in decisions[:300]]
+    legals = [policy.legal(s) for s in states]
+    receipts = [router.decide(s).receipt for s in states]
+    writer = ReceiptWriter(tmp / "parts-writer.jsonl")
+    t = interleaved({
+        "decide": lambda i: router.decide(states[i]),
+        "copy": lambda i: json_copy(states[i], "$"),
+        "legal": lambda i: policy.legal(states[i]),
+        "specialist": lambda i: sp.decide(states[i], legals[i]),
+        "encode": lambda i: encode_receipt(receipts[i]),
+        "append": lambda i: writer.append(receipts[i]),
+    }, len(states), rounds)
+    # the same specialist decisions alternating with receipt appends only, then with nothing else
+    after = interleaved({"specialist": lambda i: sp.decide(states[i], legals[i]),
+                         "append": lambda i: writer.append(receipts[i])}, len(states), rounds)
+    alone = interleaved({"specialist": lambda i: sp.decide(states[i], legals[i])}, len(states), rounds)
+    router.close()
+    writer.close()
+    return [("`Router.decide`, compiler + tabular specialist (airline_chat)", *t["decide"]),
+            ("  of which: the state copied for its receipt (JSON encode + decode)", *t["copy"]),
+            ("  of which: the legal set (`Policy.legal`, validation included)", *t["legal"]),
+            ("  of which: the specialist (`Specialist.decide` from that LegalSet)", *t["specialist"]),
+            ("  of which: appending the receipt (`ReceiptWriter.append`: flock, torn-line check, write)",
+             *t["append"]),
+            ("    of which: encoding the receipt (JSON)", *t["encode"]),
+            ("the specialist alternating with receipt appends only", *after["specialist"]),
+            ("the specialist alone, one state after another", *alone["specialist"])]
+
+
+def same_decisions(policy, spec_dir: Path, decisions) -> int:
+    """Assert that the specialist decides every bundled state the same with and without the C
+    extension (rows bit-identical too); returns the number of states checked."""
+    sp = Specialist(spec_dir, policy)
+    legals = [policy.legal(d.state) for d in decisions]
+    fast = [(sp.featurizer.row(ls.root, ls.actions).tobytes(), sp.decide(d.state, ls)) for d, ls in zip(decisions, legals)]
+    saved = features._count_c, features._put_c
+    features._count_c = features._put_c = None
+    try:
+        slow = [(sp.featurizer.row(ls.root, ls.actions).tobytes(), sp.decide(d.state, ls))
+                for d, ls in zip(decisions, legals)]
+    finally:
+        features._count_c, features._put_c = saved
+    assert fast == slow, "the C extension and the Python path disagree"
+    return len(fast)
 
 
 def resident_memory(spec_dir: Path) -> dict[str, float]:
@@ -116,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="a tabular specialist distilled for policies/airline_chat.zc")
     ap.add_argument("--write", type=Path, help="replace the router section of this markdown file")
     args = ap.parse_args(argv)
-    load0 = os.getloadavg()[0]
+    load0, steal0 = os.getloadavg()[0], cpu_times()
 
     core = zcompile.compile_file(ROOT / "policies" / "agent_core.zc")
     chat = zcompile.compile_file(ROOT / "policies" / "airline_chat.zc")
@@ -144,14 +227,20 @@ def main(argv: list[str] | None = None) -> int:
         for name, (router, states) in configs.items():  # warm-up
             for s in states[:50]:
                 router.decide(s)
+        # the in-process configurations interleaved; the HTTP tier's after them, alone: its stub
+        # server is a thread of this process, still finishing each request (under the GIL) while the
+        # next decision would run
+        local = [name for name in configs if "HTTP" not in name]
         gc.disable()
         try:
-            for i in range(args.rounds):  # interleaved
-                for name, (router, states) in configs.items():
-                    s = states[i % len(states)]
-                    t = time.perf_counter_ns()
-                    router.decide(s)
-                    times[name].append((time.perf_counter_ns() - t) / 1000)
+            for group in (local, [name for name in configs if name not in local]):
+                for i in range(args.rounds):
+                    for name in group:
+                        router, states = configs[name]
+                        s = states[i % len(states)]
+                        t = time.perf_counter_ns()
+                        router.decide(s)
+                        times[name].append((time.perf_counter_ns() - t) / 1000)
         finally:
             gc.enable()
         for router, _ in configs.values():
@@ -159,7 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         http.close()
         connections = stub.connections
 
-    spec_rows = specialist_vs_sklearn(chat, spec_dir, decisions, args.rounds)
+    checked = same_decisions(chat, spec_dir, decisions)
+    spec_rows = specialist_parts(chat, spec_dir, decisions, args.rounds)
+    parts = router_parts(chat, spec_dir, decisions, args.rounds, tmp)
     rss = resident_memory(spec_dir)
 
     base = float(np.median(times[next(iter(times))]))
@@ -167,46 +258,64 @@ def main(argv: list[str] | None = None) -> int:
     for name, ts in times.items():
         p50, p99 = float(np.percentile(ts, 50)), float(np.percentile(ts, 99))
         rows.append((name, len(ts), p50, p99, p50 / base))
-    spec_p50 = rows[1][2]
+    spec_p50, one_p50 = rows[1][2], spec_rows[0][2]
+    load1 = os.getloadavg()[0]
+    verdict = lambda p50, target: "met" if p50 <= target else "missed"  # noqa: E731
     cmd = "python bench/router_bench.py" + (f" --rounds {args.rounds}" if args.rounds != 2000 else "") + \
         (f" --specialist {shlex.quote(str(args.specialist))}"
          if args.specialist != ROOT / "specialists" / "airline_chat" else "") + \
         (f" --write {shlex.quote(str(args.write))}" if args.write else "")
+    table = lambda rs: ["| what | n | p50 µs | p99 µs |", "|---|---:|---:|---:|",  # noqa: E731
+                        *(f"| {n} | {k:,} | {p50:,.1f} | {p99:,.1f} |" for n, k, p50, p99 in rs)]
     lines = [
         "## Router decisions (`bench/router_bench.py`)", "",
         f"Command: `{cmd}`, run on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
         *machine_table(PACKAGES),
-        f"| load average (1 min): start / end | {load0:.2f} / {os.getloadavg()[0]:.2f} |", "",
+        f"| load average (1 min): start / end | {load0:.2f} / {load1:.2f} (2 cores: above ~1, other work "
+        "shared them and every figure reads high) |",
+        f"| steal (hypervisor) during the run | {steal_share(steal0, cpu_times())} |",
+        f"| feature row | {'C extension `zcompile.qroute._features_c`' if C_PATH else 'Python path (the C extension is not built)'} |", "",
         "Each `Router.decide` includes state validation, the legal set, the route, every rung asked, "
-        "and appending the receipt to a file. Interleaved over the three configurations after 50 "
-        "warm-up decisions each; GC off while timing. The HTTP tier is the local stub server "
-        f"(no model; {connections} TCP connection(s) for all its calls: kept alive).", "",
+        "and appending the receipt to a file. After 50 warm-up decisions each, the two in-process "
+        "configurations interleaved, the airline states in receipt order, then the HTTP tier alone (its "
+        "stub server is a thread of this process, which would still be finishing a request while the "
+        f"next decision ran); GC off while timing. The HTTP tier is the local stub server (no model; "
+        f"{connections} TCP connection(s) for all its calls: kept alive).", "",
         "| configuration | n | p50 µs | p99 µs | p50 / compiler-only |",
         "|---|---:|---:|---:|---:|",
         *(f"| {n} | {k:,} | {p50:,.1f} | {p99:,.1f} | {r:.2f} |" for n, k, p50, p99, r in rows),
         "",
-        "**One specialist decision** (`Specialist.decide`: features + ONNX + legal mask + threshold, and its parts) "
-        "against scikit-learn running the same kind of model, trained the same way on the same split "
-        "(`predict_proba` on the same feature row), interleaved:", "",
-        "| what | n | p50 µs | p99 µs |", "|---|---:|---:|---:|",
-        *(f"| {n} | {k:,} | {p50:,.1f} | {p99:,.1f} |" for n, k, p50, p99 in spec_rows),
+        "**One specialist decision** (`Specialist.decide`: features + ONNX + legal mask + threshold) and its "
+        "parts, against scikit-learn running the same kind of model, trained the same way on the same split "
+        "(`predict_proba` on the same feature row, timed apart afterwards: its calls leave worker threads "
+        "spinning). Interleaved over 300 receipt states, each part on a different state in a round (the "
+        "tree walk is faster on a row it has just seen), after a warm-up pass:", "",
+        *table(spec_rows),
         "",
-        f"ONNX model call alone / scikit-learn `predict_proba`: {spec_rows[4][2] / spec_rows[5][2]:.3f} (p50); "
-        "the rest of a decision (legal classes, softmax over them, τ, the call logic) is the whole decision "
-        "less the parts above it. "
+        f"ONNX model call alone / scikit-learn `predict_proba`: {spec_rows[5][2] / spec_rows[7][2]:.3f} (p50). "
+        "Parts are timed alone, so they need not add up to the whole to the microsecond. "
+        f"Decisions and feature rows checked equal with and without the C extension on all {checked:,} "
+        "bundled receipt states before timing (`same_decisions`; tests/test_features_fast.py checks the rows "
+        "against a reference implementation). "
         f"DESIGN.md §8 target for a tabular specialist (features + ONNX + mask): p50 ≤ 60 µs — "
-        f"measured {spec_rows[0][2]:,.0f} µs: **{'met' if spec_rows[0][2] <= 60 else 'missed'}**"
-        + ("" if spec_rows[0][2] <= 60 else " (the feature row, which hashes the words of three conversation "
-                                             "text fields, and the ONNX call are the rows above)") + ".",
+        f"measured {one_p50:,.0f} µs: **{verdict(one_p50, 60)}**.",
+        "",
+        "**One router decision and its parts** (the same kind of interleaving; the rest of a decision is "
+        "walking the ladder, the rung answers and building the receipt and the `Decision`):", "",
+        *table(parts),
+        "",
+        f"The specialist reads slower inside the router than alone ({parts[3][2]:,.0f} against "
+        f"{parts[7][2]:,.0f} µs p50 here): the tree walk of its ONNX call runs faster on warm caches (a row just seen: above) "
+        "and what runs between two decisions evicts them; a receipt append (five "
+        f"system calls: flock, fstat, pread, write, flock) does most of it ({parts[6][2]:,.0f} µs p50 for "
+        "the specialist alternating with appends alone).",
         "",
         f"**Resident memory** of a process holding a loaded router (policy + specialist + receipt "
         f"writer), from `/proc/self/status` in a fresh interpreter: {rss['baseline']:.1f} MB after "
         f"`import zcompile`, {rss['loaded']:.1f} MB with the router loaded "
         f"(+{rss['loaded'] - rss['baseline']:.1f} MB).", "",
         f"DESIGN.md §8 target, router decision with compiler + tabular specialist: p50 ≤ 150 µs — "
-        f"measured {spec_p50:,.0f} µs: **{'met' if spec_p50 <= 150 else 'missed'}**"
-        + ("" if spec_p50 <= 150 else
-           " (the specialist's feature row and ONNX call: see the breakdown above)") + ".",
+        f"measured {spec_p50:,.0f} µs: **{verdict(spec_p50, 150)}**.",
     ]
     publish("router_bench", "\n".join(lines), args.write)
     return 0

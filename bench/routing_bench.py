@@ -65,6 +65,7 @@ from benchdoc import machine_table, publish  # noqa: E402
 from zcompile import compile_file, stats  # noqa: E402
 from zcompile.qroute import (Specialist, choose_threshold, evaluate, load_decisions, risky_actions,  # noqa: E402
                              split_by_task)
+from zcompile.receipts.candidates import same_call  # noqa: E402
 
 PACKAGES = [("onnxruntime / numpy / scikit-learn", ("onnxruntime", "numpy", "scikit-learn")),
             ("torch / transformers / tokenizers", ("torch", "transformers", "tokenizers")),
@@ -319,10 +320,11 @@ def render(r: dict, command: str) -> str:
           "`specialists/airline_chat/manifest.json` (train and calibration too). Every figure below is on "
           f"that sealed test split, **n = {n} decisions**. The label is the teacher's action "
           f"({r['label_not_legal']} test labels lie outside the legal set: no router can match them). "
-          f"Target: precision ≥ {TARGET} certified with 95% confidence by Learn-then-Test, the guarantee "
-          f"`zc distill` gives τ: for the baselines on the calibration split ({r['split_n']['calibration']} "
-          f"decisions); for the specialist, by `zc distill` on {r['specialist_n']} out-of-fold scores "
-          f"({r['specialist_source']}). Calibration figures are answered, correct and the one-sided 95% "
+          f"Target: precision ≥ {TARGET}, certified for the baselines with 95% confidence by Learn-then-Test "
+          f"(`zc distill`'s default guarantee) on the calibration split ({r['split_n']['calibration']} "
+          f"decisions); the specialist's τ is its manifest's, certified by `zc distill --guarantee "
+          f"{r['specialist_guarantee']}` on {r['specialist_n']} out-of-fold scores ({r['specialist_source']}): "
+          f"\"{r['specialist_statement']}\". Calibration figures are answered, correct and the one-sided 95% "
           "Clopper–Pearson lower bound at the threshold.",
           "",
           "**At the target precision** (each router's threshold chosen on the calibration split; "
@@ -343,13 +345,19 @@ def render(r: dict, command: str) -> str:
     L.append(f"| (b2) MiniLM kNN router, semantic-router's rule (top {KNN_K}, summed) | {thr_k} ({kc[0]}, {kc[1]}, "
              f"{kc[2]:.3f}) | {kn['answered']} / {n} | {kn['coverage']:.3f} | {_p(kn['precision'])} | "
              f"{_ci(kn['ci']) if kn['answered'] else '—'} | {100 * kn['removed']:.1f}% |")
-    sc = r["specialist_cal"]
-    thr_s = "none qualifies: τ = 2, always abstains" if r["specialist_tau"] > 1 else f"τ = {r['specialist_tau']:.4f}"
-    L.append(f"| (c) zc specialist `airline_chat` ({r['specialist_model']}) | {thr_s} ({sc[0]}, {sc[1]}, {sc[2]:.3f}) | "
-             f"{sp['answered']} / {n} | {sp['coverage']:.3f} | {_p(sp['precision'])} | "
-             f"{_ci(sp['ci']) if sp['answered'] else '—'} | {100 * sp['removed']:.1f}% |")
+    sc, sa, rt = r["specialist_cal"], r["specialist_at"], r["specialist_reply_tau"]
+    tau_text = lambda t: "none qualifies" if t > 1 else f"{t:.4f}"  # noqa: E731
+    thr_s = (f"τ {tau_text(r['specialist_tau'])}" if rt is None else
+             f"calls: τ {tau_text(r['specialist_tau'])}; text replies: τ {tau_text(rt)}")
+    removed = f"{100 * sa['removed']:.1f}%" + (f" ({sa['calls']} complete calls; {sa['replies']} text replies handed "
+                                               "to a text tier, which writes them)" if "calls" in sa else "")
+    bound = "no lower bound: conformal" if r["specialist_guarantee"] == "conformal" else f"{sc[2]:.3f}"
+    L.append(f"| (c) zc specialist `airline_chat` ({r['specialist_model']}) | {thr_s} ({sc[0]}, {sc[1]}, {bound}) | "
+             f"{sa['answered']} / {n} | {sa['coverage']:.3f} | {_p(sa['precision'])} | "
+             f"{_ci(sa['ci']) if sa['answered'] else '—'} | {removed} |")
+    specialist_qualifies = r["specialist_tau"] <= 1 or (rt is not None and rt <= 1)
     none_qualify = (not math.isfinite(r["embedding_tau"]) and not math.isfinite(r["knn_tau"])
-                    and r["specialist_tau"] > 1)
+                    and not specialist_qualifies)
     L += ["",
           f"No learned router finds a qualifying threshold: certifying {TARGET} needs at least "
           f"{math.ceil(math.log(ALPHA) / math.log(TARGET))} answered decisions without an error; the baselines' "
@@ -357,7 +365,13 @@ def render(r: dict, command: str) -> str:
           "out-of-fold scores do not rank enough right answers first. So at this target all of them ask the "
           "teacher every time, like (a). "
           "The risk–coverage points compare them where the target cannot decide:" if none_qualify else
-          "The risk–coverage points compare the routers at equal coverage:",
+          ("Only the specialist certifies a threshold (its calibration: the out-of-fold scores of train and "
+           "calibration together, a larger sample than the baselines' calibration split); the baselines ask "
+           "the teacher every time, like (a). " if not math.isfinite(r["embedding_tau"]) and
+           not math.isfinite(r["knn_tau"]) else "")
+          + "The risk–coverage points compare the routers at equal coverage, each ranking its best legal "
+          "*name* by its own score (for the specialist: its calibrated name confidence, `Specialist.confidences`; "
+          "call arguments and the reply gate play no part there):",
           "",
           "**Risk–coverage on the test split** (answering the most confident share by each router's own score; "
           "precision with Wilson 95%; removed teacher calls = coverage):", "",
@@ -403,9 +417,11 @@ def render(r: dict, command: str) -> str:
           f"over the runner-up: {r['score_choice']}. Top-1 agreement with GPT-4o over all {n} test decisions: "
           f"centroid router {emb['top1']:.3f} ({alt['kind']} ranks the same top-1), kNN router {kn['top1']:.3f}, "
           f"always `respond` (the most frequent action) {r['majority']:.3f}, zc specialist "
-          f"{sp['top1']:.3f}. The specialist's test figures were recomputed here with `Specialist.confidences` and "
-          "`evaluate` and checked against its manifest "
-          f"(top-1 {r['manifest_top1']:.3f}, answered {r['manifest_answered']}).",
+          f"{sp['top1']:.3f}. The specialist's test figures were recomputed here (`Specialist.decide` with each "
+          "decision's candidates, as `zc distill` evaluates it, and `evaluate`) and checked against its manifest "
+          f"(answered {r['manifest_answered']}, `accuracy_top1` {r['manifest_top1']:.3f}"
+          + ("; with a calls section a decision counts there as right only when it is answered right"
+             if r["specialist_reply_tau"] is not None else "") + ").",
           "",
           f"Reading: zc's specialist (features from the policy's state schema, a {r['specialist_model']} model, "
           "temperature-calibrated) ranks its own answers better than either MiniLM router (centroids or kNN) on the same text "
@@ -468,16 +484,33 @@ def main() -> None:
     names = [actions[k] if c > 0 else None for k, c in zip(sp_best, sp_top)]
     correct_test = np.array([b is not None and b == d.label for b, d in zip(names, test)], dtype=bool)
     answered = (sp_top >= sp.tau) & (sp_top > 0)
-    ev = evaluate(names, sp_top, correct_test, test, answered, risky_actions(policy), full, Y["test"])
-    mt = man.metrics
-    assert ev["answered"] == mt["answered"] and abs(ev["accuracy_top1"] - mt["accuracy_top1"]) < 1e-9, \
-        "the specialist's recomputed test figures differ from its manifest"
-    assert abs(ev["aurc"] - mt["aurc"]) < 1e-6 and abs(ev["brier"] - mt["brier"]) < 1e-6
+    spec_sum = summary(sp_best, sp_top, Y["test"], sp.tau)  # the name classifier: ranks as the baselines do
     th = man.threshold  # certified by `zc distill` on out-of-fold scores: read, not recomputed
     cal_n, cal_k, cal_lb = th.calibration_answered, th.calibration_correct, th.calibration_lower_bound
     assert abs(th.tau - sp.tau) < 1e-12
-    spec_sum = summary(sp_best, sp_top, Y["test"], sp.tau)
-    assert spec_sum["answered"] == ev["answered"] and spec_sum["correct"] == ev["correct"]
+    mt = man.metrics
+    if man.calls is None:
+        ev = evaluate(names, sp_top, correct_test, test, answered, risky_actions(policy), full, Y["test"])
+        spec_at = spec_sum
+        assert spec_sum["answered"] == ev["answered"] and spec_sum["correct"] == ev["correct"]
+    else:  # what it answers, as the router asks it: a gated reply, a complete call, or a name (abstains)
+        answers = [sp.decide(d.state, d.legal, d.candidates) for d in test]
+        ok = np.array([a.action is not None and (same_call(a.action, a.arguments, d.label, d.arguments)
+                                                 if a.kind == "call" else a.action == d.label)
+                       for a, d in zip(answers, test)], dtype=bool)
+        got = np.array([a.action is not None for a in answers], dtype=bool)
+        ev = evaluate([a.best for a in answers], np.array([a.confidence for a in answers]), ok, test, got,
+                      risky_actions(policy), full, Y["test"])
+        m, k = int(got.sum()), int(ok.sum())
+        calls = sum(a.action is not None and a.kind == "call" for a in answers)
+        spec_at = {"answered": m, "correct": k, "coverage": m / len(test), "precision": k / m if m else None,
+                   "ci": stats.wilson(k, m), "removed": calls / len(test), "calls": calls,
+                   "replies": sum(a.action is not None and a.kind == "reply" for a in answers)}
+        cal = mt["calibration"]
+        cal_n, cal_k, cal_lb = cal["answered"], cal["correct"], cal["lower_bound"]
+    assert ev["answered"] == mt["answered"] and abs(ev["accuracy_top1"] - mt["accuracy_top1"]) < 1e-9, \
+        "the specialist's recomputed test figures differ from its manifest"
+    assert abs(ev["aurc"] - mt["aurc"]) < 1e-6 and abs(ev["brier"] - mt["brier"]) < 1e-6
 
     # (b) the embedding router
     import torch
@@ -541,8 +574,11 @@ def main() -> None:
         "test_tasks": sorted({d.task for d in test}),
         "label_not_legal": int((Y["test"] < 0).sum()),
         "majority": float((Y["test"] == index["respond"]).mean()),
-        "specialist": spec_sum, "specialist_tau": sp.tau, "specialist_cal": (cal_n, cal_k, cal_lb),
+        "specialist": spec_sum, "specialist_at": spec_at, "specialist_tau": sp.tau,
+        "specialist_reply_tau": man.calls.reply_threshold.tau if man.calls is not None else None,
+        "specialist_cal": (cal_n, cal_k, cal_lb),
         "specialist_model": man.model.kind, "specialist_n": th.n, "specialist_source": th.source,
+        "specialist_guarantee": th.guarantee, "specialist_statement": th.statement,
         "manifest_top1": mt["accuracy_top1"], "manifest_answered": mt["answered"],
         "embedding": emb_sum, "embedding_alt": alt_sum, "embedding_tau": emb_tau,
         "embedding_cal": choices[kind]["cal"], "score_choice": why,

@@ -35,6 +35,8 @@ def test_wheel_contains_packages_grammar_and_license(wheel):
     assert "zcompile/evals/templates/report.html" in names
     for module in sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "zcompile").rglob("*.py")):
         assert module in names
+    if shutil.which("cc"):  # the optional C extension of the feature row is built where it can be
+        assert [n for n in names if re.fullmatch(r"zcompile/qroute/_features_c\..+\.so", n)]
     licenses = [n for n in names if n.endswith("/LICENSE") and ".dist-info/" in n]
     assert licenses and zipfile.ZipFile(wheel).read(licenses[0]) == (ROOT / "LICENSE").read_bytes()
     meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()

@@ -153,8 +153,10 @@ def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, spl
                 raise ZcError("--tiers needs --policy: tiers are rungs of a policy's routes")
             tiers = load_tiers(tiers_path, policy)
         try:
-            rep = evals.run(policy, specialist_dir, [*sources, *more], split=split,
-                            allow_trained=allow_trained, skip_invalid=skip_invalid, tiers=tiers)
+            from ..qroute.dataset import Report
+
+            rep = evals.run(policy, specialist_dir, [*sources, *more], split=split, allow_trained=allow_trained,
+                            skip_invalid=skip_invalid, tiers=tiers, progress=Report(bar=progress))
         finally:
             for tier in tiers.values():
                 tier.close()

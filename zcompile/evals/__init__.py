@@ -1,12 +1,13 @@
-"""Evaluation: replay receipts through the router (replay.py), the figures (metrics.py), the report
-(report.py), text and HTML (render.py with a Jinja2 template)."""
+"""Evaluation: replay receipts through the router (replay.py), the figures counted as they go
+(metrics.py), the report (report.py), text and HTML (render.py with a Jinja2 template)."""
 
 from __future__ import annotations
 
-from .metrics import agreement, calls, curve, figures, rate
+from .metrics import SAMPLE, Ledger, agreement, calls, curve, figures, rate
 from .render import render_html, render_text
-from .replay import SPLITS, WARMUP, Replay, check_policy, needs_policy, replay, seal
+from .replay import SPLITS, WARMUP, Replay, Seal, check_policy, needs_policy, replay, replays, seal
 from .report import report, run, to_json
 
-__all__ = ["SPLITS", "WARMUP", "Replay", "agreement", "calls", "check_policy", "curve", "figures", "needs_policy",
-           "rate", "render_html", "render_text", "replay", "report", "run", "seal", "to_json"]
+__all__ = ["SAMPLE", "SPLITS", "WARMUP", "Ledger", "Replay", "Seal", "agreement", "calls", "check_policy", "curve",
+           "figures", "needs_policy", "rate", "render_html", "render_text", "replay", "replays", "report", "run",
+           "seal", "to_json"]

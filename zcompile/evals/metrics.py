@@ -1,16 +1,22 @@
-"""Figures of a replay: per rung and overall coverage and precision with Wilson 95% intervals and n,
-complete calls, agreement, dangerous actions, latency, cost, risk–coverage, live shadow agreement."""
+"""Figures of a replay, gathered one decision at a time in counters (`Ledger`): per rung and overall
+coverage and precision with Wilson 95% intervals and n, complete calls, agreement, dangerous actions,
+latency, cost, risk–coverage, live shadow agreement. Nothing per decision is kept beyond `Sample`'s
+bounded reservoir (exact up to its size)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import random
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from .. import stats
 from ..router.shadow import committed, label_of, record_right, same_call
-from .replay import Recorded, Replay
+from .replay import Replay
+
+SAMPLE = 1 << 20  # decisions whose timings and confidences are kept: exact figures up to this many
 
 
 def rate(k: int, m: int) -> dict[str, Any]:
@@ -20,7 +26,7 @@ def rate(k: int, m: int) -> dict[str, Any]:
 
 
 def percentiles(times: Sequence[float]) -> tuple[float | None, float | None]:
-    if not times:
+    if not len(times):
         return None, None
     return float(np.percentile(times, 50)), float(np.percentile(times, 99))
 
@@ -34,68 +40,112 @@ def call_correct(r: Replay) -> bool:
                                                                              r.label_arguments))
 
 
-def agreement(answered: Sequence[Replay], declined: Sequence[Replay], who: str) -> dict[str, Any]:
+class Sample:
+    """A seeded uniform reservoir of rows of `width` floats: every row while at most `size` were added
+    (in order, so the figures are exact), then a uniform sample of `size` of them (Algorithm R)."""
+
+    def __init__(self, width: int, size: int = SAMPLE, seed: int = 0) -> None:
+        self.cols = [array("d") for _ in range(width)]
+        self.size, self.seen = size, 0
+        self._rng = random.Random(seed)
+
+    def add(self, *values: float) -> None:
+        if self.seen < self.size:
+            for c, v in zip(self.cols, values):
+                c.append(v)
+        elif (j := self._rng.randrange(self.seen + 1)) < self.size:
+            for c, v in zip(self.cols, values):
+                c[j] = v
+        self.seen += 1
+
+    @property
+    def sampled(self) -> bool:
+        return self.seen > self.size
+
+    def column(self, i: int) -> np.ndarray:
+        return np.frombuffer(self.cols[i], dtype=np.float64).copy() if len(self.cols[i]) else np.zeros(0)
+
+
+class Tally:
+    """What the figures read of a set of replayed decisions (those handed to a rung, or those it
+    answered), counted as they go by."""
+
+    __slots__ = ("n", "no_label", "handed_on", "exposed", "correct", "fit", "fit_correct", "complete",
+                 "complete_correct", "judged_teacher", "agree_teacher", "judged_gold", "agree_gold", "dangerous")
+
+    def __init__(self) -> None:
+        for k in self.__slots__:
+            setattr(self, k, 0)
+
+    def add(self, r: Replay, risky: frozenset[str]) -> None:
+        self.n += 1
+        right = r.action == r.label
+        self.no_label += r.label is None
+        self.handed_on += r.handed_on
+        self.exposed += r.exposed
+        self.correct += right
+        if r.label is not None:
+            self.fit += 1
+            self.fit_correct += right
+        if r.complete:
+            self.complete += 1
+            self.complete_correct += call_correct(r)
+        if r.teacher is not None or r.label is None:
+            self.judged_teacher += 1
+            self.agree_teacher += r.action == r.teacher
+        if r.gold is not None or r.label is None:
+            self.judged_gold += 1
+            self.agree_gold += r.action == r.gold
+        self.dangerous += not right and r.action in risky
+
+
+def agreement(answered: Tally, declined: int, who: str) -> dict[str, Any]:
     """Agreement with the teacher's action or with gold (`who`) on the answered decisions that have
     one or where no offered action fits, plus the `declined` ones (not answered, none fits), which
     agree. No figure (rate None, n 0) for a rung that answered nothing."""
-    if not answered:
+    if not answered.n:
         return rate(0, 0)
-    judged = [r for r in answered if getattr(r, who) is not None or r.label is None]
-    return rate(sum(r.action == getattr(r, who) for r in judged) + len(declined), len(judged) + len(declined))
+    return rate(getattr(answered, "agree_" + who) + declined, getattr(answered, "judged_" + who) + declined)
 
 
-def figures(handed: Sequence[Replay], answered: Sequence[Replay], n: int, times: Sequence[float],
-            risky: frozenset[str], hands_on: bool = False) -> dict[str, Any]:
-    """For the decisions `handed` to a rung and those it `answered`: coverage of all n, precision
-    (name level) with its Wilson 95% interval, complete outputs (checked calls and text replies) and
-    how many are right, replies handed on to a text tier, agreement with the teacher and with gold,
-    the share not answered where no offered action fits, dangerous actions exposed and selected,
-    latency p50/p99 (µs). `hands_on`: this row counts the replies the specialist handed on to a text
-    tier (the specialist's and the overall row; a tier reached afterwards does not count them again)."""
-    m = len(answered)
-    precision = rate(sum(r.action == r.label for r in answered), m)
-    fit = [r for r in answered if r.label is not None]
-    took = {id(r) for r in answered}
-    none_fits = [r for r in handed if r.label is None]
-    declined = [r for r in none_fits if id(r) not in took]
-    complete = [r for r in answered if r.complete]
-    complete_precision = rate(sum(call_correct(r) for r in complete), len(complete))
+def figures(handed: Tally, answered: Tally, n: int, times: np.ndarray, timed: int,
+            hands_on: bool = False) -> dict[str, Any]:
+    """For the decisions `handed` to a rung and those it `answered` (a subset): coverage of all n,
+    precision (name level) with its Wilson 95% interval, complete outputs (checked calls and text
+    replies) and how many are right, replies handed on to a text tier, agreement with the teacher
+    and with gold, the share not answered where no offered action fits, dangerous actions exposed
+    and selected, latency p50/p99 (µs) over `times` (`timed` calls; a uniform sample of them beyond
+    `SAMPLE`). `hands_on`: this row counts the replies the specialist handed on to a text tier (the
+    specialist's and the overall row; a tier reached afterwards does not count them again)."""
+    m = answered.n
+    precision = rate(answered.correct, m)
+    declined = handed.no_label - answered.no_label
+    complete_precision = rate(answered.complete_correct, answered.complete)
     p50, p99 = percentiles(times)
     return {
-        "reached": len(handed),
+        "reached": handed.n,
         "answered": m,
         "coverage": m / n if n else 0.0,
-        "coverage_of_reached": m / len(handed) if handed else 0.0,
+        "coverage_of_reached": m / handed.n if handed.n else 0.0,
         "correct": precision["k"],
         "precision": precision["rate"],
         "precision_ci": precision["ci"],
-        "complete": len(complete),
+        "complete": answered.complete,
         "complete_correct": complete_precision["k"],
-        "complete_coverage": len(complete) / n if n else 0.0,
+        "complete_coverage": answered.complete / n if n else 0.0,
         "complete_precision": complete_precision["rate"],
         "complete_precision_ci": complete_precision["ci"],
-        "handed_to_text_tier": sum(r.handed_on for r in handed) if hands_on else 0,
+        "handed_to_text_tier": handed.handed_on if hands_on else 0,
         "agreement_teacher": agreement(answered, declined, "teacher"),
         "agreement_gold": agreement(answered, declined, "gold"),
-        "precision_where_fits": rate(sum(r.action == r.label for r in fit), len(fit)),
-        "abstained_where_none_fits": rate(len(declined), len(none_fits)),
-        "dangerous_exposed": sum(r.exposed for r in handed),
-        "dangerous_selected": sum(1 for r in answered if r.action != r.label and r.action in risky),
+        "precision_where_fits": rate(answered.fit_correct, answered.fit),
+        "abstained_where_none_fits": rate(declined, handed.no_label),
+        "dangerous_exposed": handed.exposed,
+        "dangerous_selected": answered.dangerous,
         "p50_us": p50,
         "p99_us": p99,
-        "timed": len(times),
+        "timed": timed,
     }
-
-
-def calls(rows: Sequence[Replay]) -> dict[str, Any]:
-    """Complete tool calls (name and arguments) answered before the teacher: n is the decisions whose
-    label is a tool call, coverage answered / n, precision correct / answered (a call answered
-    where the teacher replied is answered and wrong)."""
-    n = sum(r.label_is_call for r in rows)
-    answered = [r for r in rows if r.rung != "remote" and r.kind == "call"]
-    p = rate(sum(call_correct(r) for r in answered), len(answered))
-    return {"n": n, "answered": len(answered), "correct": p["k"], "coverage": len(answered) / n if n else 0.0,
-            "precision": p["rate"], "precision_ci": p["ci"]}
 
 
 def power(answered: int, n: int, target: float, alpha: float = 0.05, power: float = 0.8) -> dict[str, Any]:
@@ -113,73 +163,188 @@ def power(answered: int, n: int, target: float, alpha: float = 0.05, power: floa
             "alpha": alpha, "power": power}
 
 
-def curve(rows: Sequence[Replay], tau: float, points: int = 50) -> dict[str, Any]:
-    """The specialist's risk–coverage curve on the decisions it was asked about, and the point at τ."""
-    asked = [r for r in rows if r.consulted]
-    conf = np.array([r.confidence for r in asked], dtype=float)
-    correct = np.array([r.best is not None and r.best == r.label for r in asked], dtype=float)
-    answered = (conf >= tau) & (conf > 0)
-    m = int(answered.sum())
-    return {
-        "n": len(asked),
-        "tau": tau,
-        "points": stats.risk_coverage(conf, correct, points=min(points, max(1, len(asked)))),
-        "at_tau": {"coverage": m / len(asked) if asked else 0.0,
-                   "precision": float(correct[answered].mean()) if m else None, "answered": m},
-        "aurc": stats.aurc(conf, correct) if asked else None,
-        "ece": stats.ece(conf, correct) if asked else None,
-    }
+class Ledger:
+    """Every figure of a report, gathered one replayed decision at a time (`add`)."""
+
+    def __init__(self, risky: frozenset[str], tau: float, *, compiler: bool = True, sample: int = SAMPLE,
+                 keep_rows: bool = False) -> None:
+        self.risky, self.tau, self.compiler = risky, tau, compiler
+        self.n = 0
+        self.every, self.by_compiler, self.past_compiler = Tally(), Tally(), Tally()
+        self.by_specialist, self.past_specialist, self.by_ladder = Tally(), Tally(), Tally()  # past: not answered by
+        self.by_tier: dict[str, Tally] = {}  # LLM tiers that answered, by name
+        self.remote = self.skipped = 0
+        self.calls_n = self.calls_answered = self.calls_correct = 0
+        self.removed = self.names = 0
+        self.at_tau = [0, 0]  # answered at τ by the specialist's own confidence, and right
+        self.tasks: set[str] = set()
+        self.times = Sample(2, sample)  # per decision: compiler µs, compiler + specialist µs
+        self.asked = Sample(3, sample)  # per consulted decision: specialist µs, confidence, best == label
+        self.rows: list[Mapping[str, Any]] | None = [] if keep_rows else None  # what --decisions lists
+
+    def add(self, r: Replay) -> None:
+        risky = self.risky
+        self.n += 1
+        self.tasks.add(r.task)
+        self.every.add(r, risky)
+        (self.by_compiler if r.rung == "compiler" else self.past_compiler).add(r, risky)
+        if r.rung != "compiler":
+            if r.rung == "specialist":
+                self.by_specialist.add(r, risky)
+            else:
+                self.past_specialist.add(r, risky)
+                if r.rung != "remote":
+                    self.by_tier.setdefault(r.rung, Tally()).add(r, risky)
+        if r.rung == "remote":
+            self.remote += 1
+            self.skipped += not r.consulted
+        else:
+            self.by_ladder.add(r, risky)
+            self.removed += r.complete
+            self.names += r.kind == "name"
+            if r.kind == "call":
+                self.calls_answered += 1
+                self.calls_correct += call_correct(r)
+        self.calls_n += r.label_is_call
+        self.times.add(r.compiler_us, r.compiler_us + r.specialist_us)
+        if r.consulted:
+            right = r.best is not None and r.best == r.label
+            self.asked.add(r.specialist_us, r.confidence, float(right))
+            if r.confidence >= self.tau and r.confidence > 0:
+                self.at_tau[0] += 1
+                self.at_tau[1] += right
+        if self.rows is not None:
+            self.rows.append({"id": r.id, "task": r.task, "rung": r.rung, "action": r.action,
+                              "arguments": r.arguments, "kind": r.kind, "label": r.label, "handed_on": r.handed_on})
+
+    def tiers(self) -> dict[str, dict[str, Any]]:
+        """The figures of each rung (no compiler without a policy) and of the tiers that answered."""
+        n, times = self.n, self.times.column(0)
+        out = {}
+        if self.compiler:
+            out["compiler"] = figures(self.every, self.by_compiler, n, times, self.times.seen)
+        out["specialist"] = figures(self.past_compiler, self.by_specialist, n, self.asked.column(0), self.asked.seen, hands_on=True)
+        for name in sorted(self.by_tier):
+            out[name] = figures(self.past_specialist, self.by_tier[name], n, np.zeros(0), 0)
+        return out
+
+    def overall(self) -> dict[str, Any]:
+        o = figures(self.every, self.by_ladder, self.n, self.times.column(1), self.times.seen, hands_on=True)
+        o.pop("coverage_of_reached")
+        return o
+
+    def calls(self) -> dict[str, Any]:
+        """Complete tool calls (name and arguments) answered before the teacher: n is the decisions whose
+        label is a tool call, coverage answered / n, precision correct / answered (a call answered
+        where the teacher replied is answered and wrong)."""
+        n, answered = self.calls_n, self.calls_answered
+        p = rate(self.calls_correct, answered)
+        return {"n": n, "answered": answered, "correct": p["k"], "coverage": answered / n if n else 0.0,
+                "precision": p["rate"], "precision_ci": p["ci"]}
+
+    def cost(self, policy: Any) -> dict[str, Any]:
+        """What sending everything to the teacher costs against the ladder: a teacher call is removed
+        only by a complete, checked output (a bare name still needs the teacher for its arguments)."""
+        n, removed = self.n, self.removed
+        remote = next((t for t in policy.ir.tiers if t.name == "remote"), None) if policy is not None else None
+        unit = remote.cost if remote is not None and remote.cost is not None else None
+        per_call = float(unit) if unit is not None else 1.0
+        return {
+            "unit": "remote tier cost" if unit is not None else "teacher calls",
+            "per_teacher_call": per_call,
+            "all_to_teacher": n * per_call,
+            "with_ladder": (n - removed) * per_call,
+            "saved": removed * per_call,
+            "teacher_calls_removed": removed,
+            "names_answered_not_removed": self.names,
+            "cost_saved_share": removed / n if n else 0.0,
+        }
+
+    def curve(self, points: int = 50) -> dict[str, Any]:
+        """The specialist's risk–coverage curve on the decisions it was asked about, and the point at
+        τ. Beyond the sample's size the curve, AURC and ECE are those of a uniform sample of the asked
+        decisions (`sample` says of how many); the point at τ is counted over all of them."""
+        n, m, right = self.asked.seen, *self.at_tau
+        conf, correct = self.asked.column(1), self.asked.column(2)
+        out = {
+            "n": n,
+            "tau": self.tau,
+            "points": stats.risk_coverage(conf, correct, points=min(points, max(1, len(conf)))),
+            "at_tau": {"coverage": m / n if n else 0.0, "precision": right / m if m else None, "answered": m},
+            "aurc": stats.aurc(conf, correct) if n else None,
+            "ece": stats.ece(conf, correct) if n else None,
+        }
+        if self.asked.sampled:
+            out["sample"] = len(conf)
+        return out
+
+    def sampled(self) -> dict[str, Any] | None:
+        """How many timings and confidences the figures are computed over, when a sample was taken."""
+        if not (self.times.sampled or self.asked.sampled):
+            return None
+        return {"size": self.times.size, "decisions": self.times.seen, "asked": self.asked.seen}
 
 
-def cost(rows: Sequence[Replay], policy: Any) -> dict[str, Any]:
-    """What sending everything to the teacher costs against the ladder: a teacher call is removed
-    only by a complete, checked output (a bare name still needs the teacher for its arguments)."""
-    n = len(rows)
-    remote = next((t for t in policy.ir.tiers if t.name == "remote"), None) if policy is not None else None
-    unit = remote.cost if remote is not None and remote.cost is not None else None
-    per_call = float(unit) if unit is not None else 1.0
-    removed = sum(1 for r in rows if r.rung != "remote" and r.complete)
-    return {
-        "unit": "remote tier cost" if unit is not None else "teacher calls",
-        "per_teacher_call": per_call,
-        "all_to_teacher": n * per_call,
-        "with_ladder": (n - removed) * per_call,
-        "saved": removed * per_call,
-        "teacher_calls_removed": removed,
-        "names_answered_not_removed": sum(1 for r in rows if r.rung != "remote" and r.kind == "name"),
-        "cost_saved_share": removed / n if n else 0.0,
-    }
+def ledger(rows: Iterable[Replay], risky: frozenset[str] = frozenset(), tau: float = 1.0,
+           compiler: bool = True) -> Ledger:
+    """A Ledger of `rows` (replayed decisions held in a list)."""
+    led = Ledger(risky, tau, compiler=compiler)
+    for r in rows:
+        led.add(r)
+    return led
 
 
-def shadow(rec: Recorded) -> dict[str, Any]:
+def calls(rows: Iterable[Replay]) -> dict[str, Any]:
+    """`Ledger.calls` of `rows`."""
+    return ledger(rows).calls()
+
+
+def cost(rows: Iterable[Replay], policy: Any) -> dict[str, Any]:
+    """`Ledger.cost` of `rows`."""
+    return ledger(rows).cost(policy)
+
+
+def curve(rows: Iterable[Replay], tau: float, points: int = 50) -> dict[str, Any]:
+    """`Ledger.curve` of `rows`."""
+    return ledger(rows, tau=tau).curve(points)
+
+
+class Shadows:
     """Live agreement of each shadow specialist with the decision recorded in its receipts (`shadow.label_of`:
     gold when present, else the action taken; receipts judged wrong are left out): asked, answered,
     coverage (answers include replies handed on to a text tier), agreement by name with its Wilson 95% interval and its one-sided Clopper–Pearson 95% lower
     bound, and answers right as whole outputs (`shadow.record_right`: a call with its arguments)."""
-    out: dict[str, dict[str, Any]] = {}
-    tally: dict[str, list[int]] = {}
-    for r, records in rec.shadow:
+
+    def __init__(self) -> None:
+        self.tally: dict[str, list[int]] = {}  # asked, answered, agree, right
+        self.seen = False  # some receipt had shadow records (judged or not)
+
+    def add(self, r: Any) -> None:
+        """Count receipt `r`'s shadow records (`meta.shadow`), if any."""
+        records = r.meta.get("shadow")
+        if not isinstance(records, list) or not records:
+            return
+        self.seen = True
         judged = label_of(r)
         if judged is None:
-            continue
+            return
         label, label_args = judged
         for s in records:
-            t = tally.setdefault(str(s.get("specialist")), [0, 0, 0, 0])  # asked, answered, agree, right
+            if not isinstance(s, Mapping):
+                continue
+            t = self.tally.setdefault(str(s.get("specialist")), [0, 0, 0, 0])
             t[0] += 1
             if not committed(s):
                 continue
             t[1] += 1
             t[2] += s.get("action") == label
             t[3] += record_right(s, label, label_args)
-    for name, (asked, answered, agree, right) in sorted(tally.items()):
-        a = rate(agree, answered)
-        out[name] = {"asked": asked, "answered": answered, "coverage": answered / asked if asked else 0.0,
-                     "agree": agree, "agreement": a["rate"], "agreement_ci": a["ci"],
-                     "lower_bound": stats.lower_bound(agree, answered), "right": right}
-    return out
 
-
-def row_dicts(rows: Sequence[Replay]) -> list[Mapping[str, Any]]:
-    """The per-decision outcome of the replay (what the router decided), for the JSON report."""
-    return [{"id": r.id, "task": r.task, "rung": r.rung, "action": r.action, "arguments": r.arguments,
-             "kind": r.kind, "label": r.label, "handed_on": r.handed_on} for r in rows]
+    def figures(self) -> dict[str, Any]:
+        out: dict[str, dict[str, Any]] = {}
+        for name, (asked, answered, agree, right) in sorted(self.tally.items()):
+            a = rate(agree, answered)
+            out[name] = {"asked": asked, "answered": answered, "coverage": answered / asked if asked else 0.0,
+                         "agree": agree, "agreement": a["rate"], "agreement_ci": a["ci"],
+                         "lower_bound": stats.lower_bound(agree, answered), "right": right}
+        return out

@@ -1,4 +1,4 @@
-"""Replay: receipts -> sealed held-out decisions -> `Router.decide` on each, one row per decision.
+"""Replay: sealed held-out decisions -> `Router.decide` on each, one row per decision, streamed.
 
 The ladder replayed is the router's own (`zcompile.router.Router`), with LLM tiers off unless some
 are given: the compiler answers when one action is legal, the specialist rung answers or abstains
@@ -9,15 +9,14 @@ router: its rung (`SpecialistRung`, the router's) is asked with the receipt's `l
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain, islice
 from typing import Any
 
 from ..errors import ZcError
-from ..receipts import read
 from ..router import Router
 from ..router.rung import SPECIALIST, Catalog, Offered, SpecialistRung, Step, timed
-from ..router.shadow import receipt_arguments
 from ..runtime import Policy
 
 SPLITS = ("test", "all")
@@ -76,71 +75,78 @@ def check_policy(manifest: Any, policy: Policy | None) -> None:
                       "without --policy (the receipts' `legal` lists are the legal sets)")
 
 
+class Seal:
+    """The seal of `zc eval`, one decision at a time: `admit(d)` says whether decision `d` may be
+    reported under `split` (and counts its task); `info()` describes what was left out and why, or
+    refuses. Only task ids are kept."""
+
+    def __init__(self, manifest: Any, split: str, allow_trained: bool) -> None:
+        s = manifest.splits
+        self.trained = set(s.train.tasks) | set(s.calibration.tasks)
+        self.test = set(s.test.tasks)
+        self.split, self.allow_trained = split, allow_trained
+        self.tasks: set[str] = set()
+        self.decisions = self.kept = self.unseen_decisions = 0
+        self.refused = False  # --split all met a trained-on task: nothing more is replayed
+
+    def admit(self, d: Any) -> bool:
+        self.decisions += 1
+        self.tasks.add(d.task)
+        trained = d.task in self.trained
+        if trained and self.split == "all" and not self.allow_trained:
+            self.refused = True  # `info` refuses once every task is counted
+        if self.refused or (trained and self.split == "test"):
+            return False
+        self.kept += 1
+        self.unseen_decisions += not trained and d.task not in self.test
+        return True
+
+    def info(self) -> dict[str, Any]:
+        """What the report says about sealing, once every decision was admitted or not.
+
+        Raises:
+            ZcError: trained-on tasks under --split all without --allow-trained; nothing held out.
+        """
+        tasks = self.tasks
+        trained_on = sorted(tasks & self.trained)
+        unseen = sorted(tasks - self.trained - self.test)
+        if self.refused:
+            raise ZcError(f"receipts of {len(trained_on)} task{'s' if len(trained_on) != 1 else ''} the "
+                          f"specialist was trained on (e.g. `{trained_on[0]}`) cannot be reported as held-out; "
+                          "use --split test or --allow-trained")
+        if not self.kept:
+            raise ZcError(f"none of the {self.decisions} decisions is held out: every one belongs to a task the "
+                          f"specialist was trained on (e.g. `{trained_on[0]}`); evaluate on other receipts, or "
+                          "use --split all --allow-trained for a figure that is NOT held-out")
+        held_out = self.split == "test" or not trained_on
+        return {
+            "split": self.split,
+            "held_out": held_out,
+            "label": "held-out" if held_out else "NOT held-out",
+            "excluded_trained_on": self.decisions - self.kept,
+            "excluded_tasks": len(trained_on) if self.split == "test" else 0,
+            "included_trained_on_tasks": len(trained_on) if self.split == "all" else 0,
+            "test_tasks": len(tasks & self.test),
+            "unseen_tasks": len(unseen),
+            "unseen_decisions": self.unseen_decisions,
+            "unseen_task_examples": unseen[:EXAMPLES],
+            "trained_on_task_examples": trained_on[:EXAMPLES],
+        }
+
+
 def seal(decisions: Sequence[Any], manifest: Any, split: str, allow_trained: bool) -> tuple[list, dict[str, Any]]:
-    """Keep the decisions that may be reported under `split`; describe what was left out and why."""
-    s = manifest.splits
-    trained = set(s.train.tasks) | set(s.calibration.tasks)
-    test = set(s.test.tasks)
-    tasks = {d.task for d in decisions}
-    trained_on = sorted(tasks & trained)
-    unseen_set = tasks - trained - test
-    unseen = sorted(unseen_set)
-    if split == "all" and trained_on and not allow_trained:
-        raise ZcError(f"receipts of {len(trained_on)} task{'s' if len(trained_on) != 1 else ''} the "
-                      f"specialist was trained on (e.g. `{trained_on[0]}`) cannot be reported as held-out; "
-                      "use --split test or --allow-trained")
-    kept = list(decisions) if split == "all" else [d for d in decisions if d.task not in trained]
-    if not kept:
-        raise ZcError(f"none of the {len(decisions)} decisions is held out: every one belongs to a task the "
-                      f"specialist was trained on (e.g. `{trained_on[0]}`); evaluate on other receipts, or "
-                      "use --split all --allow-trained for a figure that is NOT held-out")
-    held_out = split == "test" or not trained_on
-    info = {
-        "split": split,
-        "held_out": held_out,
-        "label": "held-out" if held_out else "NOT held-out",
-        "excluded_trained_on": len(decisions) - len(kept),
-        "excluded_tasks": len(trained_on) if split == "test" else 0,
-        "included_trained_on_tasks": len(trained_on) if split == "all" else 0,
-        "test_tasks": len(tasks & test),
-        "unseen_tasks": len(unseen),
-        "unseen_decisions": sum(1 for d in kept if d.task in unseen_set),
-        "unseen_task_examples": unseen[:EXAMPLES],
-        "trained_on_task_examples": trained_on[:EXAMPLES],
-    }
-    return kept, info
-
-
-# ---- what the receipts recorded beside the decisions -------------------------------------------------
-@dataclass(slots=True)
-class Recorded:
-    """Per receipt id: the arguments the router recorded in `meta` (receipts of this format version have
-    no field for them); and every receipt's shadow records."""
-
-    arguments: dict[str, Any]
-    shadow: list[tuple[Any, list[Mapping[str, Any]]]]  # (receipt, its meta.shadow)
-
-
-def recorded(paths: Sequence[str]) -> Recorded:
-    """Read once more (the decisions were validated by then): what the decisions do not carry."""
-    args: dict[str, Any] = {}
-    shadow = []
-    for r in read(paths, skip_invalid=True):
-        a = receipt_arguments(r)
-        if a is not None:
-            args[r.id] = a
-        s = r.meta.get("shadow")
-        if isinstance(s, list) and s:
-            shadow.append((r, [x for x in s if isinstance(x, Mapping)]))
-    return Recorded(args, shadow)
+    """`Seal` over a list: the decisions that may be reported under `split`, and what was left out and why."""
+    sealer = Seal(manifest, split, allow_trained)
+    kept = [d for d in decisions if sealer.admit(d)]
+    return kept, sealer.info()
 
 
 # ---- replay ------------------------------------------------------------------------------------------
-def replay(decisions: Sequence[Any], policy: Policy | None, specialist: Any, *,
-           tiers: Mapping[str, Any] | None = None, arguments: Mapping[str, Any] | None = None) -> list[Replay]:
-    """Each decision through `Router.decide` (with `specialist` on its rung and `tiers`, none by
-    default), as a Replay row; `arguments`: the teacher's arguments by receipt id."""
-    arguments = arguments or {}
+def replays(items: Iterable[tuple[Any, Any]], policy: Policy | None, specialist: Any, *,
+            tiers: Mapping[str, Any] | None = None) -> Iterator[Replay]:
+    """Each (decision, the arguments its receipt recorded or None) through `Router.decide` (with
+    `specialist` on its rung and `tiers`, none by default), as a Replay row, one at a time. The first
+    `WARMUP` decisions are asked once more before, untimed (lazy initialisation)."""
     pairwise = bool(getattr(specialist, "pairwise", False))
     if policy is None:
         ask = _policyless(specialist)
@@ -148,11 +154,21 @@ def replay(decisions: Sequence[Any], policy: Policy | None, specialist: Any, *,
         router = Router(policy, specialists=[specialist], tiers=tiers)
         ask = lambda d: router.decide(d.state, d.intent, task=d.task, tools=d.tools if pairwise else None,  # noqa: E731
                                       candidates=d.candidates)
-    for d in decisions[:WARMUP]:  # untimed: first calls pay for lazy initialisation
+    items = iter(items)
+    first = list(islice(items, WARMUP))
+    for d, _ in first:
         ask(d)
     catalog = Catalog(policy)
     risky = risky_actions(policy)
-    return [_row(d, ask(d), catalog, risky, arguments) for d in decisions]
+    for d, args in chain(first, items):
+        yield _row(d, ask(d), catalog, risky, args)
+
+
+def replay(decisions: Sequence[Any], policy: Policy | None, specialist: Any, *,
+           tiers: Mapping[str, Any] | None = None, arguments: Mapping[str, Any] | None = None) -> list[Replay]:
+    """`replays` of a list of decisions; `arguments`: the teacher's arguments by receipt id."""
+    arguments = arguments or {}
+    return list(replays(((d, arguments.get(d.id)) for d in decisions), policy, specialist, tiers=tiers))
 
 
 def _policyless(specialist: Any):
@@ -196,11 +212,11 @@ class _Policyless:
     legal_ms = 0.0
 
 
-def _row(d: Any, dec: Any, catalog: Catalog, risky: frozenset[str], arguments: Mapping[str, Any]) -> Replay:
+def _row(d: Any, dec: Any, catalog: Catalog, risky: frozenset[str], recorded: Any) -> Replay:
     sp = next((a for a in dec.rungs if a.rung == SPECIALIST), None)
     consulted = sp is not None and sp.cause != "skipped"
     answered = dec.tier in ("compiler", SPECIALIST) or dec.tier in _tier_names(dec)
-    label_args = (d.arguments if d.arguments is not None else arguments.get(d.id)) if d.label == d.teacher else None
+    label_args = (d.arguments if d.arguments is not None else recorded) if d.label == d.teacher else None
     if label_args is None and d.label is not None and catalog.params.get(d.label) == ():
         label_args = {}
     return Replay(

@@ -1,60 +1,75 @@
-"""`zc eval`'s report: load and seal the receipts, replay them through the router, gather the figures."""
+"""`zc eval`'s report: stream the receipts once, seal them, replay the held-out decisions through the
+router and count the figures as they go (memory bounded: nothing per decision is kept)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from ..errors import ZcError
+from ..router.shadow import receipt_arguments
 from ..runtime import Policy
 from . import metrics
-from .replay import SPLITS, check_policy, recorded, replay, risky_actions, seal
+from .replay import SPLITS, Seal, check_policy, replays, risky_actions
 
 
 def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, *, split: str = "test",
            allow_trained: bool = False, skip_invalid: bool = False, tiers: Mapping[str, Any] | None = None,
-           decisions: bool = False) -> dict[str, Any]:
+           decisions: bool = False, progress: Any = None, sample: int = metrics.SAMPLE) -> dict[str, Any]:
     """Replay receipts through `Router` with `specialist` (a classifier `Specialist` or a
     `PairwiseSpecialist`) on its rung and `tiers` (none: off); the whole evaluation as a JSON-ready
     dict. `policy` may be None only for a pairwise specialist distilled without one. `decisions`:
-    also list what the router decided for each receipt.
+    also list what the router decided for each receipt (the one part that grows with the receipts).
+    `progress`: a `qroute.Report` whose `bar` wraps the pass over the receipts. `sample`: latencies
+    and the risk–coverage curve are exact up to this many decisions, then from a uniform sample.
+
+    The receipts are read once, one at a time: each is validated and converted to a decision as
+    `zc distill` does, sealed against the specialist's manifest and, when held out, replayed;
+    every figure is a counter (`metrics.Ledger`).
 
     Raises:
         ZcError: unreadable or invalid receipts (without a policy: receipts that do not list their
             legal actions), no usable decision, trained-on tasks under `split="all"` without
             `allow_trained`, nothing held out, an unknown split, a policy missing or given wrongly.
     """
-    from ..qroute import load_decisions
+    from ..qroute.dataset import Report, rows_in, stream
 
     if split not in SPLITS:
         raise ZcError(f"unknown split `{split}` (choose test or all)")
+    if sample < 1:
+        raise ZcError(f"sample must be at least 1, got {sample}")
     m = specialist.manifest
     check_policy(m, policy)
     paths = [str(p) for p in paths]
-    data = load_decisions(paths, policy, skip_invalid=skip_invalid, none_fits=getattr(specialist, "pairwise", False))
-    loaded, counts = data.decisions, data.counts
-    kept, sealing = seal(loaded, m, split, allow_trained)
-    rec = recorded(paths)
-    rows = replay(kept, policy, specialist, tiers=tiers, arguments=rec.arguments)
-    risky = risky_actions(policy)
-    n = len(rows)
-    per_rung = {}
-    if policy is not None:  # without a policy there is no compiler rung
-        per_rung["compiler"] = metrics.figures(rows, [r for r in rows if r.rung == "compiler"], n,
-                                               [r.compiler_us for r in rows], risky)
-    per_rung["specialist"] = metrics.figures([r for r in rows if r.rung != "compiler"],
-                                             [r for r in rows if r.rung == "specialist"], n,
-                                             [r.specialist_us for r in rows if r.consulted], risky, hands_on=True)
-    for name in sorted({r.rung for r in rows} - {"compiler", "specialist", "remote"}):  # tiers, when given
-        per_rung[name] = metrics.figures([r for r in rows if r.rung not in ("compiler", "specialist")],
-                                         [r for r in rows if r.rung == name], n, [], risky)
-    overall = metrics.figures(rows, [r for r in rows if r.rung != "remote"], n,
-                              [r.compiler_us + r.specialist_us for r in rows], risky, hands_on=True)
-    overall.pop("coverage_of_reached")
-    calls, target = metrics.calls(rows), m.threshold.target_precision
+    length = rows_in(paths) if progress is not None else 0  # for the progress bar: rows, counted undecoded
+    progress = progress or Report()
+    counts: Counter = Counter()
+    sealer = Seal(m, split, allow_trained)
+    shadows = metrics.Shadows()
+    received = stream(paths, policy, counts, skip_invalid=skip_invalid,
+                      none_fits=getattr(specialist, "pairwise", False), report=progress,
+                      label="replaying receipts", length=length)
+
+    def held_out() -> Iterator[tuple[Any, Any]]:
+        for r, d in received:
+            shadows.add(r)
+            if d is not None and sealer.admit(d):
+                yield d, receipt_arguments(r)
+
+    led = metrics.Ledger(risky_actions(policy), m.threshold.tau, compiler=policy is not None, sample=sample,
+                         keep_rows=decisions)
+    for row in replays(held_out(), policy, specialist, tiers=tiers):
+        led.add(row)
+    if not counts["used"]:
+        raise ZcError("no usable receipts: every receipt was invalid, abstained or judged wrong")
+    sealing = sealer.info()
+    n = led.n
+    overall = led.overall()
+    calls, target = led.calls(), m.threshold.target_precision
     out = {
         "n": n,
         "policy": {"name": policy.name, "sha256": policy.sha256} if policy is not None else None,
@@ -63,22 +78,23 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
                        "target_precision": m.threshold.target_precision, "promoted": m.gate.promoted},
         "receipts": paths,
         **sealing,
-        "tasks": len({r.task for r in rows}),
-        "counts": {**dict(counts), "route_skipped_specialist": sum(
-            1 for r in rows if r.rung == "remote" and not r.consulted)},
-        "tiers": per_rung,
-        "remote": {"reached": sum(r.rung == "remote" for r in rows)},
+        "tasks": len(led.tasks),
+        "counts": {**dict(counts), "route_skipped_specialist": led.skipped},
+        "tiers": led.tiers(),
+        "remote": {"reached": led.remote},
         "overall": overall,
         "calls": calls,
         "power": {"overall": metrics.power(overall["answered"], n, target),
                   "calls": metrics.power(calls["answered"], calls["n"], target)},
-        "cost": metrics.cost(rows, policy),
-        "risk_coverage": metrics.curve(rows, m.threshold.tau),
+        "cost": led.cost(policy),
+        "risk_coverage": led.curve(),
     }
-    if rec.shadow:
-        out["shadow"] = metrics.shadow(rec)
-    if decisions:
-        out["decisions"] = metrics.row_dicts(rows)
+    if (sampled := led.sampled()) is not None:
+        out["sampled"] = sampled
+    if shadows.seen:
+        out["shadow"] = shadows.figures()
+    if led.rows is not None:
+        out["decisions"] = led.rows
     return out
 
 

@@ -68,27 +68,38 @@ def load(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid: bool 
     policy the state is validated and the legal set computed once, here; without one (pairwise
     only) the receipt's own `legal` list is used.
     """
+    files = data_files(paths)
+    counts: Counter = Counter()
+    out = [d for _, d in stream(paths, policy, counts, skip_invalid=skip_invalid, none_fits=none_fits,
+                                report=report) if d is not None]
+    if not out:
+        raise ZcError("no usable receipts: every receipt was invalid, abstained or judged wrong")
+    return Dataset(out, counts, files)
+
+
+def stream(paths: Sequence[str | Path], policy: Any, counts: Counter, *, skip_invalid: bool = False,
+           none_fits: bool = False, report: Report | None = None, label: str = "reading receipts",
+           length: int = 0) -> Iterator[tuple[Any, Decision | None]]:
+    """`load` one receipt at a time: each valid receipt read with its decision (None: dropped, and
+    counted in `counts`); once exhausted, `counts` holds what `load` reports. Nothing is kept."""
     from ..receipts import ReadStats, read
     from ..tools import policy_tools
 
     report = report or Report()
-    files = data_files(paths)
-    counts: Counter = Counter()
     rstats = ReadStats()
-    out: list[Decision] = []
+    used = 0
     described = policy_tools(policy) if policy is not None else {}
-    receipts = report.bar(read(paths, skip_invalid=skip_invalid, policy=policy, stats=rstats), "reading receipts", 0)
+    receipts = report.bar(read(paths, skip_invalid=skip_invalid, policy=policy, stats=rstats), label, length)
     for i, r in enumerate(receipts):
         counts["receipts"] += 1
         if (dropped := _dropped(r, none_fits)) is not None:
             counts[dropped] += 1
+            yield r, None
             continue
-        out.append(_decision(r, i, policy, described, counts))
+        used += 1
+        yield r, _decision(r, i, policy, described, counts)
     counts["skipped_invalid"] = rstats.skipped
-    counts["used"] = len(out)
-    if not out:
-        raise ZcError("no usable receipts: every receipt was invalid, abstained or judged wrong")
-    return Dataset(out, counts, files)
+    counts["used"] = used
 
 
 def _dropped(r: Any, none_fits: bool) -> str | None:
@@ -170,18 +181,26 @@ class Bounded:
 
 
 def rows_in(paths: Sequence[str | Path]) -> int:
-    """Receipt rows in the files (non-blank lines; Parquet: the metadata's count), without decoding any."""
-    from ..receipts import expand
+    """Receipt rows in the files (non-blank lines; Parquet: the metadata's count), without decoding any.
+
+    Only what can be read is counted (a truncated gzip stream up to its end, nothing of an unreadable
+    file or corrupt Parquet): reading the receipts reports those, or skips them under --skip-invalid.
+    """
+    from ..receipts import ReceiptError, expand
     from ..receipts.io import is_parquet_file, iter_lines
 
     n = 0
     for p in expand(paths):
-        if is_parquet_file(p):
-            import pyarrow.parquet as pq
+        try:
+            if is_parquet_file(p):
+                import pyarrow.parquet as pq
 
-            n += pq.ParquetFile(p).metadata.num_rows
-        else:
-            n += sum(1 for _ in iter_lines(p))
+                n += pq.ParquetFile(p).metadata.num_rows
+                continue
+            for _ in iter_lines(p):
+                n += 1
+        except (ReceiptError, OSError, ValueError):  # pyarrow's ArrowInvalid is a ValueError
+            continue
     return n
 
 

@@ -14,10 +14,11 @@ Version 2, in order, for each state field of the policy (declaration order, `his
   then an `absent` indicator;
 then the legal set, multi-hot over the policy's actions. Hashing is crc32: stable across runs.
 
-A row is made in one pass over the fields: the columns that are 1, the numbers, and every text
-field's token columns are collected (tokens built by C-level string methods and `map`, each
-token's column memoised per field, crc32 only for a token not seen before), then a handful of
-numpy calls write them: one `bincount` for the buckets of all text fields.
+A row is made in one pass over the fields: the columns that are 1 and the numbers are collected,
+every text field's tokens are counted into the row, one `log1p` turns the counts into buckets, and
+the collected columns are written. Counting and writing run in the C extension
+`zcompile.qroute._features_c` when it is built (an optional extension: see pyproject.toml), else
+in Python (`text_columns` and numpy indexing): the same rows either way.
 """
 
 from __future__ import annotations
@@ -36,6 +37,15 @@ import numpy as np
 from .. import ir
 from ..errors import ZcError
 from ..state import Schema, read_path
+
+C_REVISION = 1  # the revision of _features_c.c this module calls (its REVISION)
+try:
+    from ._features_c import REVISION as _revision, count as _count_c, put as _put_c
+except ImportError:  # not built (no C compiler at install): the Python path below
+    _revision = _count_c = _put_c = None
+if _revision != C_REVISION:  # not built, or a stale build of another revision
+    _count_c = _put_c = None
+C_EXTENSION = _count_c is not None  # whether rows are counted and written in C
 
 VERSION = 2
 TEXT_DIM = 128
@@ -97,6 +107,7 @@ _SHAPE = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123
                        "A" * 26 + "a" * 26 + "9" * 10)
 _CUT = operator.itemgetter(slice(None, 12))  # a shape is cut at 12 characters
 CACHE_TOKENS = 200_000  # token -> column memo per text field; cleared when full
+CACHE_LEGAL = 4096  # legal set -> its columns; cleared when full
 
 
 def text_tokens(text: str) -> list[str]:
@@ -128,6 +139,26 @@ def text_columns(text: str, first: int, dim: int, cache: dict[str, int]) -> list
             if cols[i] is None:
                 cols[i] = cache[t] = first + zlib.crc32(t.encode()) % dim
     return cols
+
+
+def count_text(row: np.ndarray, text: str, first: int, dim: int, cache: dict[str, int]) -> None:
+    """Add each hashed token of `text` to its column of the float32 `row` (buckets `first` ..
+    `first + dim`): in C when the extension is built, else with `text_columns`."""
+    if _count_c is not None:
+        _count_c(row, text, first, dim)
+    else:
+        cols = text_columns(text, 0, dim, cache)
+        if cols:
+            row[first:first + dim] += np.bincount(cols, minlength=dim).astype(np.float32)
+
+
+def put_columns(row: np.ndarray, ones: list[int], cols: list[int], nums: list[float]) -> None:
+    """row[ones] = 1.0, then row[cols] = nums (in C when the extension is built)."""
+    if _put_c is not None:
+        _put_c(row, ones, cols, nums)
+    else:
+        row[ones] = 1.0
+        row[cols] = nums
 
 
 def text_buckets(text: str, dim: int) -> np.ndarray:
@@ -189,6 +220,7 @@ class Featurizer:
                 absent, j = j, j + 1
             self._plan.append((*plan, absent, f.default if f.has_default else None))
         self.legal_offset = j
+        self._legal_memo: dict[tuple[str, ...], list[int]] = {}
         # bools without an absent column whose default is not true, and enums with a default (a
         # value read as None is the default: see read_path), read together: most fields are such
         plain = [i for i, (kind, *_rest, absent, default) in enumerate(self._plan)
@@ -219,10 +251,11 @@ class Featurizer:
 
     def row(self, root: Any, legal: Sequence[str]) -> np.ndarray:
         """The feature row of a converted state (this spec's schema, or a policy's with the same fields)."""
+        x = np.zeros(self.dim, np.float32)
         ones: list[int] = []
         cols: list[int] = []
         nums: list[float] = []
-        buckets: list[int] = []  # text token columns, repeated per occurrence
+        counted = False  # a text's tokens were counted into x
         dim = self.spec.text_dim
         index = self.index
         values = self.values(root)
@@ -248,21 +281,27 @@ class Featurizer:
                 if v:
                     ones.extend([j + index[a] for a in v])
             elif v:
-                buckets += text_columns(v, j, dim, extra)
+                count_text(x, v, j, dim, extra)
+                counted = True
                 cols.append(j + dim)
                 nums.append(math.log1p(len(v)))
             if absent >= 0 and v is None:
                 ones.append(absent)
-        off = self.legal_offset
-        ones.extend([off + index[a] for a in legal])
-        if buckets:
-            x = np.log1p(np.bincount(buckets, minlength=self.dim).astype(np.float32))
-        else:
-            x = np.zeros(self.dim, np.float32)
-        x[ones] = 1.0
-        if cols:
-            x[cols] = nums
+        ones += self.legal_columns(legal)
+        if counted:
+            np.log1p(x, out=x)  # counts -> log(1 + count); every other column is still 0
+        put_columns(x, ones, cols, nums)
         return x
+
+    def legal_columns(self, legal: Sequence[str]) -> list[int]:
+        """The columns of a legal set's actions (memoised per legal set: a policy has few)."""
+        key = legal if isinstance(legal, tuple) else tuple(legal)
+        found = self._legal_memo.get(key)
+        if found is None:
+            if len(self._legal_memo) >= CACHE_LEGAL:
+                self._legal_memo.clear()
+            found = self._legal_memo[key] = [self.legal_offset + self.index[a] for a in key]
+        return found
 
     def matrix(self, states: Sequence[Any], legals: Sequence[Sequence[str]]) -> np.ndarray:
         return np.stack([self.one(s, l) for s, l in zip(states, legals)]) if states else \

@@ -6,7 +6,9 @@ onnxruntime and numpy only; a transformer specialist adds `tokenizers` (never to
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
+import operator
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,6 +46,7 @@ TOKENIZER_FILE = "tokenizer.json"
 MAX_MANIFEST_BYTES = 16 << 20  # a manifest is a few hundred KB (the argument model's weights)
 MAX_MODEL_BYTES = 2 << 30  # a float32 MiniLM-L6 is 87 MB, an ensemble of N is N times that
 TEXT_BATCH = 32  # rendered states per onnxruntime call in batch scoring
+LEGAL_MEMO = 4096  # legal set -> its classes, per specialist; cleared when full
 
 
 def session_options(threads: int = 1):
@@ -203,12 +206,14 @@ class Specialist:
             self.featurizer = None
             self.renderer = Renderer(m.features.fields, m.features.actions, text.render_version)
             self.tokenizer = load_tokenizer(Path(directory) / text.tokenizer, text.max_length)
+        self._outputs = [self._output]
         self.actions = m.features.actions
         self._index = {a: i for i, a in enumerate(self.actions)}
         self._class_index = np.array([self._index[c] for c in m.model.classes], dtype=np.int64)
         self.model_classes = m.model.classes
         self._class_pos = {c: i for i, c in enumerate(m.model.classes)}
         self._policy_seen: Any = None  # the last policy whose LegalSet's state was taken as is
+        self._legal_memo: dict[tuple[str, ...], tuple[list[int], Any]] = {}
         self.tau = m.threshold.tau
         self.temperature = m.calibration.temperature
         self.name = m.name
@@ -257,6 +262,19 @@ class Specialist:
                 return legal.root
         return self.featurizer.schema.convert(state)
 
+    def _legal_classes(self, names: Sequence[str]) -> tuple[list[int], Any]:
+        """(the model's classes that are legal, a function taking a row of class outputs to theirs),
+        memoised per legal set (a policy has few)."""
+        key = names if isinstance(names, tuple) else tuple(names)
+        found = self._legal_memo.get(key)
+        if found is None:
+            cols = [self._class_pos[a] for a in key if a in self._class_pos]
+            take = operator.itemgetter(*cols) if len(cols) > 1 else lambda row, c=cols[:1]: [row[i] for i in c]
+            if len(self._legal_memo) >= LEGAL_MEMO:
+                self._legal_memo.clear()
+            found = self._legal_memo[key] = (cols, take)
+        return found
+
     def decide(self, state: Any, legal: Sequence[str], candidates: Sequence[Any] | None = None) -> Answer:
         """Answer with the most likely legal action, or abstain below its threshold.
 
@@ -272,25 +290,33 @@ class Specialist:
             x = self.featurizer.row(self._root(state, legal), names)  # validates a plain state
         else:
             text = self.renderer.one(state)  # validates the state
-        cols = [self._class_pos[a] for a in names if a in self._class_pos]
-        if not cols:
+        if not self._legal_classes(names)[0]:
             return Answer(None, 0.0, None, None, "name")
         if self.renderer is None:
-            row = self._session.run([self._output], {self._input: x[None, :]})[0][0].tolist()
+            row = self._session.run(self._outputs, {self._input: x[None, :]})[0][0].tolist()
         else:
             ids = self.tokenizer.encode(text).ids
             feed = {"input_ids": np.array([ids], np.int64), "attention_mask": np.ones((1, len(ids)), np.int64),
                     "token_type_ids": np.zeros((1, len(ids)), np.int64)}
-            row = softmax(self._session.run([self._output], {k: feed[k] for k in self._inputs})[0])[0].tolist()
+            row = softmax(self._session.run(self._outputs, {k: feed[k] for k in self._inputs})[0])[0].tolist()
+        return self.choose(row, names, candidates)
+
+    def choose(self, row: Sequence[float], names: Sequence[str], candidates: Sequence[Any] | None = None) -> Answer:
+        """`decide` from the model's outputs `row` (one probability per class, a list of floats) over
+        the legal set `names`: the legal mask, the softmax over the legal classes, τ, the call logic."""
+        cols, take = self._legal_classes(names)
+        if not cols:
+            return Answer(None, 0.0, None, None, "name")
         # a handful of numbers: plain Python floats beat numpy calls (42 against 12 µs measured)
-        t = self.temperature
-        z = [math.log(min(max(row[c], 1e-12), 1.0)) / t for c in cols]
+        ps = take(row)
+        if min(ps) < 1e-12 or max(ps) > 1.0:  # clamped into [1e-12, 1] (a no-op for the rest)
+            ps = [min(max(p, 1e-12), 1.0) for p in ps]
+        z = list(map(operator.truediv, map(math.log, ps), itertools.repeat(self.temperature)))
         top = max(z)
         j = z.index(top)  # the first best, as numpy's argmax
-        c = 1.0 / sum(math.exp(v - top) for v in z)
+        c = 1.0 / sum(map(math.exp, map(operator.sub, z, itertools.repeat(top))))
         best = self.model_classes[cols[j]]
-        calls = self.manifest.calls
-        if calls is None:
+        if self.manifest.calls is None:
             return Answer(best if c >= self.tau else None, c, best, None, "call")
         return self.complete(best, c, candidates)
 

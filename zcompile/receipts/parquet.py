@@ -132,11 +132,11 @@ def _open(path: Path) -> Any:
     except OSError as exc:
         raise ReceiptError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid and friends on a bad file
-        raise ReceiptError(f"{path}: not a readable Parquet file ({exc})") from None
+        raise ReceiptError(f"{path}: $: not a readable Parquet file ({exc})") from None
     meta = pf.schema_arrow.metadata or {}
     version = meta.get(METADATA_KEY)
     if version is None:
-        raise ReceiptError(f"{path}: a Parquet file without `zc.receipts` metadata is not a receipts file "
+        raise ReceiptError(f"{path}: $: a Parquet file without `zc.receipts` metadata is not a receipts file "
                            "(write one with `zc receipts convert FILE.jsonl -o FILE.parquet`)")
     if (problem := newer_major(version.decode(errors="replace"))) is not None:
         raise ReceiptError(f"{path}: {problem}")
