@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_differential import policies
+from strategies import policies
 
 from zcompile.cli import main
 from zcompile.driver import compile_text

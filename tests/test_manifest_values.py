@@ -134,32 +134,74 @@ def test_fields_of_a_re_sealed_manifest_are_checked_as_an_artifacts_are(tmp_path
         load(copy(tmp_path, replace(shipped, "features.fields", (bad,) + shipped.features.fields[1:])))
 
 
-def _probe_predictions(shipped) -> list[str]:
-    """The classes the shipped model predicts on the load-time probe rows (as manifest.check_session makes them)."""
+@pytest.fixture(scope="module")
+def session():
     import onnxruntime as ort
 
-    from zcompile.qroute.manifest import PROBES
-
-    dim = shipped.features.dim
-    rng = np.random.default_rng(0)
-    rows = np.vstack([np.zeros((1, dim)), rng.normal(0.0, 3.0, (PROBES, dim)),
-                      (rng.random((PROBES, dim)) < 0.1)]).astype(np.float32)
-    s = ort.InferenceSession(str(SHIPPED / "model.onnx"), providers=["CPUExecutionProvider"])
-    return sorted(set(s.run(["label"], {"X": rows})[0].tolist()))
+    return ort.InferenceSession(str(SHIPPED / "model.onnx"), providers=["CPUExecutionProvider"])
 
 
-def test_a_class_order_that_does_not_match_the_model_is_refused(tmp_path, policy, shipped):
-    predicted = _probe_predictions(shipped)
-    assert len(predicted) >= 3
-    rng = random.Random(1518)
+def test_the_probes_cover_every_class(shipped, session):
+    """One probe per class, each the training row where its class is likeliest; the model scores
+    them as recorded (the shipped specialist loads)."""
+    from zcompile.qroute.manifest import check_session
+
+    classes = shipped.model.classes
+    assert len(shipped.model.probes) == len(classes)
+    for c, probe in zip(classes, shipped.model.probes):
+        assert set(probe.probabilities) == set(classes)
+        assert all(probe.probabilities[c] >= other.probabilities[c] for other in shipped.model.probes)
+    check_session(shipped, session, "model.onnx")
+
+
+def test_swapping_any_two_classes_is_refused(shipped, session):
+    """Every pair of the shipped model's classes swapped in $.model.classes and re-sealed: refused,
+    as a class order that does not match the model's outputs."""
+    from zcompile.qroute.manifest import check_session, decode, encode
+
     classes = list(shipped.model.classes)
-    for _ in range(6):  # swap a class the probes see with any other
-        a = classes.index(rng.choice(predicted))
-        b = rng.choice([i for i in range(len(classes)) if i != a])
+    pairs = [(a, b) for a in range(len(classes)) for b in range(a + 1, len(classes))]
+    assert len(pairs) == len(classes) * (len(classes) - 1) // 2 >= 100
+    for a, b in pairs:
         order = classes.copy()
         order[a], order[b] = order[b], order[a]
+        m = decode(encode(replace(shipped, "model.classes", tuple(order))), "manifest.json")  # re-sealed: read
         with pytest.raises(ZcError, match="the class order does not match the model's outputs"):
-            load(copy(tmp_path, replace(shipped, "model.classes", tuple(order))), policy)
+            check_session(m, session, "model.onnx")
+
+
+def test_a_class_order_that_does_not_match_the_model_is_refused_on_load(tmp_path, policy, shipped):
+    classes = list(shipped.model.classes)
+    rare = min(range(len(classes)), key=lambda j: shipped.model.probes[j].probabilities[classes[j]])
+    order = classes.copy()
+    order[rare], order[rare - 1] = order[rare - 1], order[rare]  # the least confident class moved
+    with pytest.raises(ZcError, match="the class order does not match the model's outputs"):
+        load(copy(tmp_path, replace(shipped, "model.classes", tuple(order))), policy)
+
+
+def test_probes_a_distillation_does_not_write_are_refused(tmp_path, shipped):
+    probes = shipped.model.probes
+    first = probes[0]
+    c = shipped.model.classes[0]
+    for value, words in [
+        (probes[1:], r"14 probes for 15 classes"),
+        ((), r"0 probes for 15 classes"),
+        ((msgspec.structs.replace(first, row={**first.row, -1: 1.0}),) + probes[1:],
+         r"probes\[0\]\.row\.-1: not a feature index with a finite value"),
+        ((msgspec.structs.replace(first, row={**first.row, 514: 1.0}),) + probes[1:],
+         r"probes\[0\]\.row\.514: outside the 514 features"),
+        ((msgspec.structs.replace(first, probabilities={k: v for k, v in first.probabilities.items() if k != c}),)
+         + probes[1:], r"probes\[0\]\.probabilities: the classes differ"),
+        ((msgspec.structs.replace(first, probabilities={**first.probabilities, c: 1.5}),) + probes[1:],
+         r"probabilities\.%s: 1\.5 is not a probability" % c),
+    ]:
+        with pytest.raises(ZcError, match=words + ".*; distil the specialist again"):
+            load(copy(tmp_path, replace(shipped, "model.probes", value)))
+    moved = {**first.probabilities, c: first.probabilities[c] + 0.01}
+    with pytest.raises(ZcError, match=r"probes\[0\] the model gives .* where distillation recorded .*: not this "
+                                      "specialist's model"):
+        load(copy(tmp_path, replace(shipped, "model.probes", (msgspec.structs.replace(first, probabilities=moved),)
+                                    + probes[1:])))
 
 
 def _onnx_model(width, classes: int, symbolic: bool = False) -> bytes:
@@ -179,6 +221,7 @@ def _onnx_model(width, classes: int, symbolic: bool = False) -> bytes:
     (514, 3, False, "the model gives 3 classes"),
     (10, 15, True, "cannot score rows of the 514 features"),
     (514, 4, True, "the model gives 4 classes"),
+    (514, 15, False, "where distillation recorded .*: not this specialist's model"),  # fits, scores otherwise
 ])
 def test_another_model_behind_a_re_sealed_manifest_is_refused(tmp_path, policy, shipped, width, classes,
                                                               symbolic, words):

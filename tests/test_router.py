@@ -149,7 +149,7 @@ def test_invalid_state_is_an_error(policy):
 
 
 def test_unknown_tier_name_is_refused(policy):
-    with pytest.raises(zcompile.ZcError, match="not declared"):
+    with pytest.raises(zcompile.ZcError, match=r"policy `\w+` declares no tier `tiny`"):
         Router(policy, tiers={"tiny": FakeTier("reply")})
 
 

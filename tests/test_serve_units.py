@@ -120,14 +120,14 @@ def test_zc_serve_refuses_bad_setups_without_a_traceback():
     assert r.exit_code == 1 and "module:function" in r.output
     r = runner.invoke(main, ["serve", "--policy", str(ROOT / "policies" / "airline_chat.zc"), "--upstream",
                              "http://127.0.0.1:9/v1", "--model", "m", "--upstream-tier", "specialist2"])
-    assert r.exit_code == 1 and "not declared" in r.output
+    assert r.exit_code == 1 and "declares no tier `specialist2` (did you mean `specialist`?)" in r.output
     assert runner.invoke(main, ["serve", "--model", "m"]).exit_code == 2  # usage: --policy, --upstream missing
 
 
 def test_a_failed_setup_leaves_no_receipts_file(tmp_path):
     from zcompile.gateway import Gateway
 
-    with pytest.raises(ZcError, match="not declared"):
+    with pytest.raises(ZcError, match="declares no tier `nope`"):
         Gateway(POLICY, "http://127.0.0.1:9/v1", "m", upstream_tier="nope", receipts=tmp_path / "r.jsonl")
     assert not (tmp_path / "r.jsonl").exists()
 

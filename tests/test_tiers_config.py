@@ -45,6 +45,26 @@ def test_a_tier_name_typo_gets_did_you_mean_and_the_file(tmp_path, policy):
         t.close()
 
 
+
+@pytest.mark.parametrize("name, hint", [("lrage", "(did you mean `large`?)"), ("remote", "(it declares small, large)")])
+def test_a_router_built_in_python_refuses_a_typo_as_tiers_toml_does(tmp_path, policy, name, hint):
+    """One check, one message: `Router(tiers=…)` says what tiers.toml says, without the file."""
+    from zcompile.tiers import TierAnswer
+
+    class Tier:
+        def propose(self, state, legal, **kw):
+            return TierAnswer("abstained", None)
+
+    path = tmp_path / "tiers.toml"
+    path.write_text(TABLE.format(name))
+    with pytest.raises(ZcError) as from_file:
+        load_tiers(path, policy)
+    with pytest.raises(ZcError) as from_python:
+        zcompile.Router(policy, tiers={"small": Tier(), name: Tier()})
+    assert str(from_python.value) == f"policy `p` declares no tier `{name}` {hint}"
+    assert str(from_file.value) == f"{path}: [tiers.{name}]: {from_python.value}"
+    assert zcompile.Router(policy, tiers={"small": Tier(), "large": Tier()}).tiers.keys() == {"small", "large"}
+
 def test_route_names_the_tiers_file_on_a_typo(tmp_path):
     (tmp_path / "p.zc").write_text(POLICY)
     (tmp_path / "tiers.toml").write_text(TABLE.format("smal"))

@@ -21,6 +21,7 @@ import msgspec
 
 from .errors import ZcError, did_you_mean, json_problem
 from .inputs import MAX_JSON_DEPTH, decode_json, read_file
+from .router.router import undeclared_tier
 from .tools import signature_schema
 
 __all__ = ["MODES", "OpenAITier", "Tier", "TierAnswer", "TierConfig", "load_tiers", "render_state",
@@ -708,14 +709,11 @@ def load_tiers(path: str | os.PathLike, policy: Any = None) -> dict[str, OpenAIT
     tables = data.get("tiers", {})
     if not isinstance(tables, dict):
         raise ZcError(f'{file}: "tiers" must be a table of [tiers.NAME] tables')
-    declared = [t.name for t in policy.ir.tiers] if policy is not None else None
     configs: dict[str, TierConfig] = {}
     for name, table in tables.items():
         where = f"[tiers.{name}]"
-        if declared is not None and name not in declared:
-            hint = did_you_mean(name, declared)
-            raise ZcError(f"{file}: {where}: policy `{policy.name}` declares no tier `{name}`"
-                          + (f" ({hint})" if hint else f" (it declares {', '.join(declared) or 'none'})"))
+        if policy is not None and (problem := undeclared_tier(policy, name)):  # as Router(tiers=…) says it
+            raise ZcError(f"{file}: {where}: {problem}")
         if not isinstance(table, dict):
             raise ZcError(f"{file}: {where} must be a table, got {type(table).__name__}")
         try:

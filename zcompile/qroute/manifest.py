@@ -1,4 +1,4 @@
-"""The specialist manifest: versions, hashes, splits, features, classes, calibration, τ and metrics."""
+"""The specialist manifest: versions, hashes, splits, features, classes, probes, calibration, τ and metrics."""
 
 from __future__ import annotations
 
@@ -12,12 +12,14 @@ import msgspec
 from .features import FeatureSpec
 
 # 3: cross-fitted τ with a named guarantee (`Threshold.guarantee`, `.statement`, `.n`), `ArgumentModel`,
-# and `sha256` over the whole manifest (any edit is refused). Only version 3 is read.
-MANIFEST_VERSION = 3
-READS = (3,)
+# and `sha256` over the whole manifest (any edit is refused). 4: `Model.probes` (a tabular model's class
+# order is checked for every class). Only version 4 is read: a version 3 has no probes to check with.
+MANIFEST_VERSION = 4
+READS = (4,)
 NEVER = 2.0  # a τ above every confidence: the specialist abstains on everything
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")  # a file in the specialist directory itself
-PROBES = 128  # random rows of each kind scored on load to check a tabular model's width and class order
+PROBE_POOL = 20_000  # training rows (evenly spaced) searched for each class's probe at distillation
+PROBE_TOLERANCE = 1e-4  # |Δp| allowed between a probe's recorded and re-scored probabilities
 
 
 class Split(msgspec.Struct, frozen=True):
@@ -46,14 +48,24 @@ class TextInput(msgspec.Struct, frozen=True):
     threads: int = 2  # onnxruntime intra-op threads at decision time (capped at the machine's cores)
 
 
+class Probe(msgspec.Struct, frozen=True):
+    """A feature row scored at distillation, with the exported model's probabilities on it by class:
+    loading scores the row again (`check_session`), so a class order or a model that differs is refused."""
+
+    row: dict[int, float]  # feature index -> value; the other features are 0
+    probabilities: dict[str, float]  # class -> the exported model's probability on the row
+
+
 class Model(msgspec.Struct, frozen=True):
-    kind: str  # logistic | mlp | transformer
+    kind: str  # logistic | mlp | gbt | transformer | pairwise
     classes: tuple[str, ...]  # the model's output columns, a subset of the policy's actions
     file: str
     sha256: str
     params: dict[str, Any] = {}
     files: dict[str, str] = {}  # other files the model needs (tokenizer.json): name -> sha256, verified on load
     text: TextInput | None = None  # set for models that read text (transformer); None: feature vectors
+    # tabular models: one per class, the training row where that class is likeliest (`probes_for`)
+    probes: tuple[Probe, ...] = ()
 
 
 class Calibration(msgspec.Struct, frozen=True):
@@ -239,6 +251,10 @@ def validate(m: Manifest) -> str | None:
     text = m.model.text
     if text is not None and (text.max_length < 1 or text.threads < 1):
         return "$.model.text: max_length and threads must be at least 1"
+    if m.model.kind != "pairwise" and text is None:
+        problem = _probes_problem(m.model)
+        if problem:
+            return problem
     c = m.calls
     if c is not None:
         problem = (_calibration(c.calibration, "$.calls.calibration")
@@ -249,6 +265,24 @@ def validate(m: Manifest) -> str | None:
         for action, schema in c.params.items():
             if not (isinstance(schema, dict) and isinstance(schema.get("properties", {}), dict)):
                 return f"$.calls.params.{action}: not a JSON schema of arguments"
+    return None
+
+
+def _probes_problem(model: Model) -> str | None:
+    """A tabular model's probes: one per class, finite rows, probabilities of exactly its classes (that
+    the rows are as wide as the features is checked with the model, `check_session`)."""
+    if len(model.probes) != len(model.classes):
+        return (f"$.model.probes: {len(model.probes)} probes for {len(model.classes)} classes "
+                "(distillation records one per class)")
+    classes = set(model.classes)
+    for i, probe in enumerate(model.probes):
+        where = f"$.model.probes[{i}]"
+        if (k := next((k for k, v in probe.row.items() if not (k >= 0 and math.isfinite(v))), None)) is not None:
+            return f"{where}.row.{k}: not a feature index with a finite value"
+        if set(probe.probabilities) != classes:
+            return f"{where}.probabilities: the classes differ from $.model.classes"
+        if (c := next((c for c, p in probe.probabilities.items() if not 0.0 <= p <= 1.0), None)) is not None:
+            return f"{where}.probabilities.{c}: {probe.probabilities[c]!r} is not a probability"
     return None
 
 
@@ -304,25 +338,60 @@ def check_session(m: Manifest, session: Any, path: str) -> None:
                       "not this specialist's model")
     import numpy as np
 
-    rng = np.random.default_rng(0)  # probe rows: zeros, dense and sparse ones (the features are mostly one-hot)
-    rows = np.vstack([np.zeros((1, dim)), rng.normal(0.0, 3.0, (PROBES, dim)),
-                      (rng.random((PROBES, dim)) < 0.1)]).astype(np.float32)
-    names = [o.name for o in session.get_outputs()]
-    try:
-        got = dict(zip(names, session.run(names, {inputs[0].name: rows})))
-    except Exception as exc:  # onnxruntime raises its own exception types
-        raise ZcError(f"{path}: the model cannot score rows of the {dim} features: {exc}") from None
+    probes = m.model.probes
+    rows = np.zeros((len(probes), dim), np.float32)
+    for i, probe in enumerate(probes):
+        if (k := max(probe.row, default=0)) >= dim:
+            raise ZcError(f"{path}: $.model.probes[{i}].row.{k}: outside the {dim} features; distil the specialist again")
+        rows[i, list(probe.row)] = list(probe.row.values())
+    got = _scored(session, rows, path, dim)
     probs = got[want]
     if probs.shape != (len(rows), len(m.model.classes)):
         raise ZcError(f"{path}: the model gives {probs.shape[-1]} classes but $.model.classes lists "
                       f"{len(m.model.classes)}: not this specialist's model")
     labels = got.get("label")
-    if labels is None or labels.dtype != object:
-        return  # no class names to compare (labels encoded as numbers)
-    top = np.sort(probs, axis=1)
-    clear = top[:, -1] - top[:, -2] > 1e-6 if probs.shape[1] > 1 else np.ones(len(rows), bool)
-    for i in np.flatnonzero(clear):
-        named, placed = str(labels[i]), m.model.classes[int(np.argmax(probs[i]))]
-        if named != placed:
-            raise ZcError(f"{path}: the model names its class `{named}` where $.model.classes says `{placed}`: "
-                          "the class order does not match the model's outputs")
+    if labels is not None and labels.dtype == object:  # the model names its classes: they must be the manifest's
+        top = np.sort(probs, axis=1)
+        clear = top[:, -1] - top[:, -2] > 1e-6 if probs.shape[1] > 1 else np.ones(len(rows), bool)
+        for i in np.flatnonzero(clear):
+            named, placed = str(labels[i]), m.model.classes[int(np.argmax(probs[i]))]
+            if named != placed:
+                raise ZcError(f"{path}: the model names its class `{named}` where $.model.classes says `{placed}`: "
+                              "the class order does not match the model's outputs")
+    for i, probe in enumerate(probes):  # every class's probability on every probe, by name
+        recorded = np.array([probe.probabilities[c] for c in m.model.classes])
+        off = np.abs(probs[i] - recorded)
+        j = int(np.argmax(off))
+        if off[j] > PROBE_TOLERANCE:
+            moved = np.allclose(np.sort(probs[i]), np.sort(recorded), rtol=0.0, atol=PROBE_TOLERANCE)
+            raise ZcError(f"{path}: on $.model.probes[{i}] the model gives `{m.model.classes[j]}` "
+                          f"{float(probs[i, j]):.6f} where distillation recorded {recorded[j]:.6f}: "
+                          + ("the class order does not match the model's outputs" if moved
+                             else "not this specialist's model"))
+
+
+def _scored(session: Any, rows: Any, path: str, dim: int) -> dict[str, Any]:
+    """The model's outputs by name on feature rows; ZcError when it cannot score them."""
+    from ..errors import ZcError
+
+    names = [o.name for o in session.get_outputs()]
+    try:
+        return dict(zip(names, session.run(names, {session.get_inputs()[0].name: rows})))
+    except Exception as exc:  # onnxruntime raises its own exception types
+        raise ZcError(f"{path}: the model cannot score rows of the {dim} features: {exc}") from None
+
+
+def probes_for(session: Any, pool: Any, classes: tuple[str, ...]) -> tuple[Probe, ...]:
+    """Distillation's probes (`Model.probes`): for each class, the row of `pool` (training feature
+    rows) where the model gives it the highest probability, with the model's probabilities there.
+    Scored again on load, they make any two classes whose probabilities differ on one of these rows
+    impossible to swap in `$.model.classes` unnoticed (the earliest row wins a tie)."""
+    import numpy as np
+
+    probs = _scored(session, pool.astype(np.float32), "the exported model", pool.shape[1])["probabilities"]
+    out = []
+    for j in range(len(classes)):
+        i = int(np.argmax(probs[:, j]))
+        row = {int(k): float(pool[i, k]) for k in np.flatnonzero(pool[i])}
+        out.append(Probe(row, {c: float(p) for c, p in zip(classes, probs[i])}))
+    return tuple(out)

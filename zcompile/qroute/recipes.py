@@ -27,8 +27,8 @@ from ..errors import ZcError
 from . import features as F
 from .calibrate import fit_platt, fit_temperature
 from .dataset import Decision, Report, plain
-from .manifest import Calibration, Model, TextInput
-from .specialist import masked_confidence
+from .manifest import PROBE_POOL, Calibration, Model, TextInput, probes_for
+from .specialist import masked_confidence, session_options
 
 PARITY_TOLERANCE = 1e-4  # max |Δp|, tabular models
 ARGMAX_AGREEMENT = 0.995  # share of test decisions an int8 model must decide like its float model
@@ -151,6 +151,8 @@ class TabularRecipe(ClassifierRecipe):
             clf.fit(x, np.array(y))
         clf.train_seconds_ = time.perf_counter() - started
         clf.sample_ = x[:1]
+        step = max(1, -(-len(x) // PROBE_POOL))  # at most PROBE_POOL rows, evenly spaced, for the probes
+        clf.probe_pool_ = x[::step]
         return clf
 
     def reference(self, clf: Any, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -160,13 +162,21 @@ class TabularRecipe(ClassifierRecipe):
         return self._on_actions(sp.probabilities(x), sp.model_classes)
 
     def export(self, clf: Any, work: Path, report: Report, quantization: str) -> Model:
+        import onnxruntime as ort
         from skl2onnx import to_onnx
 
         onx = to_onnx(clf, clf.sample_.astype(np.float32), options={id(clf): {"zipmap": False}}, target_opset=18)
+        opsets = sorted((o.domain, o.version) for o in onx.opset_import)  # skl2onnx's order varies from run to run
+        del onx.opset_import[:]
+        for domain, version in opsets:
+            onx.opset_import.add(domain=domain, version=version)
         blob = onx.SerializeToString()
         (work / "model.onnx").write_bytes(blob)
-        return Model(self.kind, tuple(str(c) for c in clf.classes_), "model.onnx", hashlib.sha256(blob).hexdigest(),
-                     {k: plain(v) for k, v in clf.get_params().items()} | {"train_seconds": clf.train_seconds_})
+        classes = tuple(str(c) for c in clf.classes_)
+        session = ort.InferenceSession(blob, sess_options=session_options(1), providers=["CPUExecutionProvider"])
+        return Model(self.kind, classes, "model.onnx", hashlib.sha256(blob).hexdigest(),
+                     {k: plain(v) for k, v in clf.get_params().items()} | {"train_seconds": clf.train_seconds_},
+                     probes=probes_for(session, clf.probe_pool_, classes))
 
     def specialist(self, work: Path, policy: Any) -> Any:
         from .specialist import Specialist

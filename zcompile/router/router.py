@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from ..errors import ZcError
+from ..errors import ZcError, did_you_mean
 from ..receipts import Receipt, ReceiptWriter
 from ..receipts.candidates import as_candidates
 from ..runtime import LegalSet, Policy, Reason
@@ -24,6 +24,17 @@ from ..tools import tool_schemas
 from .rung import SPECIALIST, Answer, Catalog, CompilerRung, SpecialistRung, Step, abstain, as_rung, bare, stamped, timed
 from .shadow import RECEIPT_ARGUMENTS, Monitor, shadow_answers
 
+
+
+def undeclared_tier(policy: Policy, name: str) -> str | None:
+    """Why `name` cannot be bound to a tier of `policy`, with did-you-mean (None: it declares it):
+    the one check of `Router(tiers=…)` and of tiers.toml (`zcompile.tiers.load_tiers`)."""
+    declared = [t.name for t in policy.ir.tiers]
+    if name in declared:
+        return None
+    hint = did_you_mean(name, declared)
+    return f"policy `{policy.name}` declares no tier `{name}`" + (
+        f" ({hint})" if hint else f" (it declares {', '.join(declared) or 'none'})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +111,9 @@ class Router:
         self.complete = complete
         self.tiers = dict(tiers or {})
         declared = {t.name: t for t in policy.ir.tiers}
-        unknown = [n for n in self.tiers if n not in declared]
-        if unknown:
-            raise ZcError(f"tier `{unknown[0]}` is not declared by policy `{policy.name}` "
-                          f"(declared: {', '.join(declared) or 'none'})")
+        problem = next(filter(None, (undeclared_tier(policy, n) for n in self.tiers)), None)
+        if problem:
+            raise ZcError(problem)
         self._declared = declared
         self.deadline_ms = deadline_ms
         self.catalog = Catalog(policy)
