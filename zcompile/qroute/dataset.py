@@ -7,7 +7,6 @@ import math
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
