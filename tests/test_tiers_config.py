@@ -45,6 +45,17 @@ def test_a_tier_name_typo_gets_did_you_mean_and_the_file(tmp_path, policy):
         t.close()
 
 
+def test_the_specialists_rung_cannot_be_bound_to_an_llm(tmp_path):
+    """`specialist` is a rung the router fills with specialists: an LLM bound to it would be ignored."""
+    policy = zcompile.compile_text(POLICY.replace("tier small", "tier specialist").replace("use small", "use specialist"),
+                                   "p.zc")
+    path = tmp_path / "tiers.toml"
+    path.write_text(TABLE.format("specialist"))
+    with pytest.raises(ZcError, match=r"\[tiers.specialist\]: `specialist` is the specialists' rung"):
+        load_tiers(path, policy)
+    with pytest.raises(ZcError, match=r"`specialist` is the specialists' rung"):
+        zcompile.Router(policy, tiers={"specialist": object()})
+
 
 @pytest.mark.parametrize("name, hint", [("lrage", "(did you mean `large`?)"), ("remote", "(it declares small, large)")])
 def test_a_router_built_in_python_refuses_a_typo_as_tiers_toml_does(tmp_path, policy, name, hint):

@@ -29,6 +29,8 @@ from .shadow import RECEIPT_ARGUMENTS, Monitor, shadow_answers
 def undeclared_tier(policy: Policy, name: str) -> str | None:
     """Why `name` cannot be bound to a tier of `policy`, with did-you-mean (None: it declares it):
     the one check of `Router(tiers=…)` and of tiers.toml (`zcompile.tiers.load_tiers`)."""
+    if name == SPECIALIST:
+        return f"`{SPECIALIST}` is the specialists' rung (given as specialists), not a tier an LLM is bound to"
     declared = [t.name for t in policy.ir.tiers]
     if name in declared:
         return None
