@@ -55,12 +55,12 @@ class Client:
                 assert "error" not in msg, msg["error"]
                 return msg["result"]
 
-    def diagnostics(self, version: int) -> list[dict]:
-        """The diagnostics published for URI at a document version (earlier ones are skipped)."""
+    def diagnostics(self, version: int, uri: str = URI) -> list[dict]:
+        """The diagnostics published for `uri` at a document version (earlier ones are skipped)."""
         while True:
             msg = self.messages.get(timeout=TIMEOUT)
             if msg.get("method") == "textDocument/publishDiagnostics" \
-                    and msg["params"]["uri"] == URI and msg["params"].get("version") == version:
+                    and msg["params"]["uri"] == uri and msg["params"].get("version") == version:
                 return msg["params"]["diagnostics"]
 
     def close(self) -> str:
@@ -218,16 +218,9 @@ def test_test_files_are_validated_and_run_as_you_type(lsp, tmp_path):
             "- name: wrong\n  state: {user: {role: customer, verified: true}, budget: {units: 3}}\n"
             "  legal: [get_order, refund]\n")
 
-    def published(version):
-        while True:
-            msg = lsp.messages.get(timeout=TIMEOUT)
-            if msg.get("method") == "textDocument/publishDiagnostics" and msg["params"]["uri"] == uri \
-                    and msg["params"].get("version") == version:
-                return msg["params"]["diagnostics"]
-
     lsp.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "yaml", "version": 1,
                                                          "text": text}})
-    (d,) = published(1)
+    (d,) = lsp.diagnostics(1, uri)
     assert d["code"] == "test" and d["range"]["start"] == {"line": 5, "character": 0}
     assert "case `wrong` fails" in d["message"]
     assert "- refund: expected legal, but removed: `confirm_first`" in d["message"]
@@ -241,13 +234,13 @@ def test_test_files_are_validated_and_run_as_you_type(lsp, tmp_path):
     lsp.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": 2},
                                           "contentChanges": [{"text": text.replace("legal: [get_order, refund]",
                                                                                    "legal: 7")}]})
-    (d,) = published(2)
+    (d,) = lsp.diagnostics(2, uri)
     assert d["code"] == "test-file" and d["range"]["start"] == {"line": 7, "character": 2}
     assert d["message"] == "$.cases[1].legal: expected `array`, got `int`"
     lsp.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": 3},
                                           "contentChanges": [{"text": text.replace("legal: [get_order, refund]",
                                                                                    "legal: [get_ordr]")}]})
-    (d,) = published(3)  # a case that is wrong itself: at the wrong value, not at the case
+    (d,) = lsp.diagnostics(3, uri)  # a case that is wrong itself: at the wrong value, not at the case
     assert d["code"] == "test" and d["range"]["start"] == {"line": 7, "character": 10}
     assert "$.cases[1].legal[0]: unknown action `get_ordr` (did you mean `get_order`?)" in d["message"]
     lsp.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
@@ -324,21 +317,14 @@ def test_a_test_file_runs_against_the_policy_as_last_saved(lsp, tmp_path):
     text = ("version: 1\ncases:\n- name: ok\n  state: {user: {role: customer, verified: true}, "
             "budget: {units: 3}}\n  legal: [get_order, ask_user, continue, stop, escalate]\n")
 
-    def published(version):
-        while True:
-            msg = lsp.messages.get(timeout=TIMEOUT)
-            if msg.get("method") == "textDocument/publishDiagnostics" and msg["params"]["uri"] == uri \
-                    and msg["params"].get("version") == version:
-                return msg["params"]["diagnostics"]
-
     lsp.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "yaml", "version": 1,
                                                          "text": text}})
-    assert published(1) == []
+    assert lsp.diagnostics(1, uri) == []
     policy.write_text(DESK.replace("rule fault_stops:", "rule no_continue: forbid continue when retries >= 0\n"
                                                         "rule fault_stops:"))
     lsp.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": 2},
                                           "contentChanges": [{"text": text + "\n"}]})
-    (d,) = published(2)  # the saved policy is compiled again: `continue` is now removed
+    (d,) = lsp.diagnostics(2, uri)  # the saved policy is compiled again: `continue` is now removed
     assert "case `ok` fails" in d["message"] and "- continue: expected legal, but removed: `no_continue`" \
         in d["message"]
     lsp.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
