@@ -63,9 +63,8 @@ if str(ROOT) not in sys.path:  # run from a checkout without an editable install
 
 from benchdoc import machine_table, publish  # noqa: E402
 from zcompile import compile_file, stats  # noqa: E402
-from zcompile.qroute import (Specialist, choose_threshold, evaluate, load_decisions, risky_actions,  # noqa: E402
-                             split_by_task)
-from zcompile.receipts.candidates import same_call  # noqa: E402
+from zcompile.qroute import (Specialist, answer_right, choose_threshold, evaluate, load_decisions,  # noqa: E402
+                             risky_actions, split_by_task)
 
 PACKAGES = [("onnxruntime / numpy / scikit-learn", ("onnxruntime", "numpy", "scikit-learn")),
             ("torch / transformers / tokenizers", ("torch", "transformers", "tokenizers")),
@@ -495,9 +494,7 @@ def main() -> None:
         assert spec_sum["answered"] == ev["answered"] and spec_sum["correct"] == ev["correct"]
     else:  # what it answers, as the router asks it: a gated reply, a complete call, or a name (abstains)
         answers = [sp.decide(d.state, d.legal, d.candidates) for d in test]
-        ok = np.array([a.action is not None and (same_call(a.action, a.arguments, d.label, d.arguments)
-                                                 if a.kind == "call" else a.action == d.label)
-                       for a, d in zip(answers, test)], dtype=bool)
+        ok = np.array([answer_right(a, d) for a, d in zip(answers, test)], dtype=bool)
         got = np.array([a.action is not None for a in answers], dtype=bool)
         ev = evaluate([a.best for a in answers], np.array([a.confidence for a in answers]), ok, test, got,
                       risky_actions(policy), full, Y["test"])

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from .. import stats
-from ..router.shadow import committed, label_of, record_right, same_call
+from ..receipts.candidates import same_call
+from ..router.shadow import committed, label_of, record_right
 from .replay import Replay
 
 SAMPLE = 1 << 20  # decisions whose timings and confidences are kept: exact figures up to this many

@@ -83,19 +83,28 @@ def _share(k: int, m: int, n: int) -> dict[str, Any]:
             "precision": k / m if m else None, "precision_ci": list(stats.wilson(k, m))}
 
 
+def answer_right(answer: Any, decision: Decision) -> bool:
+    """Whether an answered output equals the teacher's: a complete call needs the same action and
+    JSON-normalised arguments; a reply or a name, the same action."""
+    from .calls import same_call
+
+    if answer.action is None:
+        return False
+    if answer.kind == "call":
+        return same_call(answer.action, answer.arguments, decision.label, decision.arguments)
+    return answer.action == decision.label
+
+
 def call_figures(answers: Sequence[Any], decisions: Sequence[Decision], sig: Any) -> dict[str, Any]:
     """Complete calls and text replies counted apart (`Answer.kind`): `calls` over the decisions where
     the teacher called a tool (right: same action and JSON-normalised arguments), `replies` over
     those where it replied (answered: handed to a text tier, which writes the text), and
     `teacher_calls_removed`: complete, checked calls answered locally."""
-    from .calls import same_call
-
     tool = [i for i, d in enumerate(decisions) if d.label is not None and not sig.is_reply(d.label)]
     reply = [i for i, d in enumerate(decisions) if sig.is_reply(d.label)]
     call_ans = [i for i, a in enumerate(answers) if a.action is not None and a.kind == "call"]
     reply_ans = [i for i, a in enumerate(answers) if a.action is not None and a.kind == "reply"]
-    call_ok = sum(1 for i in call_ans if same_call(answers[i].action, answers[i].arguments, decisions[i].label,
-                                                   decisions[i].arguments))
+    call_ok = sum(1 for i in call_ans if answer_right(answers[i], decisions[i]))
     reply_ok = sum(1 for i in reply_ans if sig.is_reply(decisions[i].label))
     return {"calls": _share(call_ok, len(call_ans), len(tool)) | {"decisions": len(tool)},
             "replies": _share(reply_ok, len(reply_ans), len(reply)) | {"handed_to_text_tier": len(reply_ans)},

@@ -31,10 +31,10 @@ from . import dataset as D
 from . import engine as E
 from . import features as F
 from .calibrate import fit_platt
-from .calls import Signatures, argument_examples, call_outputs, fit_arguments, same_call
+from .calls import Signatures, argument_examples, call_outputs, fit_arguments
 from .gate import gate, selection_key
 from .manifest import MANIFEST_VERSION, Calibration, Calls, Gate, Manifest, Model, Threshold, decode, encode
-from .metrics import call_figures, evaluate, risky_actions
+from .metrics import answer_right, call_figures, evaluate, risky_actions
 from .recipes import AUTO, ClassifierRecipe, recipe
 from ..receipts.candidates import as_candidates
 from .specialist import call_confidence
@@ -355,9 +355,7 @@ def _test_figures(rec: Any, sp: Any, x: Any, test: list[D.Decision], cal: Calibr
         answered = (conf >= threshold.tau) & (conf > 0)
         return evaluate(best, conf, rec.correct(best, test), test, answered, risky_actions(policy), full, labels)
     answers = [sp.decide(d.state, d.legal, d.candidates) for d in test]
-    ok = np.array([a.action is not None and (same_call(a.action, a.arguments, d.label, d.arguments)
-                                             if a.kind == "call" else a.action == d.label)
-                   for a, d in zip(answers, test)], dtype=bool)
+    ok = np.array([answer_right(a, d) for a, d in zip(answers, test)], dtype=bool)
     answered = np.array([a.action is not None for a in answers], dtype=bool)
     metrics = evaluate([a.best for a in answers], np.array([a.confidence for a in answers]), ok, test, answered,
                        risky_actions(policy), full, labels)
