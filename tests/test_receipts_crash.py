@@ -111,6 +111,20 @@ def test_a_writer_open_before_the_crash_repairs_the_torn_line(tmp_path):
                               "started a new line after it)"]
 
 
+def test_writers_taking_turns_add_no_blank_line(tmp_path):
+    """A writer skips reading the last byte only while the file ends where its own last line did:
+    after another writer's line it reads it, finds a newline and adds none."""
+    path = tmp_path / "turns.jsonl"
+    a, b = ReceiptWriter(path), ReceiptWriter(path)
+    for i in range(6):
+        (a if i % 3 else b).append(Receipt(id=f"r{i}", task="t", state={}, tier="x"))
+    a.close()
+    b.close()
+    lines = path.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and all(lines[:-1]), lines
+    assert [r.id for r in read(path)] == [f"r{i}" for i in range(6)]
+
+
 def test_writer_refuses_what_is_not_a_regular_file(tmp_path):
     fifo = tmp_path / "pipe.jsonl"
     os.mkfifo(fifo)

@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from ..errors import ZcError, json_problem
+
 Scalar = str | int | float | bool
 Source = Literal["user", "tool", "call", "constant"]
 
@@ -208,8 +210,6 @@ def _leaves(data: Any, key: str) -> list[tuple[str, Scalar]]:
 def as_candidates(candidates: Sequence[Any] | None) -> tuple[Candidate, ...]:
     """Candidates as `Candidate` structs, from structs or `[value, source, key, age, count]` arrays
     (as receipts hold them); anything else is refused with its `$.candidates` path."""
-    from ..errors import ZcError, json_problem
-
     if not candidates:
         return ()
     if all(isinstance(c, Candidate) for c in candidates):

@@ -358,7 +358,8 @@ class ReceiptWriter:
     """Append receipts to a JSONL file, crash-safe for threads, processes and killed writers.
 
     Each `append` takes an exclusive `flock` on the file (processes, and other writers in this
-    process), checks under it that the file ends with a newline, writes one first if it does not
+    process), checks under it that the file ends with a newline (its last byte is read unless the
+    file still ends where this writer's last line did), writes one first if it does not
     (a writer was killed mid-line: its torn fragment stays a line of its own, which readers report
     as torn), then writes the whole line on an O_APPEND descriptor. A thread lock serialises the
     threads sharing this writer; a forked child opens the file anew at its first append. Every line reaches the operating system before `append` returns;
@@ -380,6 +381,7 @@ class ReceiptWriter:
         sharing its parent's would not be excluded by the parent's lock) and a fresh thread lock."""
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self._end = -1  # the file's size after this writer's last append (-1: none yet)
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
         except OSError as exc:
@@ -413,9 +415,11 @@ class ReceiptWriter:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 try:
                     size = os.fstat(fd).st_size
-                    if size and os.pread(fd, 1, size - 1) != b"\n":
+                    # the file ending where this writer's last line ended ends with its newline
+                    if size and size != self._end and os.pread(fd, 1, size - 1) != b"\n":
                         data = b"\n" + data  # repair a torn line left by a killed writer
                     self._write(fd, data)
+                    self._end = size + len(data)
                 finally:
                     fcntl.flock(fd, fcntl.LOCK_UN)
             except OSError as exc:
