@@ -104,7 +104,7 @@ def stages(stderr: str) -> str:
 
     last: dict[str, str] = {}
     for label, secs in re.findall(r"^  (.+?): \d+(?:/\d+)? \((\d+) s\)$", stderr, re.M):
-        if not label.startswith(("reading receipts", "folds", "featurising")):
+        if not label.startswith(("reading receipts", "folds", "featurising", "argument model fits")):
             continue
         last[label] = secs
     return "; ".join(f"{k} {v} s" for k, v in last.items())
@@ -127,6 +127,7 @@ def main() -> None:
     policy = a.work / "airline_chat.zcp"
     subprocess.run(zc + ["compile", str(POLICY), "-o", str(a.work)], check=True, capture_output=True)
     rows = []
+    a.load = [os.getloadavg()[0]]
     for n in (int(s) for s in a.sizes.split(",")):
         t = time.perf_counter()
         src = shards(n, a.work, a.shard_rows)
@@ -145,6 +146,7 @@ def main() -> None:
         print(f"{n:>9,} receipts: distill {d['seconds']:7.1f} s, peak RSS {d['rss_mib']:7.0f} MiB (rc {d['rc']})"
               + (f"; eval {e['seconds']:7.1f} s, peak RSS {e['rss_mib']:7.0f} MiB (rc {e['rc']})" if e else "")
               + (f"; {used}" if used else "") + (f"; {d['stages']}" if d["stages"] else ""), flush=True)
+    a.load.append(os.getloadavg()[0])
     if a.write_benchmarks:
         write_section(rows, a)
 
@@ -157,14 +159,15 @@ def write_section(rows: list[dict], a: argparse.Namespace) -> None:
              "sealed test split), each a process of its own; peak RSS of that process.", "",
              "| receipts | distill | distill peak RSS | long stages | eval | eval peak RSS | training data |",
              "|---|---|---|---|---|---|---|"]
-    for r in rows:
+    for r in sorted(rows, key=lambda r: r["n"]):
         d, e = r["distill"], r["eval"]
         failed = "" if d["rc"] == 0 else " (FAILED: " + next(
             (ln for ln in reversed(d["stderr"].splitlines()) if ln.startswith("error:")), f"exit {d['rc']}") + ")"
         lines.append(f"| {r['n']:,} | {d['seconds']:.1f} s{failed} | {d['rss_mib']:.0f} MiB | {d['stages'] or '-'} | "
                      + (f"{e['seconds']:.1f} s | {e['rss_mib']:.0f} MiB" if e else "not run | -")
                      + f" | {r['training_data'].removeprefix('training data:').strip() or '-'} |")
-    lines += ["", *machine_table([("scikit-learn", ("scikit-learn",)), ("pyarrow", ("pyarrow",)), ("ray", ("ray",))])]
+    lines += ["", *machine_table([("scikit-learn", ("scikit-learn",)), ("pyarrow", ("pyarrow",)), ("ray", ("ray",))]),
+              f"| load average (1 min): start / end | {a.load[0]:.2f} / {a.load[1]:.2f} (2 cores) |"]
     cmd = " ".join(["python bench/distill_scale_bench.py", *sys.argv[1:]])
     publish("distill-scale", "\n".join([f"## Distillation at scale (`{cmd}`)", "", *lines]), ROOT / "BENCHMARKS.md")
 

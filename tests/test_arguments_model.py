@@ -182,6 +182,25 @@ def test_the_model_picks_the_teachers_values(fitted):
         assert all("note" not in pr.arguments for pr in answered)  # an optional argument training never saw passed
 
 
+def test_above_max_rows_the_classifier_trains_on_a_seeded_sample(fitted):
+    """Bounded training: whole arguments sampled (seeded), statistics from every example, and the
+    sampled model still picks the teacher's values."""
+    rows = examples(dataset(0, 40))
+    total = sum(len(e.candidates) for e in rows if e.present)  # the arguments the teacher passed
+    full = fitted["gbt"]
+    assert full.sampled_ is None and full.rows_ > total // 4
+    fit = lambda seed: ArgumentModel(n_estimators=30, max_rows=total // 4, seed=seed).fit(rows)  # noqa: E731
+    small, again, other = fit(0), fit(0), fit(1)
+    kept, n, seen = small.sampled_
+    assert seen == total and n == sum(e.present for e in rows) and 0 < kept < n and small.rows_ < full.rows_ / 2
+    assert small.spec() == again.spec() and other.spec() != small.spec()
+    assert small.spec().actions == full.spec().actions and small.spec().names == full.spec().names
+    test = dataset(1, 40)
+    scorer = ArgumentScorer(small.spec())
+    exact = sum(scorer.propose(a, p, c).arguments == args for a, p, c, args, _ in test)
+    assert exact >= 0.8 * len(test), (exact, len(test))
+
+
 def test_the_model_abstains_when_no_candidate_fits(fitted):
     scorer = ArgumentScorer(fitted["gbt"].spec())
     nothing = scorer.propose("lookup", LOOKUP, [])

@@ -74,6 +74,24 @@ def test_whole_calls_are_learned_certified_and_counted_apart(trained):
     assert m.gate.promoted, m.gate.reasons
 
 
+def test_above_the_row_limit_the_argument_model_trains_on_a_sample(policy, tmp_path, monkeypatch):
+    """Bounded training: past `arguments.MAX_ROWS` candidates each argument model fit trains on a
+    seeded sample of whole arguments; the report says so and whole calls are still learned."""
+    from zcompile.qroute import arguments
+
+    monkeypatch.setattr(arguments, "MAX_ROWS", 400)
+    receipts = make_receipts(tmp_path / "r.jsonl")
+    steps = []
+    res = Q.distill([receipts], policy, tmp_path / "desk", Q.Settings(model="logistic"),
+                    report=Q.Report(step=steps.append))
+    sample = res.manifest.metrics["argument_sample"]
+    assert sample["limit"] == 400 and 0 < sample["kept"] < sample["n"] and sample["candidates"] > 400, sample
+    assert any("each fit trains on a seeded sample of whole arguments" in s for s in steps), steps
+    assert f"trained on a seeded sample of {sample['kept']} of {sample['n']} teacher arguments" in res.report_text
+    calls = res.manifest.metrics["calls"]
+    assert calls["answered"] >= 0.5 * calls["n"] and calls["precision"] >= 0.95, calls
+
+
 def test_specialist_answers_a_complete_call_or_abstains(trained, policy):
     sp = Specialist(trained.directory, policy)
     state = {"phase": "asked", "turn": 3}

@@ -26,6 +26,7 @@ SPEC_VERSION = 1
 MAX_CONSTANTS = 8  # training values offered per argument as `constant` candidates
 MIN_CONSTANT_GROUPS = 2  # ... when seen in at least this many groups (conversations or tasks)
 MIN_CONSTANT_SHARE = 0.1  # ... and in at least this share of the argument's training values
+MAX_ROWS = 250_000  # candidate rows the classifier trains on at most (a seeded sample of whole calls' arguments above)
 
 _INT = re.compile(r"0|[1-9][0-9]{0,17}")
 _FLOAT = re.compile(r"(?:0|[1-9][0-9]{0,17})\.[0-9]{1,12}")
@@ -118,6 +119,7 @@ class ArgumentExample(msgspec.Struct, frozen=True):
     present: bool = True  # the teacher passed this argument
     required: bool = True
     group: str = ""  # conversation or task: training statistics for a row leave its own group out
+    reached: bool | None = None  # the teacher's value is among the candidates (None: not yet computed)
 
 
 class Proposal(msgspec.Struct, frozen=True):
@@ -136,7 +138,16 @@ def call_examples(action: str, params: Mapping[str, Any], candidates: Sequence[C
     required = set(params.get("required") or ())
     cands = tuple(candidates)
     return [ArgumentExample(action, name, dict(schema or {}), cands, arguments.get(name), name in arguments,
-                            name in required, group) for name, schema in props.items()]
+                            name in required, group, _reached(name in arguments, arguments.get(name), schema or {}, cands))
+            for name, schema in props.items()]
+
+
+def _reached(present: bool, value: Any, schema: Mapping[str, Any], candidates: Sequence[Candidate]) -> bool:
+    """Whether a passed value is among the candidates, as a value of the declared type."""
+    if not present:
+        return False
+    target = normalize(value)
+    return any((f := fit_value(c.value, schema)) is not None and normalize(f[0]) == target for c in candidates)
 
 
 def fit_value(value: Scalar, schema: Mapping[str, Any]) -> tuple[Scalar, bool] | None:
@@ -318,11 +329,15 @@ class ArgumentModel:
         n_estimators, max_depth, learning_rate: the trees' size (gbt).
         C: inverse regularisation strength (logistic).
         min_confidence: an argument whose best value scores below this abstains.
-        seed: the trees' random state.
+        seed: the trees' random state and the sample's.
+        max_rows: when the examples' candidates exceed this many rows, the classifier trains on a
+            seeded sample of whole examples (each kept with probability max_rows / candidates, so
+            every argument keeps all its candidates and right and wrong ones their proportion); the
+            training statistics still count every example. `sampled_` says what was kept.
     """
 
     def __init__(self, kind: str = "gbt", n_estimators: int = 100, max_depth: int = 4, learning_rate: float = 0.1,
-                 C: float = 1.0, min_confidence: float = 0.5, seed: int = 0) -> None:
+                 C: float = 1.0, min_confidence: float = 0.5, seed: int = 0, max_rows: int = MAX_ROWS) -> None:
         self.kind = kind
         self.n_estimators = n_estimators
         self.max_depth = max_depth
@@ -330,6 +345,7 @@ class ArgumentModel:
         self.C = C
         self.min_confidence = min_confidence
         self.seed = seed
+        self.max_rows = max_rows
 
     def fit(self, examples: Iterable[ArgumentExample]) -> ArgumentModel:
         """Fit on teacher calls' arguments; each row's statistics leave its own group out."""
@@ -339,15 +355,18 @@ class ArgumentModel:
         by_action: dict[tuple[str, str], _Stats] = defaultdict(_Stats)
         by_name: dict[str, _Stats] = defaultdict(_Stats)
         for e in examples:
-            target = normalize(e.value) if e.present else None
-            reached = e.present and any(
-                (f := fit_value(c.value, e.schema)) is not None and normalize(f[0]) == target for c in e.candidates)
+            reached = e.reached if e.reached is not None else _reached(e.present, e.value, e.schema, e.candidates)
             by_action[(e.action, e.argument)].add(e.group, e.present, e.value, reached)
             by_name[e.argument].add(e.group, e.present, e.value, reached)
+        present = [e for e in examples if e.present]
+        n, total = len(present), sum(len(e.candidates) for e in present)
+        self.sampled_ = None  # else (arguments kept, arguments, their candidates)
+        if total > self.max_rows:
+            keep = np.random.default_rng(self.seed).random(n) < self.max_rows / total
+            present = [e for e, k in zip(present, keep) if k]
+            self.sampled_ = (len(present), n, total)
         xs, ys = [], []
-        for e in examples:
-            if not e.present:
-                continue
+        for e in present:
             stats = _merge(by_action[(e.action, e.argument)].view(e.group), by_name[e.argument].view(e.group))
             values, rows = _rows(e.action, e.argument, e.schema, e.candidates, stats)
             target = normalize(e.value)

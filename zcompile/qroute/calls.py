@@ -88,14 +88,15 @@ def argument_examples(decisions: list, sig: Signatures) -> list:
     return rows
 
 
-def fit_arguments(decisions: list, sig: Signatures) -> Any:
-    """An argument model fit on the decisions' teacher calls (None when there are none to learn from)."""
-    from .arguments import ArgumentModel
+def fit_arguments(rows: list, seed: int = 0) -> Any:
+    """An argument model fit on teacher calls' arguments (`argument_examples`; None when there are
+    none to learn from); above `arguments.MAX_ROWS` candidates, on a sample seeded by `seed`
+    (`ArgumentModel.sampled_`)."""
+    from . import arguments as A
 
-    rows = argument_examples(decisions, sig)
-    if not rows or not any(d.candidates for d in decisions):
+    if not any(e.candidates for e in rows):
         return None
     try:
-        return ArgumentModel().fit(rows)
+        return A.ArgumentModel(seed=seed, max_rows=A.MAX_ROWS).fit(rows)
     except ValueError:  # no right (or no wrong) candidate among them: nothing to learn
         return None

@@ -27,6 +27,7 @@ import numpy as np
 from .. import __version__, stats
 from ..errors import ZcError
 from ..outdir import staged
+from . import arguments as A
 from . import dataset as D
 from . import engine as E
 from . import features as F
@@ -178,7 +179,7 @@ def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.Decision]], policy
     with_calls = policy is not None and isinstance(rec, ClassifierRecipe) and sig.any
     arguments = None
     if with_calls:
-        arguments = shared.get(folds.tobytes()) or _arguments(pool, folds, sig, report)
+        arguments = shared.get(folds.tobytes()) or _arguments(pool, folds, sig, s.seed, report)
         shared[folds.tobytes()] = arguments
     report.step("5/10 exporting to ONNX and checking parity")
     test = parts["test"] or parts["train"]
@@ -207,6 +208,10 @@ def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.Decision]], policy
     metrics["latency_us"] = latency(lambda d: rec.ask(sp, d), test, *rec.latency_sample)
     metrics["parity"] = parity
     metrics["calibration"] = oof_figures
+    if arguments is not None and arguments.final is not None and arguments.final.sampled_:
+        kept, n, candidates = arguments.final.sampled_
+        metrics["argument_sample"] = {"kept": kept, "n": n, "candidates": candidates, "limit": A.MAX_ROWS,
+                                      "seed": s.seed}
     return Candidate(kind, cdir, msgspec.structs.replace(manifest, metrics=D.plain(metrics)), oof_figures)
 
 
@@ -256,17 +261,24 @@ class Arguments:
     folds: np.ndarray  # fold of each scored decision (-1: the calibration split of a holdout recipe)
 
 
-def _arguments(pool: list[D.Decision], folds: np.ndarray, sig: Signatures, report: D.Report) -> Arguments:
+def _arguments(pool: list[D.Decision], folds: np.ndarray, sig: Signatures, seed: int,
+               report: D.Report) -> Arguments:
     """Step 4 for arguments, cross-fitted like the name model: fold j's decisions get proposals from
     an argument model fit on the other folds (a holdout recipe: the calibration split's from the
     train split's); the shipped one is fit on every training decision."""
     trains = folds >= 0
-    n_rows = len(argument_examples([d for d, t in zip(pool, trains) if t], sig))
-    report.step(f"  argument model: {n_rows} teacher arguments" + ("" if n_rows else " (none: names only)"))
+    per = [argument_examples([d], sig) if t else [] for d, t in zip(pool, trains)]  # built once, for every fit
+    examples = [e for es in per for e in es]
+    n_rows, n_cands = len(examples), sum(len(e.candidates) for e in examples if e.present)
+    sampled = f"; above {A.MAX_ROWS:,} candidates each fit trains on a seeded sample of whole arguments"
+    report.step(f"  argument model: {n_rows} teacher arguments, {n_cands:,} candidates"
+                + (sampled if n_cands > A.MAX_ROWS else "") + ("" if n_rows else " (none: names only)"))
     scored = sorted(set(folds.tolist())) if folds.min() >= 0 else [-1]
-    by_fold = {j: fit_arguments([d for d, f in zip(pool, folds) if f != j and f >= 0], sig) for j in scored}
-    final = fit_arguments([d for d, t in zip(pool, trains) if t], sig)
-    return Arguments(final, by_fold, folds[np.isin(folds, scored)])
+    fits: dict[int | None, Any] = {}
+    for j in report.bar([*scored, None], "argument model fits", len(scored) + 1):  # None: the shipped one
+        fits[j] = fit_arguments([e for es, f in zip(per, folds) if f >= 0 and (j is None or f != j) for e in es], seed)
+    final = fits.pop(None)
+    return Arguments(final, fits, folds[np.isin(folds, scored)])
 
 
 def _threshold(rec: Any, best: list[str | None], conf: np.ndarray, oof: Sequence[D.Decision], s: Settings,

@@ -92,6 +92,11 @@ def render(m: Manifest) -> str:
                   f"and handed to a text tier, {r['correct']} right (precision {_f(r['precision'])} "
                   f"[{r['precision_ci'][0]:.3f}, {r['precision_ci'][1]:.3f}]). Calls whose arguments could not "
                   f"be completed (abstained): {t['names_incomplete']}.", ""]
+    if "argument_sample" in t:
+        a = t["argument_sample"]
+        lines += [f"Argument model: trained on a seeded sample of {a['kept']} of {a['n']} teacher arguments "
+                  f"(seed {a['seed']}): all of them held {a['candidates']:,} candidates, above the limit of "
+                  f"{a['limit']:,} rows; its statistics count every argument.", ""]
     if t.get("n_none_fits"):
         f_lo, f_hi = t["precision_where_fits_ci"]
         a_lo, a_hi = t["abstained_where_none_fits_ci"]
