@@ -228,7 +228,7 @@ def test_numpy_scoring_equals_sklearn(fitted):
     data = dataset(3, 20)
     for kind, model in fitted.items():
         scorer = ArgumentScorer(model.spec())
-        xs = [_rows(a, name, schema, c, scorer.stats(a, name))[1]
+        xs = [_rows(a, name, schema, c, scorer.stats(a, name))[2]
               for a, p, c, _, _ in data for name, schema in p["properties"].items()]
         x = np.concatenate([r for r in xs if len(r)])
         assert len(x) > 200

@@ -177,7 +177,7 @@ def fit_value(value: Scalar, schema: Mapping[str, Any]) -> tuple[Scalar, bool] |
             out = folded.get(str(out).casefold().replace(" ", "_").replace("-", "_"))
     if out is None:
         return None
-    return out, normalize(out) != normalize(value)
+    return out, out is not value and normalize(out) != normalize(value)
 
 
 def shape(value: Any, fine: bool = True) -> str:
@@ -256,10 +256,11 @@ _EMPTY = ArgumentStats(n=0, included=0.0, reach=0.0, shape_fine={}, shape_coarse
 
 
 def _rows(action: str, argument: str, schema: Mapping[str, Any], candidates: Sequence[Candidate],
-          stats: ArgumentStats) -> tuple[list[Scalar], np.ndarray]:
-    """The fitting values of an argument's candidates (constants added) and their feature rows."""
+          stats: ArgumentStats) -> tuple[list[Scalar], list[str], np.ndarray]:
+    """The fitting values of an argument's candidates (constants added), each one's `normalize`d
+    form, and their feature rows."""
     if schema.get("type") in ("array", "object", "null"):
-        return [], np.zeros((0, len(FEATURES)))
+        return [], [], np.zeros((0, len(FEATURES)))
     pool = list(candidates) + [Candidate(v, "constant", argument, 0, 1) for v in stats.constants]
     fitted = []
     for c in pool:
@@ -267,7 +268,9 @@ def _rows(action: str, argument: str, schema: Mapping[str, Any], candidates: Seq
         if fit is not None:
             fitted.append((c, fit[0], fit[1]))
     if not fitted:
-        return [], np.zeros((0, len(FEATURES)))
+        return [], [], np.zeros((0, len(FEATURES)))
+    norms = [normalize(v) for _, v, _ in fitted]
+    fine = [shape(v) for _, v, _ in fitted]
     user = {str(c.value).casefold() for c in candidates if c.source == "user"}
     same, other = set(), set()
     for c in candidates:
@@ -275,35 +278,37 @@ def _rows(action: str, argument: str, schema: Mapping[str, Any], candidates: Seq
             (same if c.key.partition(".")[0] == action else other).add(normalize(c.value))
     words = _words(argument)
     order = sorted(range(len(fitted)), key=lambda i: (fitted[i][0].source == "constant", fitted[i][0].age))
-    rank = np.empty(len(fitted))
-    rank[order] = np.arange(len(fitted))
-    shaped = [i for i in order if shape(fitted[i][1]) in stats.shape_fine]
-    shape_rank = np.full(len(fitted), math.exp(3) - 1)
-    shape_rank[shaped] = np.arange(len(shaped))
+    rank = [0.0] * len(fitted)
+    for r, i in enumerate(order):
+        rank[i] = float(r)
+    shaped = [i for i in order if fine[i] in stats.shape_fine]
+    shape_rank = [math.exp(3) - 1] * len(fitted)
+    for r, i in enumerate(shaped):
+        shape_rank[i] = float(r)
     siblings: Counter = Counter()  # (source, key, age) -> candidates seen so far, in list order
     unused_seen: set[tuple[str, str, int]] = set()
-    rows = np.zeros((len(fitted), len(FEATURES)))
+    rows = []
     for i, (c, value, coerced) in enumerate(fitted):
         key = c.key.partition(".")[2] if c.source == "call" else c.key
         kw = _words(key)
-        norm = normalize(value)
+        norm = norms[i]
         group = (c.source, c.key, c.age)
         sibling = siblings[group]
         siblings[group] += 1
         first_unused = norm not in same and group not in unused_seen
         if norm not in same:
             unused_seen.add(group)
-        rows[i] = (
+        rows.append((
             c.source == "user", c.source == "tool", c.source == "call", c.source == "constant",
             math.log1p(c.age), math.log1p(c.count), math.log1p(rank[i]), math.log1p(shape_rank[i]),
             key == argument, len(kw & words) / len(kw | words) if kw else 0.0, key == "",
             norm in same, norm in other, math.log1p(sibling), first_unused,
             c.source == "tool" and key == argument,
-            stats.shape_fine.get(shape(value), 0.0), stats.shape_coarse.get(shape(value, fine=False), 0.0),
+            stats.shape_fine.get(fine[i], 0.0), stats.shape_coarse.get(shape(value, fine=False), 0.0),
             stats.values.get(norm, 0.0), str(value).casefold() in user, coerced, stats.reach,
             math.log1p(len(fitted)),
-        )
-    return [v for _, v, _ in fitted], rows
+        ))
+    return [v for _, v, _ in fitted], norms, np.array(rows, dtype=np.float64)
 
 
 def _merge(stats: ArgumentStats | None, fallback: ArgumentStats | None) -> ArgumentStats:
@@ -368,10 +373,10 @@ class ArgumentModel:
         xs, ys = [], []
         for e in present:
             stats = _merge(by_action[(e.action, e.argument)].view(e.group), by_name[e.argument].view(e.group))
-            values, rows = _rows(e.action, e.argument, e.schema, e.candidates, stats)
+            _, norms, rows = _rows(e.action, e.argument, e.schema, e.candidates, stats)
             target = normalize(e.value)
             xs.append(rows)
-            ys += [normalize(v) == target for v in values]
+            ys += [n == target for n in norms]
         x = np.concatenate(xs) if xs else np.zeros((0, len(FEATURES)))
         y = np.asarray(ys, dtype=int)
         if len(set(y.tolist())) < 2:
@@ -474,11 +479,13 @@ class ArgumentScorer:
                     out[t, :len(r)] = r
                 return out
 
-            self._feature = np.maximum(pad(m.feature, np.int64, 0), 0)  # leaves hold -2: any column will do
-            self._threshold = pad(m.threshold, np.float64, 0.0)
-            self._left = pad(m.left, np.int64, -1)
-            self._right = pad(m.right, np.int64, -1)
-            self._value = pad(m.value, np.float64, 0.0)
+            # raveled, tree t's node i at t * width + i: one flat gather a level
+            self._feature = np.maximum(pad(m.feature, np.int64, 0), 0).ravel()  # leaves hold -2: any column will do
+            self._threshold = pad(m.threshold, np.float64, 0.0).ravel()
+            self._left = pad(m.left, np.int64, -1).ravel()
+            self._right = pad(m.right, np.int64, -1).ravel()
+            self._value = pad(m.value, np.float64, 0.0).ravel()
+            self._base = np.arange(len(m.feature), dtype=np.int64) * width
 
     def predict_proba(self, x: np.ndarray) -> np.ndarray:
         """The probability that each feature row's candidate is the teacher's value."""
@@ -488,13 +495,14 @@ class ArgumentScorer:
             z = ((x - mean) / scale) @ coef + m.intercept
         else:
             x32 = np.asarray(x, dtype=np.float32)
-            trees = np.arange(len(self._left))[None, :]
-            node = np.zeros((len(x32), len(self._left)), dtype=np.int64)  # rows x trees
+            flat_x, width = x32.ravel(), x32.shape[1]
+            rows = np.arange(len(x32), dtype=np.int64)[:, None] * width
+            at = np.broadcast_to(self._base, (len(x32), len(self._base))).copy()  # rows x trees: flat node index
             for _ in range(self._depth):
-                left, right = self._left[trees, node], self._right[trees, node]
-                go_left = np.take_along_axis(x32, self._feature[trees, node], axis=1) <= self._threshold[trees, node]
-                node = np.where(left == -1, node, np.where(go_left, left, right))
-            z = m.learning_rate * self._value[trees, node].sum(axis=1)
+                left = self._left.take(at)
+                go_left = flat_x.take(rows + self._feature.take(at)) <= self._threshold.take(at)
+                at = np.where(left == -1, at, self._base + np.where(go_left, left, self._right.take(at)))
+            z = m.learning_rate * self._value.take(at).sum(axis=1)
         return 1.0 / (1.0 + np.exp(-z))
 
     def stats(self, action: str, argument: str) -> ArgumentStats:
@@ -507,13 +515,12 @@ class ArgumentScorer:
         A value's score is the best of its candidates' probabilities; the confidence discounts it
         by the strongest rival value: p_best * (1 - p_second).
         """
-        values, rows = _rows(action, argument, schema, candidates, self.stats(action, argument))
+        values, norms, rows = _rows(action, argument, schema, candidates, self.stats(action, argument))
         if not values:
             return None, 0.0
         p = self.predict_proba(rows)
         best: dict[str, tuple[float, Any]] = {}
-        for v, pv in zip(values, p):
-            key = normalize(v)
+        for v, key, pv in zip(values, norms, p):
             if key not in best or pv > best[key][0]:
                 best[key] = (float(pv), v)
         ranked = sorted(best.values(), key=lambda t: -t[0])
