@@ -105,6 +105,32 @@ def test_specialist_answers_a_complete_call_or_abstains(trained, policy):
     assert (r.kind, r.action) == ("reply", "reply")
 
 
+def test_a_call_that_cannot_reach_tau_proposes_no_arguments(trained, policy):
+    """Arguments are proposed only when certain ones could lift the call to τ: below, the call
+    abstains with that ceiling (at least the confidence a proposal would have given)."""
+    sp = Specialist(trained.directory, policy)
+    asked = []
+
+    class Spy:
+        def __init__(self, real):
+            self.real = real
+
+        def propose(self, *args):
+            asked.append(args[0])
+            return self.real.propose(*args)
+
+    sp._arguments = Spy(sp._arguments)
+    state = {"phase": "asked", "turn": 3}
+    cands = [["QX7TPA", "user", "", 1, 1], ["ZZZ999", "tool", "order_id", 5, 1]]
+    reached = sp.decide(state, policy.legal(state), cands)
+    assert asked == ["get_order"] and (reached.kind, reached.action) == ("call", "get_order")
+    sp.tau = 1.5  # beyond any confidence
+    skipped = sp.decide(state, policy.legal(state), cands)
+    assert asked == ["get_order"], "arguments were proposed for a call that could not pass"
+    assert (skipped.kind, skipped.action, skipped.arguments, skipped.best) == ("call", None, None, "get_order")
+    assert reached.confidence <= skipped.confidence <= 1.0
+
+
 def test_router_returns_the_checked_call_and_hands_replies_on(trained, policy, tmp_path):
     router = zcompile.Router(policy, specialists=str(trained.directory), receipts=str(tmp_path / "live.jsonl"))
     d = router.decide({"phase": "asked", "turn": 2}, candidates=[["QX7TPA", "user", "", 1, 1]])

@@ -33,7 +33,8 @@ class Answer:
     {} for an action without any), `reply` (a text reply: the router hands it to a tier that
     writes text), or `name` (the best action needs arguments the specialist could not complete: it
     abstains). `confidence` is the output's calibrated confidence (for a call: name and arguments
-    as a whole)."""
+    as a whole; for a call that could not reach τ even with certain arguments, which are then not
+    proposed, that ceiling)."""
 
     action: str | None
     confidence: float
@@ -321,23 +322,30 @@ class Specialist:
         return self.complete(best, c, candidates)
 
     def complete(self, best: str, c: float, candidates: Sequence[Any] | None) -> Answer:
-        """The output for name `best` at name confidence `c`: a gated reply, a complete call, or a name."""
+        """The output for name `best` at name confidence `c`: a gated reply, a complete call, or a name.
+
+        A call's confidence is the name's times its arguments', calibrated (`call_confidence`,
+        increasing): when even certain arguments would leave it below τ, they are not proposed and
+        the call abstains with that ceiling as its confidence (kind `call`, no arguments)."""
         calls = self.manifest.calls
         if best in self._replies:
             return Answer(best if c >= calls.reply_threshold.tau else None, c, best, None, "reply")
         params = calls.params.get(best)
         if params is None:  # no signature: its arguments are unknown
             return Answer(None, c, best, None, "name")
+        tau = self.tau
+        if best in self._risky:
+            tau = calls.risky_threshold.tau if calls.risky_threshold is not None else NEVER
+        t, b = calls.calibration.temperature, calls.calibration.bias
         arguments: dict | None = {}
         if params.get("properties"):
             if self._arguments is None or not candidates:
                 return Answer(None, c, best, None, "name")
+            if (ceiling := call_confidence(c, t, b)) < tau:
+                return Answer(None, ceiling, best, None, "call")
             prop = self._arguments.propose(best, params, as_candidates(candidates))
             if prop.arguments is None:
                 return Answer(None, c, best, None, "name")
             arguments, c = prop.arguments, c * prop.confidence
-        conf = call_confidence(c, calls.calibration.temperature, calls.calibration.bias)
-        tau = self.tau
-        if best in self._risky:
-            tau = calls.risky_threshold.tau if calls.risky_threshold is not None else NEVER
+        conf = call_confidence(c, t, b)
         return Answer(best if conf >= tau else None, conf, best, arguments, "call")
