@@ -33,6 +33,7 @@ from openai_stub import OpenAIStub  # noqa: E402
 from zcompile.qroute import Specialist, features, load_decisions, recipe, split_by_task  # noqa: E402
 from zcompile.qroute.features import _TEXT, count_text  # noqa: E402
 from zcompile.receipts import ReceiptWriter  # noqa: E402
+from zcompile.receipts.candidates import as_candidates  # noqa: E402
 from zcompile.receipts.io import encode as encode_receipt  # noqa: E402
 from zcompile.router import Router  # noqa: E402
 from zcompile.router.router import json_copy  # noqa: E402
@@ -76,10 +77,10 @@ def time_configs(configs: dict, rounds: int) -> list[tuple]:
         for group in (local, [name for name in configs if name not in local]):
             for i in range(rounds):
                 for name in group:
-                    router, states = configs[name]
-                    s = states[i % len(states)]
+                    router, asks = configs[name]
+                    kw = asks[i % len(asks)]
                     t = time.perf_counter_ns()
-                    router.decide(s)
+                    router.decide(**kw)
                     times[name].append((time.perf_counter_ns() - t) / 1000)
     finally:
         gc.enable()
@@ -167,6 +168,12 @@ def router_parts(policy, spec_dir: Path, decisions, rounds: int, tmp: Path) -> l
     after = interleaved({"specialist": lambda i: sp.decide(states[i], legals[i]),
                          "append": lambda i: writer.append(receipts[i])}, len(states), rounds)
     alone = interleaved({"specialist": lambda i: sp.decide(states[i], legals[i])}, len(states), rounds)
+    # the argument model alone, on the teacher's calls that take arguments (with their candidates)
+    calls = sp.manifest.calls
+    asks = [(d.label, calls.params[d.label], as_candidates(d.candidates)) for d in decisions[:300]
+            if d.candidates and (calls.params.get(d.label) or {}).get("properties")]
+    scorer = sp._arguments
+    proposing = interleaved({"propose": lambda i: scorer.propose(*asks[i])}, len(asks), min(rounds, 500))
     router.close()
     writer.close()
     return [("`Router.decide`, compiler + tabular specialist (airline_chat)", *t["decide"]),
@@ -177,7 +184,9 @@ def router_parts(policy, spec_dir: Path, decisions, rounds: int, tmp: Path) -> l
              *t["append"]),
             ("    of which: encoding the receipt (JSON)", *t["encode"]),
             ("the specialist alternating with receipt appends only", *after["specialist"]),
-            ("the specialist alone, one state after another", *alone["specialist"])]
+            ("the specialist alone, one state after another", *alone["specialist"]),
+            (f"the argument model proposing a call's arguments (`ArgumentScorer.propose`; the {len(asks)} teacher "
+             "calls with arguments among these decisions, their candidates)", *proposing["propose"])]
 
 
 def same_decisions(policy, spec_dir: Path, decisions) -> int:
@@ -237,9 +246,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{spec_dir} is missing: run `make demo` first", file=sys.stderr)
         return 1
     decisions = load_decisions([ROOT / "receipts"], chat).decisions
-    chat_states = [d.state for d in decisions[:300]]
-    core_state = {"user": {"role": "developer"}, "budget": {"units": 40}, "target": {"kind": "file"},
-                  "confidence": 0.9, "history": ["fs.read"]}
+    chat_states = [{"state": d.state} for d in decisions[:300]]
+    with_candidates = [{"state": d.state, "candidates": d.candidates} for d in decisions[:300]]
+    n_cands = float(np.mean([len(d.candidates or ()) for d in decisions[:300]]))
+    core_state = {"state": {"user": {"role": "developer"}, "budget": {"units": 40}, "target": {"kind": "file"},
+                            "confidence": 0.9, "history": ["fs.read"]}}
     tmp = Path(tempfile.mkdtemp(prefix="router-bench-"))
     with OpenAIStub("correct") as stub:
         http = zcompile.OpenAITier(stub.base_url, "stub", timeout_ms=2000)
@@ -248,13 +259,15 @@ def main(argv: list[str] | None = None) -> int:
                 (Router(core, receipts=tmp / "a.jsonl"), [core_state]),
             "compiler + tabular specialist (airline_chat, GPT-4o receipt states)":
                 (Router(chat, specialists=spec_dir, receipts=tmp / "b.jsonl"), chat_states),
+            f"the same with each decision's argument candidates ({n_cands:.0f} a decision, kept in its receipt)":
+                (Router(chat, specialists=spec_dir, receipts=tmp / "d.jsonl"), with_candidates),
             "compiler + local HTTP tier (agent_core, stub server, tools mode)":
                 (Router(core, tiers={"small": http, "large": http}, receipts=tmp / "c.jsonl"),
                  [core_state]),
         }
-        for name, (router, states) in configs.items():  # warm-up
-            for s in states[:50]:
-                router.decide(s)
+        for name, (router, asks) in configs.items():  # warm-up
+            for kw in asks[:50]:
+                router.decide(**kw)
         checked = same_decisions(chat, spec_dir, decisions)
         runs = []  # each run: (configuration rows, specialist rows, router part rows)
         for _ in range(args.repeats):
@@ -265,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
         http.close()
         connections = stub.connections
     rss = resident_memory(spec_dir)
+    m = Specialist(spec_dir, chat).manifest
+    sp_calls_never = m.threshold.tau > 1 and (  # no confidence reaches a τ above 1
+        m.calls is None or m.calls.risky_threshold is None or m.calls.risky_threshold.tau > 1)
     config_rows, spec_rows, parts = (median_rows([run[k] for run in runs]) for k in range(3))
     config_p50s = [run[0][1][2] for run in runs]  # compiler + specialist, each run
     one_p50s = [run[1][0][2] for run in runs]  # the specialist alone, each run
@@ -301,6 +317,12 @@ def main(argv: list[str] | None = None) -> int:
         "| configuration | n | p50 µs | p99 µs | p50 / compiler-only |",
         "|---|---:|---:|---:|---:|",
         *(f"| {n} | {k:,} | {p50:,.1f} | {p99:,.1f} | {r:.2f} |" for n, k, p50, p99, r in rows),
+        "",
+        "With candidates the specialist proposes a call's arguments only when certain ones could lift the "
+        f"call to its τ (this specialist certifies {'no' if sp_calls_never else 'a'} τ for calls"
+        f"{', so it proposes none' if sp_calls_never else ''}); the rest of the difference is converting the "
+        "candidates and writing them into the receipt. What a proposal costs is the last row of the router's "
+        "parts below.",
         "",
         "**One specialist decision** (`Specialist.decide`: features + ONNX + legal mask + threshold) and its "
         "parts, against scikit-learn running the same kind of model, trained the same way on the same split "
