@@ -88,8 +88,8 @@ def render(m: Manifest) -> str:
         lines += [f"Complete calls (name and arguments, JSON-normalised): {c['answered']} of the {c['n']} tool-call "
                   f"decisions answered, {c['correct']} right (precision {_f(c['precision'])} "
                   f"[{c['precision_ci'][0]:.3f}, {c['precision_ci'][1]:.3f}]); teacher calls removed: "
-                  f"{t['teacher_calls_removed']}. Text replies: {r['handed_to_text_tier']} of {r['n']} recognised "
-                  f"and handed to a text tier, {r['correct']} right (precision {_f(r['precision'])} "
+                  f"{t['teacher_calls_removed']}. Text replies: {r['handed_to_text_tier']} handed to a text tier, "
+                  f"{r['correct']} of them where the teacher replied (of its {r['n']} replies; precision {_f(r['precision'])} "
                   f"[{r['precision_ci'][0]:.3f}, {r['precision_ci'][1]:.3f}]). Calls whose arguments could not "
                   f"be completed (abstained): {t['names_incomplete']}.", ""]
     if "argument_sample" in t:
