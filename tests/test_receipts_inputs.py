@@ -370,6 +370,8 @@ class _Shape(msgspec.Struct, forbid_unknown_fields=True):
 @pytest.mark.parametrize(("data", "text", "kind"), [
     (b'{"b": {}}', "$.a: required field is missing", "missing"),
     (b'{"a": 1, "c": 2}', "$.c: unknown field", "unknown"),
+    (b'{"a": 1, "c.d": 2}', '$["c.d"]: unknown field', "unknown"),  # a flat key never reads as nested
+    (b'{"a": 1, "": 2}', '$[""]: unknown field', "unknown"),
     (b'{"a": "x"}', "$.a: expected `int`, got `str`", "invalid"),
     (b'{"a": 1, "b": {"k": []}}', "$.b[...]: expected `int`, got `array`", "invalid"),
     (b'{"a": 1', "$: invalid JSON: the input ends before the JSON value is complete", "truncated"),
@@ -384,7 +386,7 @@ def test_json_problem(data, text, kind):
     p = json_problem(exc.value)
     assert str(p).startswith(text) and p.kind == kind
     if kind in ("missing", "unknown"):
-        assert p.path.endswith("." + p.field)
+        assert p.path.endswith(("." + p.field, f"[{json.dumps(p.field)}]"))
 
 
 def test_json_problem_non_string_key():

@@ -85,6 +85,15 @@ class JsonProblem:
         return f"{self.path}: {self.problem}"
 
 
+def member(path: str, key: str) -> str:
+    """`path.key`, or `path["key"]` when the key is not a plain name (`note.x`, `a b`, ""), so a
+    flat key never reads as a nested one."""
+    import json
+    import re
+
+    return f"{path}.{key}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) else f"{path}[{json.dumps(key, ensure_ascii=False)}]"
+
+
 def json_problem(exc: Exception) -> JsonProblem:
     """Translate a msgspec DecodeError or ValidationError (message `Problem - at `$.path``), or
     the RecursionError msgspec raises for JSON nested about 1,000 levels deep."""
@@ -106,7 +115,7 @@ def json_problem(exc: Exception) -> JsonProblem:
     if m := re.fullmatch(r"key` in `(.*)", path):  # a non-string key of an object
         return JsonProblem(m.group(1), "object keys must be strings", "invalid")
     if m := re.fullmatch(r"Object missing required field `(.*)`", msg):
-        return JsonProblem(f"{path}.{m.group(1)}", "required field is missing", "missing", m.group(1))
+        return JsonProblem(member(path, m.group(1)), "required field is missing", "missing", m.group(1))
     if m := re.fullmatch(r"Object contains unknown field `(.*)`", msg):
-        return JsonProblem(f"{path}.{m.group(1)}", "unknown field", "unknown", m.group(1))
+        return JsonProblem(member(path, m.group(1)), "unknown field", "unknown", m.group(1))
     return JsonProblem(path, (msg[:1].lower() + msg[1:]) or "invalid value", "invalid")
