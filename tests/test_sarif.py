@@ -46,6 +46,18 @@ def test_sarif_of_every_golden_error_file_is_valid(validator):
     assert all(rule_ids[r["ruleIndex"]] == r["ruleId"] for r in run["results"])
 
 
+def test_a_check_that_cannot_run_still_writes_a_valid_sarif_log(validator, tmp_path):
+    res = check("--format", "sarif", tmp_path / "missing")
+    assert res.exit_code == 1
+    log = json.loads(res.stdout)
+    assert list(validator.iter_errors(log)) == []
+    (inv,) = log["runs"][0]["invocations"]
+    assert inv["executionSuccessful"] is False and log["runs"][0]["results"] == []
+    assert "missing" in inv["toolExecutionNotifications"][0]["message"]["text"]
+    ok = json.loads(check("--format", "sarif", DESK).stdout)["runs"][0]["invocations"]
+    assert ok == [{"executionSuccessful": True}]
+
+
 def test_sarif_region_points_at_the_span(monkeypatch):
     monkeypatch.chdir(ROOT)
     log = json.loads(check("--format", "sarif", DESK.relative_to(ROOT)).stdout)

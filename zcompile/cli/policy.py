@@ -29,6 +29,10 @@ def check_cmd(paths: tuple[str, ...], deny_warnings: bool, out_format: str, tool
 
             results = check_tools(results, tools_path)
     except ZcError as exc:
+        if out_format == "sarif":  # a code-scanning upload still gets a log, saying the run failed
+            from ..sarif import sarif_report
+
+            click.echo(sarif_report([], failure=str(exc)).decode())
         fail(exc)
     if out_format != "text":
         from ..sarif import json_report, sarif_report
