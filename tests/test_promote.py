@@ -176,3 +176,18 @@ def test_encode_of_a_promoted_manifest_is_sealed(policy, tmp_path):
     d = copy(tmp_path)
     m, _ = promote(d, policy, [live(policy, tmp_path / "live.jsonl", 1)])
     assert encode(m) == (d / "manifest.json").read_bytes()
+
+
+def test_shadow_versions_are_cached_without_growing():
+    """A process that loads specialist after specialist keeps at most MAX_VERSIONS manifests for
+    their identities, and each identity stays its own manifest's."""
+    from types import SimpleNamespace
+
+    from zcompile.qroute.manifest import identity
+    from zcompile.router import shadow
+
+    m = read_manifest(Path(__file__).parents[1] / "specialists" / "airline_chat")
+    made = [msgspec.structs.replace(m, name=f"copy-{i}") for i in range(shadow.MAX_VERSIONS + 6)]
+    got = [shadow.version(SimpleNamespace(manifest=x)) for x in made]
+    assert len(shadow._VERSIONS) <= shadow.MAX_VERSIONS
+    assert got == [identity(x) for x in made] and len(set(got)) == len(made)

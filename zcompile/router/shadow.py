@@ -57,6 +57,7 @@ class _Ask:
 
 
 _VERSIONS: dict[int, tuple[Any, str]] = {}
+MAX_VERSIONS = 64  # manifests held for their identity; beyond, the cache starts again
 
 
 def version(sp: Any) -> str | None:
@@ -69,6 +70,8 @@ def version(sp: Any) -> str | None:
         return None
     held = _VERSIONS.get(id(m))
     if held is None or held[0] is not m:  # the manifest itself is kept, so its id is not reused
+        if len(_VERSIONS) >= MAX_VERSIONS:  # a process loading specialists over time keeps no more
+            _VERSIONS.clear()
         held = _VERSIONS[id(m)] = (m, identity(m))
     return held[1]
 
