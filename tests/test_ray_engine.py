@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from click.testing import CliRunner
 from test_distill import POLICY, make_receipts
@@ -61,6 +62,34 @@ def test_ray_features_are_the_local_ones_bit_for_bit(local_ray, policy, shards, 
         assert remote[p].dtype == local[p].dtype and remote[p].tobytes() == local[p].tobytes()
 
 
+def _bounded(b):
+    return ({p: [d.id for d in ds] for p, ds in b.parts.items()}, b.splits, dict(b.counts), b.sampling)
+
+
+def test_ray_pass_one_is_the_local_one(local_ray, policy, shards):
+    """Beyond the limit the first pass (validate, split by task, sample) runs in Ray workers: the
+    same decisions, splits, seal, counts and sample as the local pass."""
+    local = D.load_split([shards], policy, limit=120, seed=5)
+    remote = D.load_split([shards], policy, limit=120, seed=5, scan=E.make("ray", [shards], policy).scan)
+    assert local.sampling.method == "sample" and _bounded(remote) == _bounded(local)
+
+
+def test_ray_pass_one_refuses_or_skips_an_invalid_row_as_the_local_pass_does(local_ray, policy, shards, tmp_path):
+    rs = list(read(shards))
+    bad = msgspec.structs.replace(rs[130], state={**rs[130].state, "phase": "nowhere"})  # not an enum member
+    d = tmp_path / "bad"
+    write_file(d / "part-0.parquet", rs[:100])
+    write_file(d / "part-1.parquet", [*rs[100:130], bad, *rs[131:200]])
+    with pytest.raises(ZcError) as local:
+        D.load_split([d], policy, limit=50)
+    with pytest.raises(ZcError) as remote:
+        D.load_split([d], policy, limit=50, scan=E.make("ray", [d], policy).scan)
+    assert str(remote.value) == str(local.value) and "part-1.parquet:row 31: $.state.phase" in str(local.value)
+    skipped = [D.load_split([d], policy, limit=50, skip_invalid=True, scan=scan)
+               for scan in (None, E.make("ray", [d], policy, skip_invalid=True).scan)]
+    assert _bounded(skipped[1]) == _bounded(skipped[0]) and skipped[0].counts["skipped_invalid"] == 1
+
+
 def test_distill_with_the_ray_engine_matches_the_local_one(local_ray, policy, shards, tmp_path):
     runner = CliRunner()
     zcp = tmp_path / "toy.zcp"
@@ -69,11 +98,13 @@ def test_distill_with_the_ray_engine_matches_the_local_one(local_ray, policy, sh
     outs = {}
     for engine in ("local", "ray"):
         res = runner.invoke(main, ["distill", "--from", str(shards), "--policy", str(zcp), "-o",
-                                   str(tmp_path / engine), "--model", "logistic", "--engine", engine])
+                                   str(tmp_path / engine), "--model", "logistic", "--engine", engine,
+                                   "--max-decisions", "120"])  # beyond it: pass 1 in Ray too
         assert res.exit_code == 0, res.output
         outs[engine] = zcompile.qroute.read_manifest(tmp_path / engine)
     a, b = outs["local"], outs["ray"]
     assert (a.splits, a.features, a.threshold, a.model.sha256) == (b.splits, b.features, b.threshold, b.model.sha256)
+    assert a.counts == b.counts and a.counts["sampled_out"] > 0
 
 
 def test_the_ray_engine_reads_parquet_only(policy, tmp_path):

@@ -213,15 +213,31 @@ def rows_in(paths: Sequence[str | Path]) -> int:
     return n
 
 
+Seen = tuple  # (task, ts, id, where, dropped): one valid receipt of pass 1; `where` addresses it for
+# pass 2 (file index << 40 | line or Parquet row), `dropped` why distillation drops it (None: usable)
+
+
+def seen_locally(paths: Sequence[str | Path], policy: Any, skip_invalid: bool, none_fits: bool,
+                 stats: Any, report: Report) -> Iterator[Seen]:
+    """Pass 1 in this process: every receipt read and validated (`receipts.read`), in file order."""
+    from ..receipts import read
+
+    receipts = report.bar(read(paths, skip_invalid=skip_invalid, policy=policy, stats=stats),
+                          "reading receipts (1 of 2: validating, splitting)", 0)
+    for r in receipts:
+        yield r.task, r.ts, r.id, (stats.files - 1) * (1 << 40) + stats.line, _dropped(r, none_fits)
+
+
 def load_split(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid: bool = False,
                none_fits: bool = False, limit: int = MAX_DECISIONS, seed: int = 0,
-               report: Report | None = None) -> Bounded:
+               report: Report | None = None, scan: Callable[..., Iterator[Seen]] | None = None) -> Bounded:
     """Steps 1–2 in memory bounded by `limit` decisions: `load` and `split_by_task` when the files
     hold at most `limit` rows; beyond it two streaming passes. The first reads and validates every
     receipt, keeping only each usable one's task and position; the split by task is made and sealed
     over all of them; then each split keeps, per task, a seeded random share `limit / usable` of its
     decisions (rounded up or down at random: `thresholds`), and the second pass builds only those, decoding only their
-    lines (Parquet: reading only their row groups).
+    lines (Parquet: reading only their row groups). `scan` runs the first pass (`seen_locally`, or an
+    engine's: the Ray engine's validates in Ray workers), yielding the same rows in the same order.
     """
     report = report or Report()
     if rows_in(paths) <= limit:
@@ -230,7 +246,7 @@ def load_split(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid:
         parts = split_by_task(data.decisions)
         n = len(data.decisions)
         return Bounded(parts, seal_all(parts), data.counts, data.files, Sampling("all", n, n, limit, seed))
-    from ..receipts import ReadStats, read
+    from ..receipts import ReadStats
     from ..tools import policy_tools
 
     files = data_files(paths)
@@ -239,20 +255,19 @@ def load_split(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid:
     tasks: dict[str, int] = {}
     first: dict[str, tuple[float, int]] = {}
     task_of, keys, raw, position = array("q"), array("Q"), array("q"), array("q")  # 32 bytes a decision
-    receipts = report.bar(read(paths, skip_invalid=skip_invalid, policy=policy, stats=rstats),
-                          "reading receipts (1 of 2: validating, splitting)", 0)
-    for i, r in enumerate(receipts):
+    for i, (task, ts, rid, where, dropped) in enumerate((scan or seen_locally)(paths, policy, skip_invalid, none_fits,
+                                                                               rstats, report)):
         counts["receipts"] += 1
-        if (dropped := _dropped(r, none_fits)) is not None:
+        if dropped is not None:
             counts[dropped] += 1
             continue
-        t = tasks.setdefault(r.task, len(tasks))
-        order = (r.ts if r.ts is not None else math.inf, i)
-        if r.task not in first or order < first[r.task]:
-            first[r.task] = order
+        t = tasks.setdefault(task, len(tasks))
+        order = (ts if ts is not None else math.inf, i)
+        if task not in first or order < first[task]:
+            first[task] = order
         task_of.append(t)
-        keys.append(sample_key(seed, r.id))
-        raw.append((rstats.files - 1) * (1 << 40) + rstats.line)  # its file and line (Parquet: row)
+        keys.append(sample_key(seed, rid))
+        raw.append(where)
         position.append(i)
     usable = len(task_of)
     if not usable:

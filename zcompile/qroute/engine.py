@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +94,46 @@ class Ray:
         self.policy, self.skip_invalid, self.none_fits = policy, skip_invalid, none_fits
         self.sampling: D.Sampling | None = None
 
+    def scan(self, paths: Any, policy: Any, skip_invalid: bool, none_fits: bool, stats: Any,
+             report: D.Report) -> Iterator[D.Seen]:
+        """Pass 1 of a bounded distillation (`dataset.load_split`) in Ray workers: every Parquet row
+        validated there (`Scan`), the rows back in file order, addressed by file and row as the local
+        reader addresses them. An invalid row is read again here, so its error is the local one."""
+        import pyarrow.parquet as pq
+
+        ray = _ray()
+        sizes = [pq.ParquetFile(f).metadata.num_rows for f in self.files]
+        k, n, total = 0, 0, 0  # the file, its rows seen, all rows seen
+        batches = scanned(ray, self.files, policy, none_fits)
+        for batch in report.bar(batches, "reading receipts with Ray Data (1 of 2: validating, splitting)", 0):
+            for ok, task, has_ts, ts, rid, dropped, problem in zip(
+                    batch["ok"], batch["task"], batch["has_ts"], batch["ts"], batch["id"], batch["dropped"],
+                    batch["problem"]):
+                while k < len(sizes) and n == sizes[k]:
+                    k, n = k + 1, 0
+                n, total = n + 1, total + 1
+                if k == len(sizes):
+                    raise ZcError("--engine ray: Ray Data read more rows than the shards hold; the Parquet "
+                                  "shards changed while distilling?")
+                if not ok:
+                    if not skip_invalid:
+                        self._refuse(k, n, policy)
+                    stats.problem(f"{self.files[k]}:row {n}: {problem}")
+                    continue
+                yield str(task), float(ts) if has_ts else None, str(rid), k * (1 << 40) + n, str(dropped) or None
+        if total != sum(sizes):
+            raise ZcError("--engine ray: Ray Data read fewer rows than the shards hold; the Parquet shards "
+                          "changed while distilling?")
+
+    def _refuse(self, k: int, n: int, policy: Any) -> None:
+        """Raise the local reader's error for row `n` of file `k` (it read the rows before as valid)."""
+        from ..receipts import read
+
+        for _ in read([self.files[k]], policy=policy):
+            pass
+        raise ZcError(f"{self.files[k]}:row {n}: refused in a Ray worker but valid here (a mismatched zc "
+                      "or policy on the workers?)")
+
     def inputs(self, rec: Any, parts: dict[str, list[D.Decision]], cdir: Path, report: D.Report) -> dict[str, Any]:
         if not hasattr(rec, "fz"):
             raise ZcError(f"--engine ray featurises tabular models (logistic, mlp, gbt), not `{rec.kind}`")
@@ -127,10 +167,8 @@ def _ray() -> Any:
     return ray
 
 
-def featurised(ray: Any, files: list[str], policy: Any, spec: F.FeatureSpec, sampling: D.Sampling | None,
-               skip_invalid: bool, none_fits: bool):
-    """Batches {"id", "task", "x"} of the kept decisions of `files`, in file and row order."""
-    import inspect
+def _shards(files: list[str]) -> Any:
+    """The shards as a Ray Dataset whose rows come back in the files' order."""
     import warnings
 
     # Ray Data warns about its own deprecated settings when its context is made: not the user's doing
@@ -139,7 +177,70 @@ def featurised(ray: Any, files: list[str], policy: Any, spec: F.FeatureSpec, sam
 
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True  # rows come back in the files' order
-    ds = ray.data.read_parquet(files, file_extensions=None)
+    return ray.data.read_parquet(files, file_extensions=None)
+
+
+def _batches(ds: Any) -> Any:
+    """A mapped Dataset's batches, a Ray failure as a ZcError."""
+    try:
+        yield from ds.iter_batches(batch_format="numpy", batch_size=None)
+    except Exception as exc:  # noqa: BLE001 - Ray wraps a worker's error in its own types
+        raise ZcError(f"--engine ray: Ray Data could not read the shards ({type(exc).__name__}: "
+                      f"{str(exc).splitlines()[0] if str(exc) else ''}); `--engine local` reads them row by "
+                      "row and names a bad row") from None
+
+
+def scanned(ray: Any, files: list[str], policy: Any, none_fits: bool):
+    """Batches of pass 1 (`Scan`) over every row of `files`, in file and row order."""
+    ds = _shards(files)
+    how = {"policy_ir": msgspec.msgpack.encode(policy.ir), "none_fits": none_fits}
+    yield from _batches(ds.map_batches(scan_batch, fn_kwargs=how, batch_format="pyarrow", batch_size=RAY_BATCH))
+
+
+def scan_batch(table: Any, **how: Any) -> dict[str, np.ndarray]:
+    """A Ray Data task: one Arrow batch of Parquet rows -> what pass 1 needs of each (`Scan`)."""
+    return _scanner(**how)(table)
+
+
+@functools.lru_cache(maxsize=4)
+def _scanner(**how: Any) -> Scan:
+    return Scan(**how)
+
+
+class Scan:
+    """A Ray Data worker of pass 1: each row validated exactly as `receipts.read` does; for a valid
+    one its task, timestamp, id and why distillation drops it (`dataset._dropped`; "" when usable),
+    for an invalid one the problem."""
+
+    def __init__(self, policy_ir: bytes, none_fits: bool) -> None:
+        from .. import ir
+        from ..runtime import Policy
+
+        self.policy = Policy(msgspec.msgpack.decode(policy_ir, type=ir.PolicyIR))
+        self.none_fits = none_fits
+
+    def __call__(self, table: Any) -> dict[str, np.ndarray]:
+        from ..receipts.io import receipt_of
+        from ..receipts.parquet import batch_bodies
+
+        cols: dict[str, list] = {k: [] for k in ("ok", "task", "has_ts", "ts", "id", "dropped", "problem")}
+        for body, texts in batch_bodies(table):
+            r, problem = receipt_of(body, texts, self.policy)
+            ok = problem is None
+            row = (ok, r.task, r.ts is not None, r.ts or 0.0, r.id, D._dropped(r, self.none_fits) or "", "") if ok \
+                else (False, "", False, 0.0, "", "", problem)
+            for k, v in zip(cols, row):
+                cols[k].append(v)
+        kinds = {"ok": bool, "has_ts": bool, "ts": np.float64}
+        return {k: np.array(v, dtype=kinds.get(k, object)) for k, v in cols.items()}
+
+
+def featurised(ray: Any, files: list[str], policy: Any, spec: F.FeatureSpec, sampling: D.Sampling | None,
+               skip_invalid: bool, none_fits: bool):
+    """Batches {"id", "task", "x"} of the kept decisions of `files`, in file and row order."""
+    import inspect
+
+    ds = _shards(files)
     kwargs = dict(fn_kwargs={
         "policy_ir": msgspec.msgpack.encode(policy.ir), "spec": msgspec.msgpack.encode(spec),
         "sampling": msgspec.msgpack.encode(_plain_sampling(sampling)), "skip_invalid": skip_invalid,
@@ -148,8 +249,7 @@ def featurised(ray: Any, files: list[str], policy: Any, spec: F.FeatureSpec, sam
         kwargs["udf_modifying_row_count"] = True  # rows not kept are left out
     # Ray tasks (not an actor pool: an actor would hold a CPU the read tasks wait for), each worker
     # process building its Featurise once (`_worker`)
-    for batch in ds.map_batches(featurise_batch, **kwargs).iter_batches(batch_format="numpy", batch_size=None):
-        yield batch
+    yield from _batches(ds.map_batches(featurise_batch, **kwargs))
 
 
 def featurise_batch(table: Any, **how: Any) -> dict[str, np.ndarray]:

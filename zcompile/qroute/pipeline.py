@@ -108,7 +108,7 @@ def distill(paths: Sequence[str | Path], policy: Any, out: str | Path, settings:
     if parts is None:
         report.step("1/10 loading and validating receipts")
         data = D.load_split(paths, policy, skip_invalid=s.skip_invalid, none_fits=pairwise, limit=s.max_decisions,
-                            seed=s.seed, report=report)
+                            seed=s.seed, report=report, scan=getattr(engine, "scan", None))
         parts, counts, files, splits = data.parts, data.counts, data.files, data.splits
         engine.sampling = data.sampling
         report.step(f"   training data: {data.sampling.text()}")
