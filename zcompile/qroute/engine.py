@@ -8,6 +8,8 @@ Parquet shards with Ray Data (`ray.data.read_parquet`, order preserved), validat
 them in Ray workers, keeps the ones the sample keeps (`dataset.Sampling.keeps`: a per-receipt
 test, so workers need no global state), and the driver checks that it got exactly the decisions
 of each split, in order. Non-tabular recipes (transformer, pairwise) read their inputs as before.
+Beyond `--max-decisions` the Ray engine also runs the first pass of `dataset.load_split` (`scan`):
+every row validated in a worker, its task, timestamp, id and drop reason sent back in order.
 """
 
 from __future__ import annotations
