@@ -276,7 +276,7 @@ def _arguments(pool: list[D.Decision], folds: np.ndarray, sig: Signatures, seed:
     scored = sorted(set(folds.tolist())) if folds.min() >= 0 else [-1]
     fits: dict[int | None, Any] = {}
     for j in report.bar([*scored, None], "argument model fits", len(scored) + 1):  # None: the shipped one
-        fits[j] = fit_arguments([e for es, f in zip(per, folds) if f >= 0 and (j is None or f != j) for e in es], seed)
+        fits[j] = fit_arguments([e for es, f in zip(per, folds) if j is None or f != j for e in es], seed)
     final = fits.pop(None)
     return Arguments(final, fits, folds[np.isin(folds, scored)])
 
