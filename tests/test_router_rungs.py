@@ -341,3 +341,37 @@ def test_monitor_simulation_keeps_good_and_demotes_bad_specialists():
     assert m.add("x", True, None) is None and m.figures("x")[:2] == (1, 1)  # no target: never demoted
     with pytest.raises(ValueError):
         Monitor(window=0)
+
+
+def test_an_offer_bounds_every_rung_and_the_fallback(policy, tmp_path):
+    """`decide(offer=…)`: a legal action the harness did not offer is never the answer, whoever
+    proposes it; the fallback too; the receipt keeps the offer and the whole legal set."""
+    path = tmp_path / "r.jsonl"
+    small = TextTier()
+    with Router(policy, specialists=Rule("lookup", {"order_id": "W1"}), tiers={"small": small},
+                receipts=path) as r:
+        d = r.decide(S, offer={"refund", "respond"})  # lookup is legal, not offered: handed on
+        assert d.rungs[0].outcome == "illegal" and "not offered" in d.rungs[0].detail
+        assert (d.tier, d.kind, d.action) == ("small", "reply", "respond")
+        d = r.decide(S, offer=["lookup", "respond"])
+        assert (d.tier, d.action, d.arguments) == ("specialist", "lookup", {"order_id": "W1"})
+    first, second = read([path], policy=policy)
+    assert first.meta["offer"] == ["refund", "respond"] and "lookup" in first.legal
+    # the fallback `stop` not offered, nothing else answers: no action (never an unoffered one)
+    d = Router(policy, specialists=Rule(None)).decide(S, offer={"refund", "ping"})
+    assert (d.action, d.tier, d.kind) == (None, "none", "none")
+    # one offered legal action: the compiler answers it, whatever else is legal
+    d = Router(policy).decide(S, offer={"stop"})
+    assert (d.tier, d.action, d.kind) == ("compiler", "stop", "call")
+    with pytest.raises(zcompile.ZcError, match=r"\$\.offer"):
+        Router(policy).decide(S, offer="stop")
+
+
+@settings(max_examples=60, deadline=None)
+@given(offer=st.sets(st.sampled_from(["lookup", "refund", "respond", "stop", "ping", "nope"])),
+       proposal=st.sampled_from(["lookup", "refund", "respond", "stop", "ping"]), verified=st.booleans())
+def test_no_answer_outside_the_offer(policy, offer, proposal, verified):
+    args = {"order_id": "W1", "amount": 5} if proposal in ("lookup", "refund") else None
+    d = Router(policy, specialists=Rule(proposal, args), tiers={"small": TextTier()}).decide(
+        {"verified": verified}, offer=offer)
+    assert d.action is None or (d.action in offer and d.action in d.legal.actions), (d.action, offer)

@@ -146,6 +146,51 @@ def test_one_illegal_call_among_several_blocks_the_message(client, stub, airline
     assert r.choices[0].message.tool_calls is None and r.choices[0].message.content == FALLBACK_TEXT
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_legal_call_the_harness_did_not_offer_never_reaches_it(client, stub, stream):
+    """The harness offered get_user_details only: a legal get_reservation_details from the upstream
+    is blocked like an illegal one (re-asked, then the fallback); with `tool_choice: "none"` every
+    call is; a harness that offers no tools gets none."""
+    offered = [TOOLS[0]]
+    for kwargs in ({"tools": offered}, {"tools": offered, "tool_choice": "none"}, {}):
+        stub.reset()
+        stub.answer, stub.arguments = ("get_reservation_details", {"reservation_id": "ABC123"}) \
+            if "tool_choice" not in kwargs else ("get_user_details", {"user_id": "mia_li_3668"})
+        got = client.chat.completions.create(model="any", messages=START, stream=stream, **kwargs)
+        chunks = list(got) if stream else None
+        message = None if stream else got.choices[0].message
+        calls = [t for c in chunks for t in c.choices[0].delta.tool_calls or ()] if stream else message.tool_calls
+        x = (chunks[-1] if stream else got).model_extra["x_zc"]
+        assert not calls, kwargs
+        assert len(stub.requests) == 2 and x["blocked"] and "not offered" in x["blocked"][0]["reasons"][0], x
+        assert x["fallback"] is True
+
+
+def test_forced_tool_choice_is_kept_and_bounds_the_answer(client, stub):
+    choice = {"type": "function", "function": {"name": "get_user_details"}}
+    stub.answer, stub.arguments = "get_reservation_details", {"reservation_id": "ABC123"}
+    r = client.chat.completions.create(model="any", messages=START, tools=TOOLS, tool_choice=choice)
+    assert stub.requests[0]["tool_choice"] == choice
+    assert r.choices[0].message.tool_calls is None and r.model_extra["x_zc"]["blocked"]
+    stub.reset()  # forcing a tool that is not legal here: "auto" upstream, any offered legal call
+    stub.answer, stub.arguments = "get_user_details", {"user_id": "mia_li_3668"}
+    r = client.chat.completions.create(model="any", messages=START, tools=TOOLS, tool_choice={
+        "type": "function", "function": {"name": "cancel_reservation"}})
+    assert stub.requests[0]["tool_choice"] == "auto"
+    assert calls_of(r.choices[0].message) == [("get_user_details", {"user_id": "mia_li_3668"})]
+
+
+def test_tool_names_any_header_can_carry(client, stub):
+    """Stripped tool names travel percent-encoded in `x-zc-stripped` (control characters and
+    non-ASCII names included), never as a header the server cannot send."""
+    odd = ["get\u0000user", "réserver", "a,b"]
+    stub.answer, stub.arguments = "get_user_details", {"user_id": "mia_li_3668"}
+    raw = client.chat.completions.with_raw_response.create(model="any", messages=START,
+                                                           tools=[TOOLS[0], *(tool(n) for n in odd)])
+    assert raw.headers["x-zc-stripped"] == "get%00user,r%C3%A9server,a%2Cb"
+    assert raw.parse().model_extra["x_zc"]["stripped"]["undeclared"] == odd
+
+
 def test_streaming_forwards_a_judged_call(client, stub, airline):
     stub.answer, stub.arguments = "get_reservation_details", {"reservation_id": "ABC123"}
     chunks = list(client.chat.completions.create(model="any", messages=START, tools=TOOLS, stream=True))
@@ -235,7 +280,9 @@ def test_models_health_and_http_errors(served):
                                     (b'{"messages": [{"role": "robot"}]}', 400, "$.messages[0].role"),
                                     (b'{"messages": [{"role": "user", "content": "x"}], "tools": [{"x": 1}]}', 400,
                                      "$.tools[0]"),
-                                    (b'{"messages": [{"role": "user", "content": "x"}], "n": 2}', 400, "$.n")]:
+                                    (b'{"messages": [{"role": "user", "content": "x"}], "n": 2}', 400, "$.n"),
+                                    (b'{"messages": [{"role": "user", "content": "x"}], "tool_choice": 5}', 400,
+                                     "$.tool_choice")]:
             r = h.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
             assert r.status_code == status, body
             assert where in r.json()["error"]["message"]

@@ -1,6 +1,7 @@
-"""Property: whatever the policy, the conversation's state and the upstream's answers, every tool
-call zc serve returns passes `Policy.check`, the upstream is offered only legal tools, and each
-request leaves exactly one receipt. Two tests: the shipped `airline_chat` with states derived from
+"""Property: whatever the policy, the conversation's state, the harness's offer and `tool_choice`
+and the upstream's answers, every tool call zc serve returns passes `Policy.check` and is one the
+harness offered (and allowed by its `tool_choice`), the upstream is offered only legal tools, and
+each request leaves exactly one receipt. Two tests: the shipped `airline_chat` with states derived from
 drawn conversations by the default extractor, and random policies (tests/strategies.py, the
 differential test's generator) with drawn states delivered by an `--extract`-style extractor."""
 
@@ -107,10 +108,23 @@ conversations = st.builds(lambda steps: [{"role": "system", "content": "airline 
                           st.lists(step, min_size=1, max_size=6))
 
 
+CHOICES = st.sampled_from([None, "auto", "none", "required", *({"type": "function", "function": {"name": n}}
+                                                                for n in ("get_user_details", "cancel_reservation"))])
+
+
+def allowed_by(choice, offer: list[str], name: str) -> bool:
+    """Whether a returned call of `name` is one the harness asked for: among the legal tools it
+    offered (`offer`), and allowed by its `tool_choice` (one naming any other tool counts as "auto")."""
+    if name not in offer or choice == "none":
+        return False
+    return not isinstance(choice, dict) or choice["function"]["name"] not in offer or choice["function"]["name"] == name
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(messages=conversations, first=reply, second=reply, offer=st.lists(st.sampled_from(NAMES), max_size=6,
-                                                                          unique=True), stream=st.booleans())
-def test_every_returned_call_passes_policy_check(setup, messages, first, second, offer, stream):
+                                                                          unique=True), stream=st.booleans(),
+       choice=CHOICES)
+def test_every_returned_call_passes_policy_check(setup, messages, first, second, offer, stream, choice):
     stub, srv = setup
     stub.reset()
     stub.script = [first, second]
@@ -119,13 +133,15 @@ def test_every_returned_call_passes_policy_check(setup, messages, first, second,
     state = default_extract(messages, len(messages), {})
     legal = set(POLICY.legal(state).actions)
     tools = [_tool(n) for n in offer] or None
+    extra = {"tool_choice": choice} if choice is not None and tools else {}
     try:
         if stream:
-            chunks = list(client.chat.completions.create(model="m", messages=messages, tools=tools, stream=True))
+            chunks = list(client.chat.completions.create(model="m", messages=messages, tools=tools, stream=True,
+                                                         **extra))
             calls = [t.function for c in chunks for t in c.choices[0].delta.tool_calls or ()]
             x = chunks[-1].model_extra["x_zc"]
         else:
-            r = client.chat.completions.create(model="m", messages=messages, tools=tools)
+            r = client.chat.completions.create(model="m", messages=messages, tools=tools, **extra)
             calls = [t.function for t in r.choices[0].message.tool_calls or ()]
             x = r.model_extra["x_zc"]
     except APIStatusError as exc:  # the stub never fails here: no error is acceptable
@@ -135,6 +151,7 @@ def test_every_returned_call_passes_policy_check(setup, messages, first, second,
     for call in calls:
         verdict = POLICY.check(state, call.name, json.loads(call.arguments))
         assert verdict.allowed, verdict.reasons
+        assert allowed_by(extra.get("tool_choice"), [n for n in offer if n in legal], call.name), (call, offer, choice)
     for sent in stub.requests:  # the re-ask repeats the offer of the original request
         assert {t["function"]["name"] for t in sent.get("tools", ())} <= legal & set(offer)
         assert not any(isinstance(m.get("content"), str) and m["content"].startswith(REFUSED)
@@ -218,10 +235,11 @@ def test_random_policies_every_returned_call_passes_policy_check(stub, tmp_path_
                       f"{'a call' if returned else 'no call'}")
                 if status != 200:  # only a broken upstream answers an error
                     assert status in (502, 504) and any(r.get("behaviour") in FAILURES for r in script), (status, x)
+                names = {t["function"]["name"] for t in offer}
                 for call in returned:
                     verdict = policy.check(state, call.name, json.loads(call.arguments), intent)
                     assert verdict.allowed, (src, state, intent, call, verdict.reasons)
-                names = {t["function"]["name"] for t in offer}
+                    assert call.name in names, (src, state, call.name, names)  # only what the harness offered
                 for sent in stub.requests:  # the re-ask repeats the offer of the original request
                     assert {t["function"]["name"] for t in sent.get("tools", ())} <= set(legal) & names, (src, state)
                 written = list(read(receipts))

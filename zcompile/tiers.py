@@ -324,7 +324,7 @@ class OpenAITier:
         from .router.rung import abstain, settle
 
         start = time.perf_counter()
-        legal = tuple(dict.fromkeys(step.legal.actions))
+        legal = tuple(dict.fromkeys(step.choices))
         given = step.tools or {}  # the tools the decision offered win over the policy's descriptions
         descriptions = {**step.catalog.descriptions, **{a: t["description"] for a, t in given.items()
                                                        if isinstance(t.get("description"), str)}}

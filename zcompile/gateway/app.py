@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import msgspec
 from starlette.applications import Starlette
@@ -30,7 +31,7 @@ from ..state import StateError
 from ..tiers import OpenAITier
 from ..tools import REPLY_TAG
 from . import replies
-from .request import BadRequest, ChatRequest, derive, forwarded, parse
+from .request import BadRequest, ChatRequest, derive, forwarded, offer, parse
 from .upstream import CURRENT, Exchange, UpstreamRung
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -145,7 +146,8 @@ class Gateway:
                                "stream": req.stream}}
         CURRENT.set(ex)  # this decision's context: the upstream rung and the receipt sink read it
         schemas = [t.get("function", t) for t in offered]
-        d = self.router.decide(state, req.intent, task=req.task, tools=schemas or None, candidates=candidates)
+        d = self.router.decide(state, req.intent, task=req.task, tools=schemas or None, candidates=candidates,
+                               offer=offer(req, kept, self.router.catalog.replies))
         x_zc = {"receipt": ex.receipt.id, "rung": d.tier, "kind": d.kind, "action": d.action,
                 "legal": list(legal.actions), "offered": kept,
                 "stripped": {"undeclared": undeclared, "illegal": illegal},
@@ -176,7 +178,8 @@ def _headers(body: dict[str, Any]) -> dict[str, str]:
         out["x-zc-receipt"] = str(x["receipt"])
     stripped = x.get("stripped") or {}
     if stripped.get("undeclared") or stripped.get("illegal"):
-        out["x-zc-stripped"] = ",".join([*stripped.get("undeclared", ()), *stripped.get("illegal", ())])
+        out["x-zc-stripped"] = ",".join(quote(n, safe="") for n in [*stripped.get("undeclared", ()),
+                                                                    *stripped.get("illegal", ())])
     if x.get("blocked"):
         out["x-zc-blocked"] = json.dumps([{"action": b["action"], "reasons": b["reasons"]} for b in x["blocked"]],
                                          ensure_ascii=True)

@@ -35,6 +35,7 @@ class ChatRequest:
     model: str
     intent: str | None
     task: str
+    tool_choice: Any = None  # None, "none", "auto", "required" or {"type": "function", "function": {"name"}}
 
 
 _FORWARD_DROP = ("x_zc", "stream", "stream_options", "tools", "tool_choice", "functions", "function_call")
@@ -72,6 +73,12 @@ def parse(raw: bytes) -> ChatRequest:
         raise BadRequest(400, "$.stream: expected a boolean", "stream")
     if body.get("n", 1) != 1:
         raise BadRequest(400, "$.n: zc serve answers one choice per request (n = 1)", "n")
+    choice = body.get("tool_choice")
+    if not (choice is None or choice in ("none", "auto", "required") or (
+            isinstance(choice, dict) and isinstance(choice.get("function"), dict)
+            and isinstance(choice["function"].get("name"), str))):
+        raise BadRequest(400, '$.tool_choice: expected "none", "auto", "required" or '
+                              '{"type": "function", "function": {"name": …}}', "tool_choice")
     model = body.get("model", "")
     if not isinstance(model, str):
         raise BadRequest(400, "$.model: expected a string", "model")
@@ -82,7 +89,7 @@ def parse(raw: bytes) -> ChatRequest:
     for key, value in (("intent", intent), ("task", task)):
         if value is not None and not isinstance(value, str):
             raise BadRequest(400, f"$.x_zc.{key}: expected a string", f"x_zc.{key}")
-    return ChatRequest(body, messages, tools, stream, model, intent, task or conversation_id(messages))
+    return ChatRequest(body, messages, tools, stream, model, intent, task or conversation_id(messages), choice)
 
 
 def conversation_id(messages: list[dict[str, Any]]) -> str:
@@ -106,16 +113,35 @@ def derive(req: ChatRequest, extract: Callable[[list[dict], int, dict], dict]) -
     return state, tuple(extract_candidates(req.messages))
 
 
+def tool_choice(req: ChatRequest, kept: list[str]) -> Any:
+    """The request's `tool_choice` over the legal tools `kept`: one naming a tool that is no
+    longer offered becomes "auto"."""
+    choice = req.tool_choice
+    if isinstance(choice, dict) and choice["function"]["name"] not in kept:
+        return "auto"
+    return choice
+
+
+def offer(req: ChatRequest, kept: list[str], replies: frozenset[str]) -> frozenset[str]:
+    """The actions the harness can take: the legal tools it offered, and the reply actions unless
+    its `tool_choice` requires a tool call ("none": the replies only; one function: that one)."""
+    choice = tool_choice(req, kept)
+    if choice == "none":
+        return replies
+    if choice == "required":
+        return frozenset(kept)
+    if isinstance(choice, dict):
+        return frozenset([choice["function"]["name"]])
+    return frozenset(kept) | replies
+
+
 def forwarded(req: ChatRequest, offered: list[Any]) -> dict[str, Any]:
     """The body sent upstream: the harness's request without zc's fields, with the legal tools only
-    (a `tool_choice` naming a tool that is no longer offered becomes "auto")."""
+    and their `tool_choice`."""
     body = {k: v for k, v in req.body.items() if k not in _FORWARD_DROP}
     if offered:
         body["tools"] = offered
-        choice = req.body.get("tool_choice")
-        if isinstance(choice, dict):
-            name = (choice.get("function") or {}).get("name") if isinstance(choice.get("function"), dict) else None
-            choice = choice if name in {tool_name(t) for t in offered} else "auto"
+        choice = tool_choice(req, [tool_name(t) for t in offered])
         if choice is not None:
             body["tool_choice"] = choice
     return body

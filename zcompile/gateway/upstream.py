@@ -75,7 +75,7 @@ class UpstreamRung:
                                           else min(timeout_s, self.tier.timeout_ms / 1000))
         body = dict(ex.body, model=self.model, stream=False)
         for attempt in range(2):
-            relay = _relay(ex, RESPOND in step.legal.actions) if ex.sink is not None and attempt == 0 else None
+            relay = _relay(ex, step.allows(RESPOND)) if ex.sink is not None and attempt == 0 else None
             outcome, reply, detail = self.tier.exchange(dict(body, stream=True) if relay else body, deadline, relay)
             ex.sent += 1
             if isinstance(reply, list):

@@ -8,7 +8,7 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -166,8 +166,13 @@ class Router:
 
     def decide(self, state: Any, intent: str | None = None, *, task: str = "",
                meta: Mapping[str, Any] | None = None, tools: Any = None,
-               candidates: Sequence[Any] | None = None) -> Decision:
+               candidates: Sequence[Any] | None = None, offer: Collection[str] | None = None) -> Decision:
         """Decide one step. Raises StateError for an invalid state (never guesses), before any rung runs.
+
+        `offer`: the actions the harness can take at this step (the tools it offered, and its reply
+        actions unless it requires a tool call). Every rung, and the fallback, answers only a
+        legal action in the offer (fail closed: a call the harness cannot run is never returned);
+        the receipt keeps the offer (`meta.offer`) and the whole legal set.
 
         `candidates`: the values seen before this decision that a call's arguments may copy
         (`zcompile.receipts.extract_candidates(messages)`); a specialist proposes a complete call
@@ -190,22 +195,28 @@ class Router:
         receipt_meta = json_copy(dict(meta or {}), "$.meta")
         receipt_tools = json_copy(list(tools.values()), "$.tools") if tools is not None else None
         cands = as_candidates(candidates)
+        if offer is not None:
+            if isinstance(offer, (str, bytes)) or not isinstance(offer, Collection) or not all(
+                    isinstance(a, str) for a in offer):
+                raise ZcError("$.offer: expected a collection of action names")
+            offer = frozenset(offer)
+            receipt_meta["offer"] = sorted(offer)
         t1 = time.perf_counter()
         legal = self.policy.legal(state, intent)
         legal_ms = (time.perf_counter() - t1) * 1000
-        step = Step(self.policy, state, legal, intent, tools, self.catalog, cands)
+        step = Step(self.policy, state, legal, intent, tools, self.catalog, cands, offer)
         answers, chosen, route_name, cost = self._walk(step, t0)
         if chosen is not None:
             action, tier, confidence, kind = chosen.action, chosen.rung, chosen.confidence, chosen.kind
             arguments, text, model = chosen.arguments, chosen.text, chosen.model
         else:
             fb = self.policy.ir.fallback
-            found = fb in legal.actions
+            found = step.allows(fb)
             action, tier, confidence = (fb, "fallback", None) if found else (None, "none", None)
             kind, arguments, text, model = (bare(step, fb) if found else "none"), None, None, None
             if kind == "call":
                 arguments = {}
-        shadow = shadow_answers(self._shadow, step, action, arguments) if len(legal.actions) > 1 else []
+        shadow = shadow_answers(self._shadow, step, action, arguments) if len(step.choices) > 1 else []
         receipt_meta.update({"route": route_name, "fallback": legal.fallback, "kind": kind,
                              "rungs": [a.to_dict() for a in answers]})
         if arguments is not None and not RECEIPT_ARGUMENTS:
@@ -231,7 +242,7 @@ class Router:
         """(what each rung did, the answer that won or None, the route's name, the tiers' cost)."""
         answers: list[Answer] = []
         handed = False
-        if len(step.legal.actions) == 1:  # the compiler's rung: it abstains otherwise (not recorded)
+        if len(step.choices) == 1:  # the compiler's rung: it abstains otherwise (not recorded)
             first = timed(self._compiler, "compiler", step, None)
             if self._accepts(first):
                 return [first], first, None, 0.0
@@ -271,10 +282,10 @@ class Router:
 
     async def adecide(self, state: Any, intent: str | None = None, *, task: str = "",
                       meta: Mapping[str, Any] | None = None, tools: Any = None,
-                      candidates: Sequence[Any] | None = None) -> Decision:
+                      candidates: Sequence[Any] | None = None, offer: Collection[str] | None = None) -> Decision:
         """`decide` for asyncio harnesses: runs in a worker thread, never blocks the event loop."""
         return await asyncio.to_thread(self.decide, state, intent, task=task, meta=meta, tools=tools,
-                                       candidates=candidates)
+                                       candidates=candidates, offer=offer)
 
     # ---- live outcomes and demotion -------------------------------------------------------------
     def record_outcome(self, receipt: Receipt | Decision, *, correct: bool | None = None,

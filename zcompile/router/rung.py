@@ -144,6 +144,9 @@ class Step:
         catalog: the policy's action catalog.
         candidates: values seen before the decision that a call's arguments may copy
             (`zcompile.receipts.candidates`); specialists propose arguments from them.
+        offer: the actions the harness can take at this step (its offered tools and, unless it
+            asked for a tool call, its reply actions); None: every legal action. A rung answers
+            only a legal action in the offer; features still read the whole legal set.
     """
 
     policy: Any
@@ -153,6 +156,18 @@ class Step:
     tools: Mapping[str, Mapping[str, Any]] | None
     catalog: Catalog
     candidates: tuple = ()
+    offer: frozenset[str] | None = None
+
+    def allows(self, action: str | None) -> bool:
+        """Whether a rung may answer `action`: legal, and in the offer when there is one."""
+        return action in self.legal.actions and (self.offer is None or action in self.offer)
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        """The legal actions a rung may answer, in the legal set's order."""
+        if self.offer is None:
+            return self.legal.actions
+        return tuple(a for a in self.legal.actions if a in self.offer)
 
 
 @runtime_checkable
@@ -181,6 +196,9 @@ def settle(step: Step, action: str | None, arguments: Any = None, text: str | No
         return abstain("declined", detail or "no action", confidence=confidence, model=model)
     if action not in step.legal.actions:
         return abstain("illegal", f"proposed `{action}` outside the legal set", confidence=confidence, model=model)
+    if step.offer is not None and action not in step.offer:
+        return abstain("illegal", f"proposed `{action}`, which is legal but not offered at this step",
+                       confidence=confidence, model=model)
     if action in step.catalog.replies:
         if text is None:
             return abstain("handed_on", "a text reply: handed on to a rung that writes text", action=action,
@@ -216,15 +234,15 @@ def bare(step: Step, action: str) -> str:
 
 # ---- the compiler ------------------------------------------------------------------------------
 class CompilerRung:
-    """Rung 1: answers when the legal set has exactly one action (the fallback included)."""
+    """Rung 1: answers when exactly one legal action is offered (the fallback included)."""
 
     name = "compiler"
     writes_text = False
 
     def answer(self, step: Step, timeout_s: float | None) -> Answer:
-        actions = step.legal.actions
+        actions = step.choices
         if len(actions) != 1:
-            return abstain("declined", f"{len(actions)} legal actions")
+            return abstain("declined", f"{len(actions)} legal actions offered")
         note = "fallback: nothing else is legal" if step.legal.fallback else "single legal action"
         return settle(step, actions[0], confidence=1.0, detail=note)
 
@@ -260,15 +278,14 @@ class SpecialistRung:
 
 def ask(sp: Any, step: Step) -> Answer:
     """One specialist's answer for a step, settled (its name is the answer's model)."""
-    legal = step.legal.actions
-    if getattr(sp, "pairwise", False):
-        raw = sp.decide(step.state, legal, step.tools if step.tools is not None else step.catalog.tools)
+    if getattr(sp, "pairwise", False):  # it scores the offered tools only
+        raw = sp.decide(step.state, step.choices, step.tools if step.tools is not None else step.catalog.tools)
     else:  # a zc Specialist takes the LegalSet itself: its validated state is not validated again
-        given = step.legal if getattr(sp, "takes_legal_set", False) else legal
+        given = step.legal if getattr(sp, "takes_legal_set", False) else step.legal.actions
         raw = sp.decide(step.state, given, step.candidates) if step.candidates else sp.decide(step.state, given)
     conf = float(raw.confidence) if raw.confidence is not None else None
     if raw.action is None:
-        best = raw.best if raw.best in legal else None
+        best = raw.best if step.allows(raw.best) else None
         return abstain("below_threshold", "below threshold", action=best, confidence=conf, model=sp.name)
     return settle(step, raw.action, getattr(raw, "arguments", None), confidence=conf, model=sp.name)
 
@@ -285,7 +302,7 @@ class ProposeRung:
         self.writes_text = bool(getattr(tier, "writes_text", False))
 
     def answer(self, step: Step, timeout_s: float | None) -> Answer:
-        ans = self.tier.propose(step.state, step.legal.actions, timeout_s=30.0 if timeout_s is None else timeout_s,
+        ans = self.tier.propose(step.state, step.choices, timeout_s=30.0 if timeout_s is None else timeout_s,
                                 intent=step.intent, descriptions=step.catalog.descriptions or None)
         model = getattr(ans, "model", None) or getattr(self.tier, "model", None)
         if ans.outcome == "answered":
