@@ -416,3 +416,22 @@ def test_a_harness_extractor_decides_the_state_as_the_importer_would(stub, tmp_p
     want = list(import_chat(log, extract=desk_extract, policy=policy))[-1]
     assert msgspec.json.encode(got.state) == msgspec.json.encode(want.state)
     assert got.meta["extractor"] == want.meta["extractor"] and got.legal == want.legal
+
+
+def test_a_developer_message_is_a_system_message(client, stub, served, airline, tmp_path):
+    """Newer clients send instructions as `developer`: the state reads it as `system` (the policy's
+    enum), the upstream gets it as it was sent, and the import of the same log agrees."""
+    from zcompile.receipts import import_chat
+
+    messages = [{"role": "developer", "content": "You are an airline agent."}]
+    stub.content = "Hello! How can I help?"
+    raw = client.chat.completions.with_raw_response.create(model="any", messages=messages, tools=TOOLS)
+    assert raw.parse().choices[0].message.content == "Hello! How can I help?"
+    assert stub.requests[-1]["messages"] == messages
+    got = {r.id: r for r in receipts_of(served)}[raw.headers["x-zc-receipt"]]
+    assert got.state["prev"] == {"role": "system"}
+    assert got.state == default_extract([{"role": "system", "content": "x"}], 1, {})
+    log = tmp_path / "chat.jsonl"
+    log.write_text(json.dumps({"id": "c", "messages": [*messages, {"role": "assistant", "content": "Hello!"}]}) + "\n")
+    (imported,) = import_chat(log, policy=airline)
+    assert msgspec.json.encode(imported.state) == msgspec.json.encode(got.state)

@@ -145,7 +145,7 @@ class ChatSummary:
     def add(self, m: dict) -> None:
         """Take one more message into the summary."""
         role = m.get("role")
-        self.prev_role = role
+        self.prev_role = "system" if role == "developer" else role  # newer clients' name for system
         if role == "assistant":
             self.turn += 1
             calls = m.get("tool_calls") or ()
@@ -256,7 +256,7 @@ class _ToolCall(msgspec.Struct):
 class ChatMessage(msgspec.Struct):
     """One message of an OpenAI-format conversation, as the chat importer and the gateway validate it."""
 
-    role: Literal["system", "user", "assistant", "tool"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[Any] | None = None
     tool_calls: list[_ToolCall] | None = None
     name: str | None = None
