@@ -135,6 +135,27 @@ def test_invalid_files_name_file_line_and_path(desk, text, error):
     assert res.exit_code == 1 and "ERROR" in res.output and "Traceback" not in res.output
 
 
+def test_every_character_yaml_refuses_is_named_at_its_line_and_column(desk):
+    """Seeded: a control character (C0, DEL, C1) or a BOM-like one inserted anywhere in a valid
+    file is an error at file:line:column, or the file still loads; never a traceback."""
+    import random
+
+    rng = random.Random(7)
+    good = "version: 1\ncases:\n- name: a\n  state: {}\n  legal: []\n"
+    bad = [c for c in map(chr, [*range(0x20), 0x7F, *range(0x80, 0xA0)]) if c not in "\t\n\r\x85"]
+    for _ in range(60):
+        i, c = rng.randrange(len(good) + 1), rng.choice(bad)
+        text = good[:i] + c + good[i:]
+        p = write(desk, text)
+        with pytest.raises(ZcError) as exc:
+            load_suite(p)
+        line = text.count("\n", 0, i) + 1
+        col = i - (text.rfind("\n", 0, i) + 1) + 1
+        assert f"{p}:{line}:{col}: invalid YAML: the character U+{ord(c):04X} is not allowed" in str(exc.value)
+    res = zc("test", p)
+    assert res.exit_code == 1 and "Traceback" not in res.output
+
+
 def test_aliases_and_deep_nesting_are_refused_not_expanded(desk):
     p = write(desk, "version: 1\ncases:\n- name: a\n  state: {x: &a [1, 1], y: [*a, *a]}\n  legal: []\n")
     with pytest.raises(ZcError, match=r":4:14: YAML anchors and aliases .* are not supported"):

@@ -97,7 +97,13 @@ def _compose(text: str, name: str):
     """(data, node tree) of a YAML (or JSON) document; ZcError with line:column otherwise."""
     import yaml
 
-    loader = _yaml_loader()(text)
+    try:
+        loader = _yaml_loader()(text)
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow, before any parsing
+        line = text.count("\n", 0, exc.position) + 1
+        col = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        raise ZcError(f"{name}:{line}:{col}: invalid YAML: the character U+{exc.character:04X} is not "
+                      "allowed in YAML (control characters and lone surrogates)") from None
     try:
         node = loader.get_single_node()
         if node is None:
