@@ -41,6 +41,17 @@ def test_check_deny_warnings_exits_1(runner):
     assert runner.invoke(main, ["check", "--deny-warnings", str(SRC)]).exit_code == 1
 
 
+def test_an_allow_comment_silences_its_warning_never_an_error(runner, tmp_path):
+    src = tmp_path / "p.zc"
+    src.write_text("policy p\nstate {\n  x: int = 0  # zc: allow(ZC1004)\n  y: bool\n}\naction a\nfallback a\n"
+                   "rule r: forbid a when z  # zc: allow(ZC0201)\n")
+    res = runner.invoke(main, ["check", str(src)])
+    assert res.exit_code == 1 and "error[ZC0201]" in res.output  # an error is never allowed
+    src.write_text(src.read_text().replace("when z", "when y"))
+    res = runner.invoke(main, ["check", "--deny-warnings", str(src)])
+    assert res.exit_code == 0 and "0 errors, 0 warnings" in res.output, res.output
+
+
 def test_check_errors_exit_1_and_reports_all(runner, tmp_path):
     bad = tmp_path / "bad.zc"
     bad.write_text("policy p\naction a\nfallback a\nrule r1: b requires x == 1\nrule r2: forbid c when y\n")

@@ -39,17 +39,7 @@ def test_no_golden_state_outside_a_test_file():
 def test_shipped_and_golden_policies_compile(source):
     _, diagnostics = compile_source(read_source(source))
     if source.parent.name == "policies":  # shipped policies are examples users copy: no warnings
-        assert [d.render() for d in diagnostics if not _specialist_feature(source, d)] == []
-
-
-# airline_chat.zc declares the chat extractor's version-2 structure for its specialists to learn
-# from; no rule reads it, and ZC1004 cannot tell such a feature from a dead field
-_FEATURES = ("last.result", "recent.", "mentioned.", "reused.")
-
-
-def _specialist_feature(source: Path, d) -> bool:
-    return (source.name == "airline_chat.zc" and d.code == "ZC1004"
-            and d.message.removeprefix("state field `").startswith(_FEATURES))
+        assert [d.render() for d in diagnostics] == []  # airline_chat allows ZC1004 on its feature fields
 
 
 def test_there_are_golden_cases_for_every_family():

@@ -10,7 +10,7 @@ from . import interp
 from .ast import walk
 from .errors import Diagnostic, ZcError, did_you_mean
 from .ir import MAX_FLOAT
-from .lint import lint
+from .lint import allowed, lint
 from .source import Source, Span
 
 HISTORY = "history"
@@ -75,7 +75,8 @@ def check(policy: A.Policy, source: Source) -> Checked:
     """Check a parsed policy; raise ZcError carrying all diagnostics if any is an error."""
     checker = _Checker(policy, source)
     checked = checker.run()
-    diags = tuple(sorted(checker.diags, key=lambda d: (d.span.start if d.span else -1)))
+    kept = (d for d in checker.diags if not allowed(d))  # a `# zc: allow(CODE)` comment on the line
+    diags = tuple(sorted(kept, key=lambda d: (d.span.start if d.span else -1)))
     if any(d.is_error for d in diags):
         raise ZcError(f"{source.path}: policy has errors", diags)
     return dataclasses.replace(checked, diagnostics=diags)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import re
 from typing import TYPE_CHECKING
 
 from . import ast as A
@@ -26,11 +27,21 @@ if TYPE_CHECKING:
 RISKY_TAGS = ("destructive", "publish", "money", "credential")
 LINT_BUDGET = 1 << 16  # most states enumerated to decide one lint; beyond it the lint stays silent
 LINT_WORK = 5_000_000  # most rule evaluations for all lints of a file; beyond it they stay silent
+ALLOW = re.compile(r"#.*?\bzc:\s*allow\(([^)]*)\)")  # `# zc: allow(ZC1004, …)` on a warning's line
 
 
 def lint(checked: Checked, reads: set[str], path: str) -> list[Diagnostic]:
     """The ZC1000-ZC1004 diagnostics of a policy that checked without errors."""
     return Linter(checked, reads, path).run()
+
+
+def allowed(d: Diagnostic) -> bool:
+    """Whether a warning's first line carries a `# zc: allow(…)` comment naming its code (the
+    checker drops such warnings; errors are never allowed)."""
+    if d.severity != "warning" or d.span is None:
+        return False
+    line = d.span.source.line_text(d.span.source.line_col(d.span.start)[0])
+    return any(d.code in (c.strip() for c in m.group(1).split(",")) for m in ALLOW.finditer(line))
 
 
 def substitute(expr: A.Expr, action: str, cost: float) -> A.Expr:
@@ -123,7 +134,8 @@ class Linter:
             path = f.path.text
             if path in k.fields and k.fields[path].kind != "text" and path not in self.reads:
                 self.warn("ZC1004", f"state field `{path}` is never read", f.path.span,
-                            "remove it, or use it in a rule or route")
+                            "remove it, or use it in a rule or route (or, for a field only "
+                            "specialists read, end its line with `# zc: allow(ZC1004)`)")
         return self.diags
 
     def _guards(self, rule: A.RuleDecl) -> bool:
