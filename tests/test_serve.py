@@ -435,3 +435,33 @@ def test_a_developer_message_is_a_system_message(client, stub, served, airline, 
     log.write_text(json.dumps({"id": "c", "messages": [*messages, {"role": "assistant", "content": "Hello!"}]}) + "\n")
     (imported,) = import_chat(log, policy=airline)
     assert msgspec.json.encode(imported.state) == msgspec.json.encode(got.state)
+
+
+def test_time_queued_for_a_worker_counts_against_the_deadline(airline, stub, tmp_path):
+    """One worker, a slow upstream, six requests at once: each is answered (200) or refused (504)
+    within its deadline from arrival (plus scheduling slack), never later, and each leaves exactly
+    one receipt; a request whose time ran out in the queue never reaches the upstream."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    stub.reset()
+    stub.behaviour, stub.delay_ms, stub.answer, stub.arguments = "slow", 300.0, "get_user_details", {
+        "user_id": "mia_li_3668"}
+    timeout_ms = 800
+    gw = Gateway(airline, stub.base_url, "stub-model", receipts=tmp_path / "r.jsonl", timeout_ms=timeout_ms, workers=1)
+
+    def ask(i: int):
+        t = time.perf_counter()
+        r = httpx.post(f"{srv.base_url}/chat/completions", timeout=10, json={
+            "model": "m", "tools": TOOLS, "messages": [START[0], {"role": "user", "content": f"I am user_{i}_1000."}]})
+        return r.status_code, time.perf_counter() - t, r.json()
+
+    with Running(gw) as srv, ThreadPoolExecutor(6) as pool:
+        got = list(pool.map(ask, range(6)))
+    gw.close()
+    statuses = sorted(s for s, _, _ in got)
+    assert set(statuses) <= {200, 504} and statuses[0] == 200 and statuses[-1] == 504, statuses
+    assert max(dt for _, dt, _ in got) < timeout_ms / 1000 + 0.5, [round(dt, 3) for _, dt, _ in got]
+    for status, _, body in got:
+        assert body["x_zc"]["receipt"], body  # every response names its receipt
+    assert len(list(read(tmp_path / "r.jsonl"))) == 6
+    assert len(stub.requests) < 6  # the last in the queue were out of time before any upstream call

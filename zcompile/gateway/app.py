@@ -26,6 +26,7 @@ from ..errors import ZcError
 from ..receipts import Receipt, ReceiptWriter
 from ..receipts.chat import RESPOND, default_extract, extractor_name
 from ..router import Router
+from ..router.router import DEADLINE
 from ..runtime import Policy, tool_name
 from ..state import StateError
 from ..tiers import OpenAITier
@@ -116,10 +117,12 @@ class Gateway:
             self._writer.append(r)
 
     # ---- one request -------------------------------------------------------------------------
-    def decide(self, req: ChatRequest, sink: Callable[[bytes], None] | None = None) -> tuple[int, dict[str, Any], str]:
+    def decide(self, req: ChatRequest, sink: Callable[[bytes], None] | None = None,
+               started: float | None = None) -> tuple[int, dict[str, Any], str]:
         """(HTTP status, JSON body, the text already streamed) for one validated request; runs in a
         worker thread. `sink` (a streamed request) takes the SSE events of the upstream's text as it
-        arrives, before the decision is complete."""
+        arrives, before the decision is complete. `started`: the request's arrival
+        (`time.perf_counter()`); the deadline counts from it, time queued for a worker included."""
         cid, created = replies.completion_id(), int(time.time())
         state, candidates = derive(req, self.extract)
         try:
@@ -147,7 +150,7 @@ class Gateway:
         CURRENT.set(ex)  # this decision's context: the upstream rung and the receipt sink read it
         schemas = [t.get("function", t) for t in offered]
         d = self.router.decide(state, req.intent, task=req.task, tools=schemas or None, candidates=candidates,
-                               offer=offer(req, kept, self.router.catalog.replies))
+                               offer=offer(req, kept, self.router.catalog.replies), started=started)
         x_zc = {"receipt": ex.receipt.id, "rung": d.tier, "kind": d.kind, "action": d.action,
                 "legal": list(legal.actions), "offered": kept,
                 "stripped": {"undeclared": undeclared, "illegal": illegal},
@@ -155,6 +158,11 @@ class Gateway:
         done = functools.partial(replies.completion, self.model, x_zc=x_zc, cid=cid, created=created)
         if d.tier == self.upstream_tier and ex.message is not None:  # the upstream's own judged reply
             return 200, done(ex.message, usage=ex.reply.get("usage")), ex.passed
+        if d.tier in ("fallback", "none") and not ex.blocked and any(
+                a.cause == "skipped" and a.detail == DEADLINE for a in d.rungs):  # out of time, not refused
+            return 504, replies.error_body(504, "no decision within the request's deadline (queued for a "
+                                                "worker, or the rungs before used the time)",
+                                           code="timeout", x_zc=x_zc), ex.passed
         if d.kind == "call":
             call = replies.tool_call(d.action, d.arguments or {})
             return 200, done({"content": None, "tool_calls": [call]}), ex.passed
@@ -243,10 +251,10 @@ def create_app(gateway: Gateway) -> Starlette:
             return _error(408, f"the request body did not arrive within the deadline ({gateway.timeout_ms:g} ms)",
                           "body_timeout")
         if not req.stream:
-            return _respond(await _settled(_decision(req, None)), started, False)
+            return _respond(await _settled(_decision(req, None, started)), started, False)
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[bytes] = asyncio.Queue()
-        task = _decision(req, lambda b: loop.call_soon_threadsafe(events.put_nowait, b))
+        task = _decision(req, lambda b: loop.call_soon_threadsafe(events.put_nowait, b), started)
         getter = asyncio.ensure_future(events.get())
         await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
         if not getter.done():  # decided before any text streamed: answer whole (errors keep their status)
@@ -255,9 +263,10 @@ def create_app(gateway: Gateway) -> Starlette:
         return StreamingResponse(_through(getter.result(), events, task), media_type="text/event-stream",
                                  headers={"x-zc-rung": gateway.upstream_tier, "cache-control": "no-cache"})
 
-    def _decision(req: ChatRequest, sink: Callable[[bytes], None] | None) -> asyncio.Future:
+    def _decision(req: ChatRequest, sink: Callable[[bytes], None] | None, started: float) -> asyncio.Future:
         context = contextvars.copy_context()  # each decision sets its own Exchange in its own copy
-        work = asyncio.get_running_loop().run_in_executor(gateway.workers, context.run, gateway.decide, req, sink)
+        work = asyncio.get_running_loop().run_in_executor(gateway.workers, context.run, gateway.decide, req, sink,
+                                                          started)
         return asyncio.ensure_future(asyncio.wait_for(work, gateway.timeout_ms / 1000 + GRACE_S))
 
     async def _through(first: bytes, events: asyncio.Queue, task: asyncio.Future):

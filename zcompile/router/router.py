@@ -26,6 +26,9 @@ from .shadow import RECEIPT_ARGUMENTS, Monitor, shadow_answers
 
 
 
+DEADLINE = "overall deadline reached"  # the detail of a rung skipped for want of time
+
+
 def undeclared_tier(policy: Policy, name: str) -> str | None:
     """Why `name` cannot be bound to a tier of `policy`, with did-you-mean (None: it declares it):
     the one check of `Router(tiers=…)` and of tiers.toml (`zcompile.tiers.load_tiers`)."""
@@ -166,8 +169,13 @@ class Router:
 
     def decide(self, state: Any, intent: str | None = None, *, task: str = "",
                meta: Mapping[str, Any] | None = None, tools: Any = None,
-               candidates: Sequence[Any] | None = None, offer: Collection[str] | None = None) -> Decision:
+               candidates: Sequence[Any] | None = None, offer: Collection[str] | None = None,
+               started: float | None = None) -> Decision:
         """Decide one step. Raises StateError for an invalid state (never guesses), before any rung runs.
+
+        `started`: when the decision was asked for (a `time.perf_counter()` second; default now):
+        `deadline_ms` and the receipt's latency count from it (a server passes the request's
+        arrival, so time spent queued counts against the deadline).
 
         `offer`: the actions the harness can take at this step (the tools it offered, and its reply
         actions unless it requires a tool call). Every rung, and the fallback, answers only a
@@ -184,7 +192,7 @@ class Router:
         Raises ZcError when `tools` is not tool schemas (the message names the `$.tools` path), or
         when the state, `meta` or `tools` cannot be written as JSON (the receipt could not be).
         """
-        t0 = time.perf_counter()
+        t0 = time.perf_counter() if started is None else float(started)
         if tools is not None:
             tools = tool_schemas(tools)  # refuses anything but tool schemas, naming the $.path
         if not isinstance(state, Mapping):
@@ -255,7 +263,7 @@ class Router:
             rung = self._specialists if name == SPECIALIST else self._tier_rungs.get(name)
             left = None if deadline is None else deadline - time.perf_counter()
             if left is not None and left <= 0:
-                ans = _skipped(name, "overall deadline reached")
+                ans = _skipped(name, DEADLINE)
             elif rung is None:
                 ans = _skipped(name, "no endpoint bound to this tier")
             elif rung is self._specialists and not rung.specialists:
