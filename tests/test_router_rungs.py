@@ -375,3 +375,15 @@ def test_no_answer_outside_the_offer(policy, offer, proposal, verified):
     d = Router(policy, specialists=Rule(proposal, args), tiers={"small": TextTier()}).decide(
         {"verified": verified}, offer=offer)
     assert d.action is None or (d.action in offer and d.action in d.legal.actions), (d.action, offer)
+
+
+def test_a_task_that_is_not_a_string_is_refused_before_any_rung(policy, tmp_path):
+    """A receipt must read back: `task` is a string in the format, so decide refuses others."""
+    sp = Rule("lookup", {"order_id": "W1"})
+    with Router(policy, specialists=sp, receipts=tmp_path / "r.jsonl") as r:
+        for task in (5, None, ["t"]):
+            with pytest.raises(zcompile.ZcError, match=r"\$\.task: expected a string"):
+                r.decide(S, task=task)
+        with pytest.raises(zcompile.ZcError, match="started"):
+            r.decide(S, started="now")
+    assert sp.asked == 0 and not (tmp_path / "r.jsonl").read_text()

@@ -192,7 +192,11 @@ class Router:
         Raises ZcError when `tools` is not tool schemas (the message names the `$.tools` path), or
         when the state, `meta` or `tools` cannot be written as JSON (the receipt could not be).
         """
+        if started is not None and (isinstance(started, bool) or not isinstance(started, (int, float))):
+            raise ZcError(f"started: expected a time.perf_counter() second, got {type(started).__name__}")
         t0 = time.perf_counter() if started is None else float(started)
+        if not isinstance(task, str):  # the receipt's `task` is a string: it must read back
+            raise ZcError(f"$.task: expected a string, got {type(task).__name__}")
         if tools is not None:
             tools = tool_schemas(tools)  # refuses anything but tool schemas, naming the $.path
         if not isinstance(state, Mapping):
