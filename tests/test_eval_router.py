@@ -92,6 +92,41 @@ def test_eval_decisions_equal_router_decisions(policy):
     assert all(t["handed_to_text_tier"] == 0 for name, t in rep["tiers"].items() if name != "specialist")
 
 
+def test_eval_replays_the_offer_each_receipt_recorded(policy, tmp_path):
+    """A receipt's `meta.offer` (what the harness could take) bounds the replay as it bounded the
+    live decision: the rule's get_user_details is not offered in half the receipts."""
+    import msgspec
+
+    from zcompile.receipts import ReceiptWriter
+
+    original = list(read([RECEIPTS], policy=policy))
+    path = tmp_path / "offered.jsonl"
+    with ReceiptWriter(path) as w:
+        for i, r in enumerate(original):
+            if i % 2 == 0:
+                offer = sorted(a for a in policy.legal(r.state, r.intent).actions if a != "get_user_details")
+                r = msgspec.structs.replace(r, meta={**r.meta, "offer": offer})
+            w.append(r)
+    rule = Rule()
+    rep = evals.report([path], policy, rule, split="all", decisions=True)
+    by_id = {r.id: r for r in read([path], policy=policy)}
+    router = Router(policy, specialists=rule)
+    blocked = 0
+    for row in rep["decisions"]:
+        r = by_id[row["id"]]
+        offer = r.meta.get("offer")
+        d = router.decide(r.state, r.intent, offer=offer)
+        assert (row["rung"], row["action"]) == (_tier(d), d.action if _tier(d) != "remote" else None), row["id"]
+        if offer is not None:
+            assert row["action"] != "get_user_details"
+            blocked += router.decide(r.state, r.intent).action == "get_user_details"
+    assert blocked > 0  # without the offer the rule would have answered some of them
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(path.read_text().replace('"offer":[', '"offer":[1,', 1))
+    with pytest.raises(zcompile.ZcError, match=r"\$\.meta\.offer: expected an array of action names"):
+        evals.report([bad], policy, rule, split="all")
+
+
 def test_eval_reports_live_shadow_agreement(policy, tmp_path):
     """Receipts written with a shadow specialist: zc eval reports its live agreement with the action
     taken, with an interval, from the receipts alone."""

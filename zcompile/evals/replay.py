@@ -153,7 +153,7 @@ def replays(items: Iterable[tuple[Any, Any]], policy: Policy | None, specialist:
     else:
         router = Router(policy, specialists=[specialist], tiers=tiers)
         ask = lambda d: router.decide(d.state, d.intent, task=d.task, tools=d.tools if pairwise else None,  # noqa: E731
-                                      candidates=d.candidates)
+                                      candidates=d.candidates, offer=d.offer)
     items = iter(items)
     first = list(islice(items, WARMUP))
     for d, _ in first:
@@ -176,7 +176,7 @@ def _policyless(specialist: Any):
     rung, catalog = SpecialistRung([specialist]), Catalog(None)
 
     def ask(d):
-        step = Step(None, d.state, Offered(tuple(d.legal)), d.intent, d.tools, catalog)
+        step = Step(None, d.state, Offered(tuple(d.legal)), d.intent, d.tools, catalog, offer=d.offer)
         ans = timed(rung, SPECIALIST, step, None)
         return _Policyless(ans)
 

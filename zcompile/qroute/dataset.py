@@ -49,6 +49,7 @@ class Decision:
     candidates: tuple = ()  # argument candidates available at decision time, when the receipt has them
     tools: dict = field(default_factory=dict)  # offered tool schemas by name (`meta.tools`, else the policy's)
     verified: bool | None = None
+    offer: frozenset[str] | None = None  # what the harness could take (`meta.offer`); None: every legal action
 
 
 @dataclass
@@ -129,9 +130,14 @@ def _decision(r: Any, i: int, policy: Any, described: dict, counts: Counter) -> 
         counts["no_action_fits"] += 1
     raw_tools = (r.meta or {}).get("tools") or []
     tools = {str(t["name"]): t for t in raw_tools if isinstance(t, dict) and "name" in t} or described
+    offer = (r.meta or {}).get("offer")
+    if offer is not None:
+        if not isinstance(offer, list) or not all(isinstance(a, str) for a in offer):
+            raise ZcError(f"receipt `{r.id}`: $.meta.offer: expected an array of action names")
+        offer = frozenset(offer)
     return Decision(r.id, r.task, (r.ts if r.ts is not None else math.inf, i), r.state, root, r.intent,
                     tuple(legal), label, r.action, r.gold, getattr(r, "arguments", None),
-                    _shared(getattr(r, "candidates", None) or ()), tools, r.verified)
+                    _shared(getattr(r, "candidates", None) or ()), tools, r.verified, offer)
 
 
 def _shared(candidates: Any) -> tuple:
