@@ -465,3 +465,26 @@ def test_time_queued_for_a_worker_counts_against_the_deadline(airline, stub, tmp
         assert body["x_zc"]["receipt"], body  # every response names its receipt
     assert len(list(read(tmp_path / "r.jsonl"))) == 6
     assert len(stub.requests) < 6  # the last in the queue were out of time before any upstream call
+
+
+def test_a_decision_still_queued_at_the_504_leaves_a_receipt_that_answers_nothing(airline, stub, tmp_path):
+    """A stuck worker (an extractor taking 1.5 s against a 300 ms deadline): both requests are
+    answered 504; each decision still runs when a worker frees, and writes one receipt that answers
+    nothing and offers nothing, so the log agrees with what the harness got."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def slow_extract(messages, index, conversation):
+        time.sleep(1.5)
+        return default_extract(messages, index, conversation)
+
+    stub.reset()
+    gw = Gateway(airline, stub.base_url, "stub-model", extract=slow_extract, receipts=tmp_path / "r.jsonl",
+                 timeout_ms=300, workers=1)
+    with Running(gw) as srv, ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(lambda _: httpx.post(f"{srv.base_url}/chat/completions", timeout=10, json={
+            "model": "m", "tools": TOOLS, "messages": START}), range(2)))
+    gw.close()  # waits for the queued decision
+    assert [r.status_code for r in got] == [504, 504]
+    written = list(read(tmp_path / "r.jsonl"))
+    assert len(written) == 2 and stub.requests == []
+    assert all(r.tier == "none" and r.action is None and r.meta["offer"] == [] for r in written)

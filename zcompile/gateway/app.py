@@ -149,8 +149,11 @@ class Gateway:
                                "stream": req.stream}}
         CURRENT.set(ex)  # this decision's context: the upstream rung and the receipt sink read it
         schemas = [t.get("function", t) for t in offered]
+        can = offer(req, kept, self.router.catalog.replies)
+        if started is not None and time.perf_counter() - started > self.timeout_ms / 1000 + GRACE_S:
+            can = frozenset()  # the harness was already answered 504: record a decision that answers nothing
         d = self.router.decide(state, req.intent, task=req.task, tools=schemas or None, candidates=candidates,
-                               offer=offer(req, kept, self.router.catalog.replies), started=started)
+                               offer=can, started=started)
         x_zc = {"receipt": ex.receipt.id, "rung": d.tier, "kind": d.kind, "action": d.action,
                 "legal": list(legal.actions), "offered": kept,
                 "stripped": {"undeclared": undeclared, "illegal": illegal},
@@ -267,7 +270,9 @@ def create_app(gateway: Gateway) -> Starlette:
         context = contextvars.copy_context()  # each decision sets its own Exchange in its own copy
         work = asyncio.get_running_loop().run_in_executor(gateway.workers, context.run, gateway.decide, req, sink,
                                                           started)
-        return asyncio.ensure_future(asyncio.wait_for(work, gateway.timeout_ms / 1000 + GRACE_S))
+        # shielded: a decision still queued when the request answers 504 runs later all the same, so
+        # that it leaves its receipt (one that answers nothing: see Gateway.decide)
+        return asyncio.ensure_future(asyncio.wait_for(asyncio.shield(work), gateway.timeout_ms / 1000 + GRACE_S))
 
     async def _through(first: bytes, events: asyncio.Queue, task: asyncio.Future):
         """A stream that began with the upstream's text: the rest of it, then the judged end."""
