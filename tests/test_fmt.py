@@ -41,6 +41,36 @@ def test_shipped_policies_keep_identity_and_comments(path):
     assert_kept(path.read_text())
 
 
+@pytest.mark.parametrize("path", [*(ROOT / "policies").glob("*.zc"), ROOT / "examples" / "gateway" / "desk.zc"],
+                         ids=lambda p: p.name)
+def test_the_projects_own_policies_are_in_the_canonical_layout(path):
+    assert format_text(path.read_text(), str(path)) == path.read_text()
+
+
+def test_continuations_line_up_and_long_lines_keep_their_comments():
+    src = ("policy p\nstate {\n  a: int = 0  # one\n  long_name.here: enum(x, y,\n z) = x\n"
+           "  b: bool = false  # two\n  c: enum(aaaaaaaaaaaaaaaaaaaaa, bbbbbbbbbbbbbbbbbbbbbbb, ccccc) = ccccc  # long\n}\n"
+           "action a(x: text,\n y: int) tags(read)\naction b tags(write)\nfallback b\n"
+           "rule r: forbid a when\n a == 1\nrule rr: a, b requires (a == 1 or\n b)\n")
+    assert assert_kept(src) == (
+        "policy p\n"
+        "state {\n"
+        "  a:              int = 0       # one\n"  # comments aligned, but not to the long line's
+        "  long_name.here: enum(x, y,\n"
+        "                       z) = x\n"  # under the first member, moved by the padding of the name
+        "  b:              bool = false  # two\n"
+        "  c:              enum(aaaaaaaaaaaaaaaaaaaaa, bbbbbbbbbbbbbbbbbbbbbbb, ccccc) = ccccc  # long\n"
+        "}\n"
+        "action a(x: text,\n"
+        "         y: int) tags(read)\n"  # under the first parameter
+        "action b tags(write)\n"
+        "fallback b\n"
+        "rule r:  forbid a when\n"
+        "         a == 1\n"  # under the rule's body
+        "rule rr: a, b requires (a == 1 or\n"
+        "                        b)\n")
+
+
 GAPS = [" ", "  ", "\t", "\n", "\n\n", "\n      ", " # a comment\n", "\n# own line\n", "  #c\n\n",
         "\r\n", "  \r\n\t", " #\n", "\f", " \t# tab\tand ünïcødé ✓ \"q\" # again\n", "\n\n\n# two\n# lines\n\n"]
 
@@ -106,7 +136,7 @@ def test_canonical_layout():
 def test_condition_spacing_is_kept_because_reasons_quote_it():
     src = "policy p\nstate { n: int }\naction a\nfallback a\nrule r: forbid a when n>1   and\n   n <3\n"
     out = assert_kept(src)
-    assert "rule r: forbid a when n>1   and\n    n <3\n" in out
+    assert "rule r: forbid a when n>1   and\n        n <3\n" in out  # under the body, spacing kept
 
 
 def test_crlf_line_endings_are_kept_with_the_identity():
@@ -116,7 +146,7 @@ def test_crlf_line_endings_are_kept_with_the_identity():
            "rule r: forbid a when n > 1 and\r\n      n < 3   # why\r\n")
     out = assert_kept(src)
     assert out == ("policy p  # c\r\nstate {\r\n  n: int\r\n}\r\naction a\r\nfallback a\r\n"
-                   "rule r: forbid a when n > 1 and\r\n    n < 3  # why\r\n")
+                   "rule r: forbid a when n > 1 and\r\n        n < 3  # why\r\n")
     assert compile_text(src).sha256 == compile_text(src.replace("\r\n", "\n")).sha256
     assert compile_text(src).ir.rules[0].text == "n > 1 and n < 3"
     desk = (ROOT / "tests" / "golden" / "ok" / "support_desk.zc").read_text()

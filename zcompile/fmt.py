@@ -3,9 +3,12 @@
 The formatter re-emits the policy's tokens in their order with canonical spacing, so the meaning
 (and `Policy.sha256`) cannot change. Layout: one declaration a line; state fields and an intent's
 `allow` on their own lines, indented 2; a line break the author put inside a declaration is kept,
-and its continuation is indented 4 (plus 2 per open bracket); at most one blank line between
-declarations; runs of one-line declarations of the same kind are aligned in columns, and so are
-their trailing comments (two spaces after the code).
+and its continuation lines up under the first token after the open bracket it is in (when that
+token follows the bracket on its line), else under a rule's, route's or field's body (the part
+after its `:`), else is indented 4 (plus 2 per open bracket); at most one
+blank line between declarations; runs of one-line declarations of the same kind are aligned in
+columns, and so are their trailing comments (two spaces after the code; a line much longer than
+the run's others keeps its comment two spaces after its own code instead of pushing the column).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ _NO_SPACE_BEFORE = {",", ")", "]", ":"}
 _TIGHT_OPEN = {"enum_type", "params", "tags", "call", "set_type"}  # `enum(`, `f(`, `set[`
 # a new alignment column starts at these tokens (first token of the declaration is column 0)
 _SLOTS = {"action_decl": ("TAGS", "COST", "STRING"), "tier_decl": ("MAX_MS", "COST")}
+_BODY_ALIGNED = {"rule_decl", "route_decl", "field"}  # continuations line up under the part after `:`
 
 
 @functools.cache
@@ -65,8 +69,8 @@ class _Line:
     comment: str | None = None
     blank_before: bool = False
     kind: str | None = None  # alignment group kind, None for comment lines and continuations
-    single: bool = True  # the segment fits on this one line
-    extra: list[_Line] = field(default_factory=list)
+    extra: list[_Line] = field(default_factory=list)  # a segment's continuation lines
+    shift_cell: int | None = None  # a continuation under a bracket of the head's cell k: moves with its padding
 
 
 def format_source(source: Source) -> str:
@@ -254,12 +258,28 @@ def _segment_lines(seg: _Segment, comments: list[Token]) -> list[_Line]:
     prev: _Tok | None = None
     prev_line = seg.toks[0].tok.line
     depth = 0
+    visual: list[tuple[int, int | None] | None] = []  # per open bracket: (column, head cell) of the token after it
+    body: tuple[int, int] | None = None  # a rule's, route's or field's body: where its continuations line up
     index = {id(t): i for i, t in enumerate(seg.toks)}
 
-    def flush_to_new(indent: int) -> None:
+    def column() -> tuple[int, int | None]:
+        """(where the line being built ends, the head's cell it is in): on the head, as rendered
+        without alignment padding (`_render` adds the padding of the cells before it)."""
+        if line is head:
+            return seg.indent + len(" ".join(c for c in current if c)), len(current) - 1
+        return line.indent + len(current[0]), None
+
+    def indent_here() -> tuple[int, int | None]:
+        if visual and visual[-1] is not None:
+            return visual[-1]
+        if body is not None and depth == 0:
+            return body
+        return seg.indent + CONTINUATION + INDENT * depth, None
+
+    def flush_to_new(at: tuple[int, int | None]) -> None:
         nonlocal line, current, prev
         line.cells = list(current) if line is head else ["".join(current)]
-        line = _Line(indent, [])
+        line = _Line(at[0], [], shift_cell=at[1])
         head.extra.append(line)
         current = [""]
         prev = None
@@ -269,65 +289,112 @@ def _segment_lines(seg: _Segment, comments: list[Token]) -> list[_Line]:
             if e.line == prev_line and (current != [""] or line is head):
                 line.cells = list(current) if line is head else ["".join(current)]
                 _attach(line, str(e).rstrip())
-                flush_to_new(seg.indent + CONTINUATION + INDENT * depth)
+                flush_to_new(indent_here())
             else:
-                indent = seg.indent + CONTINUATION + INDENT * depth
+                at = indent_here()
                 if current != [""]:
-                    flush_to_new(indent)
+                    flush_to_new(at)
                 line.cells = [str(e).rstrip()]  # the empty continuation line becomes the comment's
                 current = [str(e).rstrip()]
-                flush_to_new(indent)
+                flush_to_new(at)
             prev_line = e.end_line
             continue
         tok = e
         if tok.text in (")", "]") or (tok.text == "}" and tok.parent == "set_lit"):
             depth -= 1
+            visual.pop()
         if tok.tok.line > prev_line and current != [""]:
-            flush_to_new(seg.indent + CONTINUATION + INDENT * depth)
+            flush_to_new(indent_here())
+        elif visual and visual[-1] is None and prev is not None and prev.text in "([{":
+            col, cell = column()
+            visual[-1] = (col + len(_space(prev, tok)), cell)  # the first token after the bracket
         if line is head and index[id(tok)] in seg.cells_at:
             current.extend([""] * (seg.cells_at[index[id(tok)]] + 1 - len(current)))
             current[-1] = tok.text
+            if seg.kind in _BODY_ALIGNED and body is None:
+                before = " ".join(c for c in current[:-1] if c)
+                body = (seg.indent + len(before) + (1 if before else 0), len(current) - 1)
         else:
             current[-1] += _space(prev, tok) + tok.text
         prev = tok
         prev_line = tok.tok.end_line
         if tok.text in ("(", "[") or (tok.text == "{" and tok.parent == "set_lit"):
             depth += 1
+            visual.append(None)
     if current != [""] or line is head:
         line.cells = list(current) if line is head else ["".join(current)]
     else:  # the segment ended on a comment: drop the empty continuation opened after it
         head.extra.pop()
-    head.single = not head.extra
     return [head] + head.extra
 
 
+COMMENT_SLACK = 16  # a line this much longer than the run's median keeps its comment to itself
+
+
+def _comment_column(widths: list[int]) -> int:
+    """The column of a run's trailing comments: two after the longest code line that is not much
+    longer than the run's median (the longer ones put theirs two after their own code)."""
+    if not widths:
+        return 0
+    median = sorted(widths)[len(widths) // 2]
+    return max(w for w in widths if w <= median + COMMENT_SLACK) + 2
+
+
 def _render(lines: list[_Line], newline: str) -> str:
-    # alignment groups: consecutive one-line segments of one kind, no blank line or comment line
-    out: list[str] = []
+    # segments: a head line (kind set) and its continuation lines; comment lines stand alone
+    units: list[tuple[_Line, list[_Line]]] = []
     i = 0
     while i < len(lines):
+        n = len(lines[i].extra) if lines[i].kind is not None else 0
+        units.append((lines[i], lines[i + 1 : i + 1 + n]))
+        i += 1 + n
+    # alignment groups: consecutive segments of one kind, no blank line or comment line between
+    out: list[str] = []
+    i = 0
+    while i < len(units):
         j = i + 1
-        if lines[i].kind is not None and lines[i].single:
-            while (j < len(lines) and lines[j].kind == lines[i].kind and lines[j].single
-                   and not lines[j].blank_before):
+        if units[i][0].kind is not None:
+            while j < len(units) and units[j][0].kind == units[i][0].kind and not units[j][0].blank_before:
                 j += 1
-        group = lines[i:j]
-        # a column is as wide as its widest cell, when some line has a cell after it
-        last = max(len(ln.cells) for ln in group) - 1
-        widths = {k: max(len(ln.cells[k]) for ln in group if len(ln.cells) > k) for k in range(last)}
-        texts = []
-        for ln in group:
-            parts = [cell.ljust(widths[k]) if k < len(ln.cells) - 1 and len(group) > 1 else cell
-                     for k, cell in enumerate(ln.cells)]
-            joined = " ".join(p for p in parts if p or len(group) > 1)
-            texts.append(" " * ln.indent + joined.rstrip())
-        col = max((len(t) for t, ln in zip(texts, group) if ln.comment), default=0) + 2
-        for t, ln in zip(texts, group):
-            if ln.blank_before and out:
+        group = units[i:j]
+        # a column is as wide as its widest cell, when some line has a cell after it (the last
+        # cell of a head whose segment goes on below does not count: it is not a column)
+        last = max(len(h.cells) for h, _ in group) - 1
+        widths = {k: max((len(h.cells[k]) for h, more in group if len(h.cells) > k
+                          and not (more and k == len(h.cells) - 1)), default=0) for k in range(last)}
+        texts, starts = [], []
+        for h, _ in group:
+            parts = [cell.ljust(widths[k]) if k < len(h.cells) - 1 and len(group) > 1 else cell
+                     for k, cell in enumerate(h.cells)]
+            kept = [(k, p) for k, p in enumerate(parts) if p or len(group) > 1]
+            texts.append(" " * h.indent + " ".join(p for _, p in kept).rstrip())
+            # each cell's shift: where it starts as rendered, less where it starts unpadded
+            at, plain, shift = 0, 0, {}
+            for k, cell in enumerate(h.cells):
+                shift[k] = at - plain
+                if any(m == k for m, _ in kept):
+                    at += len(parts[k]) + 1
+                if cell:
+                    plain += len(cell) + 1
+            starts.append(shift)
+        col = _comment_column([len(t) for t, (h, more) in zip(texts, group) if h.comment and not more])
+        for t, (h, more), shift in zip(texts, group, starts):
+            if h.blank_before and out:
                 out.append("")
-            if ln.comment is not None:
-                t = (t.ljust(col) if len(group) > 1 else t + "  ") + ln.comment if t.strip() \
-                    else " " * ln.indent + ln.comment
-            out.append(t.rstrip())
+            out.append(_with_comment(t, h, col if len(group) > 1 and not more else 0))
+            for ln in more:
+                indent = ln.indent + (shift.get(ln.shift_cell, 0) if ln.shift_cell is not None else 0)
+                text = " " * indent + "".join(ln.cells)
+                out.append(_with_comment(text.rstrip(), ln, 0))
         i = j
     return newline.join(out).rstrip("\r\n") + newline
+
+
+def _with_comment(text: str, ln: _Line, col: int) -> str:
+    """A rendered line with its trailing comment: at `col` when the code ends before it, else two
+    spaces after the code; a line of only a comment keeps its own indent."""
+    if ln.comment is None:
+        return text.rstrip()
+    if not text.strip():
+        return " " * ln.indent + ln.comment
+    return (text.ljust(col) if len(text) < col else text + "  ") + ln.comment
