@@ -115,6 +115,18 @@ def test_without_pygls_zc_lsp_says_what_to_install():
     assert "the language server needs pygls, which is not installed: pip install 'zcompile[lsp]'" in res.stderr
 
 
+def test_requests_about_a_document_never_opened_answer_empty(lsp):
+    """An editor may ask about a file it has not opened (or that is gone): empty answers, never an
+    internal error from reading it off the disk."""
+    gone = {"uri": "file:///nowhere/missing.zc"}
+    where = {"textDocument": gone, "position": {"line": 0, "character": 0}}
+    assert lsp.request("textDocument/hover", where) is None
+    assert lsp.request("textDocument/definition", where) is None
+    assert lsp.request("textDocument/formatting", {"textDocument": gone, "options": {
+        "tabSize": 2, "insertSpaces": True}}) is None
+    assert lsp.request("textDocument/hover", at(DESK, "get_order")) is not None  # still serving
+
+
 def test_capabilities(lsp):
     for cap in ("hoverProvider", "definitionProvider", "completionProvider", "documentFormattingProvider"):
         assert lsp.caps.get(cap), cap

@@ -77,8 +77,16 @@ def did_close(ls: ZcServer, params: types.DidCloseTextDocumentParams) -> None:
                                                                         diagnostics=[]))
 
 
+def _opened(ls: ZcServer, uri: str):
+    """The open document at `uri`, or None: a request about a document the client never opened
+    gets an empty answer (never the file read from disk, which may not exist)."""
+    return ls.workspace.text_documents.get(uri)
+
+
 def _symbols_at(ls: ZcServer, params):
-    doc = ls.workspace.get_text_document(params.text_document.uri)
+    doc = _opened(ls, params.text_document.uri)
+    if doc is None:
+        return None, []
     analysis = ls.analyses.get(params.text_document.uri) or Analysis()
     return doc, lookup(analysis, doc.source, doc.offset_at_position(params.position))
 
@@ -139,7 +147,9 @@ def completion(ls: ZcServer, params: types.CompletionParams) -> types.Completion
 def formatting(ls: ZcServer, params: types.DocumentFormattingParams) -> list[types.TextEdit] | None:
     from ..fmt import format_text
 
-    doc = ls.workspace.get_text_document(params.text_document.uri)
+    doc = _opened(ls, params.text_document.uri)
+    if doc is None:
+        return None
     try:
         new = format_text(doc.source, _path(doc.uri))
     except ZcError:
