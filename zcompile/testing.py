@@ -417,7 +417,8 @@ def _list(names: list[str]) -> str:
 @dataclass(slots=True)
 class Coverage:
     """What the cases of one policy exercised: per rule, whether it removed and kept an action;
-    per condition leaf (a comparison, a bare boolean, `a in history` of `after`), its outcomes."""
+    per condition leaf (a comparison, a bare boolean, `a in history` of `after`), its outcomes:
+    true and false, and unknown for a leaf that reads an optional field or argument."""
 
     compiled: Compiled
     rules: dict[str, set[bool]] = field(default_factory=dict)  # rule -> {removed?} seen
@@ -464,7 +465,7 @@ class Coverage:
                 out.append(f"{where}: rule `{name}` never kept an action")
             for i, leaf in enumerate(_leaves(rule)):
                 values = self.leaves.get((name, i), set())
-                missing = [w for w, v in (("true", True), ("false", False)) if v not in values]
+                missing = [w for w, v in self._outcomes(rule, leaf) if v not in values]
                 if missing:
                     text = f"{leaf.text} in history" if isinstance(leaf, A.Ident) else leaf.span.text
                     loc = leaf.span.location() if leaf.span else where
@@ -472,16 +473,37 @@ class Coverage:
         return out
 
     def totals(self) -> tuple[int, int]:
-        """(outcomes exercised, outcomes there are): two per rule and two per leaf."""
+        """(outcomes exercised, outcomes there are): two per rule, two or three per leaf."""
         have = total = 0
         for rule in self.compiled.checked.policy.rules:
             name = rule.name.text
             have += len(self.rules.get(name, set()) & {True, False})
             total += 2
-            for i, _ in enumerate(_leaves(rule)):
-                have += len(self.leaves.get((name, i), set()) & {True, False})
-                total += 2
+            for i, leaf in enumerate(_leaves(rule)):
+                outcomes = self._outcomes(rule, leaf)
+                values = self.leaves.get((name, i), set())
+                have += sum(v in values for _, v in outcomes)
+                total += len(outcomes)
         return have, total
+
+    def _outcomes(self, rule: A.RuleDecl, leaf: Any) -> tuple[tuple[str, Any], ...]:
+        """The outcomes a leaf can have: true and false, and unknown (None) when it reads a field
+        that may be absent or an optional argument of an action the rule targets."""
+        if isinstance(leaf, A.Ident):  # `a in history` of an `after` rule: never unknown
+            return _BOOL
+        checked = self.compiled.checked
+        for e in A.walk(leaf):
+            if isinstance(e, A.FieldRef) and (f := checked.fields.get(e.path)) is not None and f.may_be_absent:
+                return _KLEENE
+            if isinstance(e, A.ArgRef) and any(
+                    (p := (checked.params.get(t) or {}).get(e.name)) is not None and p.optional
+                    for t in checked.targets[rule.name.text]):
+                return _KLEENE
+        return _BOOL
+
+
+_BOOL = (("true", True), ("false", False))
+_KLEENE = (*_BOOL, ("unknown", None))
 
 
 def _leaves(rule: A.RuleDecl) -> list:
