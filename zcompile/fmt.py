@@ -5,10 +5,11 @@ The formatter re-emits the policy's tokens in their order with canonical spacing
 `allow` on their own lines, indented 2; a line break the author put inside a declaration is kept,
 and its continuation lines up under the first token after the open bracket it is in (when that
 token follows the bracket on its line), else under a rule's, route's or field's body (the part
-after its `:`), else is indented 4 (plus 2 per open bracket); at most one
-blank line between declarations; runs of one-line declarations of the same kind are aligned in
-columns, and so are their trailing comments (two spaces after the code; a line much longer than
-the run's others keeps its comment two spaces after its own code instead of pushing the column).
+after its `:`), else is indented 4 (plus 2 per open bracket); at most one blank line between
+declarations; runs of declarations of the same kind are aligned in columns (a declaration over
+several lines aligns its first line, its continuations move with it), and so are their trailing
+comments (two spaces after the code; a line much longer than the run's others keeps its comment
+two spaces after its own code instead of pushing the column).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class _Line:
     cells: list[str]
     comment: str | None = None
     blank_before: bool = False
-    kind: str | None = None  # alignment group kind, None for comment lines and continuations
+    kind: str | None = None  # the segment's kind (its alignment group), None for comment lines and continuations
     extra: list[_Line] = field(default_factory=list)  # a segment's continuation lines
     shift_cell: int | None = None  # a continuation under a bracket of the head's cell k: moves with its padding
 
