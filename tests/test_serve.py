@@ -164,6 +164,8 @@ def test_a_legal_call_the_harness_did_not_offer_never_reaches_it(client, stub, s
         assert not calls, kwargs
         assert len(stub.requests) == 2 and x["blocked"] and "not offered" in x["blocked"][0]["reasons"][0], x
         assert x["fallback"] is True
+        assert x["offer"] == (["respond"] if kwargs.get("tool_choice") == "none" or not kwargs
+                              else ["get_user_details", "respond"])
 
 
 def test_forced_tool_choice_is_kept_and_bounds_the_answer(client, stub):

@@ -155,7 +155,7 @@ class Gateway:
         d = self.router.decide(state, req.intent, task=req.task, tools=schemas or None, candidates=candidates,
                                offer=can, started=started)
         x_zc = {"receipt": ex.receipt.id, "rung": d.tier, "kind": d.kind, "action": d.action,
-                "legal": list(legal.actions), "offered": kept,
+                "legal": list(legal.actions), "offered": kept, "offer": sorted(can),
                 "stripped": {"undeclared": undeclared, "illegal": illegal},
                 "blocked": ex.blocked, "upstream_requests": ex.sent, "fallback": d.tier in ("fallback", "none")}
         done = functools.partial(replies.completion, self.model, x_zc=x_zc, cid=cid, created=created)
