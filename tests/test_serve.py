@@ -489,3 +489,24 @@ def test_a_decision_still_queued_at_the_504_leaves_a_receipt_that_answers_nothin
     written = list(read(tmp_path / "r.jsonl"))
     assert len(written) == 2 and stub.requests == []
     assert all(r.tier == "none" and r.action is None and r.meta["offer"] == [] for r in written)
+
+
+def test_compressed_request_bodies(client, stub, served):
+    """gzip and deflate bodies are inflated (to the body limit: a bomb is 413); a body that is not
+    what its Content-Encoding says is 400; other encodings are 415."""
+    import gzip
+    import zlib
+
+    stub.answer, stub.arguments = "get_user_details", {"user_id": "mia_li_3668"}
+    body = json.dumps({"model": "m", "messages": START, "tools": TOOLS}).encode()
+    url = f"{served.base_url}/chat/completions"
+    for encoding, data in (("gzip", gzip.compress(body)), ("deflate", zlib.compress(body))):
+        r = httpx.post(url, content=data, headers={"content-encoding": encoding, "content-type": "application/json"})
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["tool_calls"], r.text
+    bomb = gzip.compress(b'{"messages": "' + b" " * (served.gateway.max_body_bytes * 4) + b'"}')
+    assert len(bomb) < served.gateway.max_body_bytes // 100
+    for data, encoding, status in ((bomb, "gzip", 413), (body, "gzip", 400), (gzip.compress(body)[:-9], "gzip", 400),
+                                   (body, "br", 415)):
+        r = httpx.post(url, content=data, headers={"content-encoding": encoding})
+        assert r.status_code == status, (encoding, r.text)
+        assert r.json()["error"]["message"]

@@ -9,6 +9,7 @@ import functools
 import json
 import logging
 import time
+import zlib
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -237,7 +238,28 @@ async def _body(request: Request, limit: int) -> bytes:
         if size > limit:
             raise BadRequest(413, f"the request body exceeds the limit of {limit} bytes", code="body_too_large")
         parts.append(chunk)
-    return b"".join(parts)
+    return _decoded(b"".join(parts), request.headers.get("content-encoding", "identity"), limit)
+
+
+def _decoded(body: bytes, encoding: str, limit: int) -> bytes:
+    """The body as sent, or decompressed (gzip, deflate) to at most `limit` bytes: 413 past it (a
+    small body may inflate to gigabytes), 400 when it is not what its encoding says, 415 for others."""
+    encoding = encoding.strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding not in ("gzip", "deflate"):
+        raise BadRequest(415, f"Content-Encoding `{encoding}` is not supported (gzip, deflate or none)",
+                         code="unsupported_encoding")
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
+    try:
+        out = inflate.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise BadRequest(400, f"the request body is not valid {encoding}: {exc}", code="invalid_request") from None
+    if len(out) > limit or inflate.unconsumed_tail:
+        raise BadRequest(413, f"the request body inflates past the limit of {limit} bytes", code="body_too_large")
+    if not inflate.eof:
+        raise BadRequest(400, f"the request body is not valid {encoding}: it ends early", code="invalid_request")
+    return out
 
 
 def create_app(gateway: Gateway) -> Starlette:
