@@ -71,6 +71,34 @@ def swap(work: Path, target: Path) -> None:
         raise ZcError(f"{target}: cannot write the output directory: {exc.strerror}") from None
 
 
+def refuse_foreign_file(target: Path, what: str, owns: Callable[[Path], bool]) -> None:
+    """Raise unless `target` is missing, an empty regular file, or a `what` (per `owns`): an output
+    file replaces only what this kind of command wrote, never a stranger's file."""
+    if not os.path.lexists(target):
+        return
+    if target.is_symlink() or not target.is_file():
+        raise ZcError(f"{target}: exists and is not a regular file; refusing to replace it with a {what}")
+    try:
+        empty = target.stat().st_size == 0
+        ours = empty or owns(target)
+    except OSError as exc:
+        raise ZcError(f"{target}: cannot read: {exc.strerror}") from None
+    if not ours:
+        raise ZcError(f"{target}: exists and is not a {what}; refusing to overwrite it: "
+                      "choose another name or remove it yourself")
+
+
+def write_output(path: str | os.PathLike, data: bytes, what: str, owns: Callable[[Path], bool]) -> None:
+    """Write `data` to `path` atomically, over nothing but an earlier `what` (`refuse_foreign_file`)."""
+    target = Path(path)
+    refuse_foreign_file(target, what, owns)
+    try:
+        with new_file(target) as tmp:
+            tmp.write_bytes(data)
+    except OSError as exc:
+        raise ZcError(f"{target}: cannot write: {exc.strerror or exc}") from None
+
+
 @contextmanager
 def new_file(path: str | os.PathLike, mode: int = 0o644, *, replace: bool = True) -> Iterator[Path]:
     """Yield a temporary sibling of `path` to write; on success it gets `mode` and takes `path`'s place

@@ -9,6 +9,7 @@ import click
 import msgspec
 
 from ..errors import ZcError
+from ..outdir import refuse_foreign_file, write_output
 from .common import fail, load_policy, main, progress, read_json
 
 
@@ -143,7 +144,13 @@ def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, spl
         if why:
             click.echo(f"error: {why}", err=True)
             sys.exit(2)
+    outputs = [(path, data, what, owns) for path, data, what, owns in (
+        (json_out, evals.to_json, "zc eval JSON report", evals.is_json_report),
+        (html_out, lambda r: evals.render_html(r).encode(), "zc eval HTML report", evals.is_html_report))
+        if path is not None]
     try:
+        for path, _, what, owns in outputs:  # refused before the replay, not after it
+            refuse_foreign_file(Path(path), what, owns)
         policy = load_policy(policy_path) if policy_path is not None else None
         tiers = {}
         if tiers_path is not None:
@@ -160,13 +167,8 @@ def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, spl
         finally:
             for tier in tiers.values():
                 tier.close()
-        for path, data in ((json_out, lambda: evals.to_json(rep)),
-                           (html_out, lambda: evals.render_html(rep).encode())):
-            if path is not None:
-                try:
-                    Path(path).write_bytes(data())
-                except OSError as exc:
-                    raise ZcError(f"{path}: cannot write: {exc.strerror}") from None
+        for path, data, what, owns in outputs:
+            write_output(path, data(rep), what, owns)  # over nothing but an earlier report
     except ZcError as exc:
         fail(exc)
     if rep["excluded_trained_on"]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 EXAMPLES = 20  # task ids listed per category in reports
@@ -190,6 +191,15 @@ def curve_geometry(rc: dict[str, Any], target: float | None, width: int = 560, h
         "line": " ".join(f"{x(p['coverage']):.1f},{y(p['precision']):.1f}" for p in pts),
         "point": point, "tau_label": f"τ = {rc['tau']:.3f}: the specialist answered nothing", "n": rc["n"],
     }
+
+
+GENERATOR = b'<meta name="generator" content="zc eval">'
+
+
+def is_html_report(path: Path) -> bool:
+    """Whether `path` holds a report `render_html` wrote (what `zc eval --html` may replace)."""
+    with open(path, "rb") as f:
+        return GENERATOR in f.read(4096)
 
 
 def render_html(rep: dict[str, Any]) -> str:

@@ -107,6 +107,15 @@ def run(policy: Policy | None, specialist_dir: str | Path, paths: Sequence[str |
     return report(paths, policy, load_specialist(specialist_dir, policy), **kw)
 
 
+def is_json_report(path: Path) -> bool:
+    """Whether `path` holds a report `to_json` wrote (what `zc eval --json` may replace)."""
+    try:
+        rep = msgspec.json.decode(path.read_bytes())
+    except (msgspec.DecodeError, RecursionError):
+        return False
+    return isinstance(rep, dict) and {"n", "overall", "tiers", "specialist"} <= rep.keys()
+
+
 def to_json(rep: dict[str, Any]) -> bytes:
     """The report as indented JSON (non-finite numbers as null, numpy scalars as numbers)."""
     return msgspec.json.format(msgspec.json.encode(rep, enc_hook=_scalar), indent=2) + b"\n"

@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 import msgspec
 
 from ..errors import ZcError, json_problem
-from ..outdir import new_file
+from ..outdir import new_file, refuse_foreign_file
 from .format import FORMAT_VERSION, Receipt, ReceiptError, newer_major
 
 __all__ = ["GZIP_MAGIC", "PROBLEMS_KEPT", "SUFFIXES", "ReadStats", "ReceiptWriter", "check_receipt", "decoded_lines",
@@ -439,14 +439,24 @@ class ReceiptWriter:
         self.close()
 
 
+def is_receipts_file(path: Path) -> bool:
+    """Whether `path` holds receipts (its first receipt reads): what `write_file` may replace."""
+    try:
+        return next(iter(read([path])), None) is not None
+    except (ZcError, OSError):
+        return False
+
+
 def write_file(path: str | os.PathLike, receipts: Iterable[Receipt]) -> int:
     """Write receipts to a new file atomically (temp file + rename); gzip when `path` ends `.gz`,
-    Parquet when it ends `.parquet` (`receipts.parquet`).
+    Parquet when it ends `.parquet` (`receipts.parquet`). An existing `path` is replaced only when
+    it is empty or holds receipts (ZcError otherwise: a stranger's file is never overwritten).
 
     The gzip header carries no name and mtime 0, so equal receipts give equal bytes. Nothing is
     left at `path` if iterating `receipts` raises. Returns the number of receipts written.
     """
     path = Path(path)
+    refuse_foreign_file(path, "receipts file", is_receipts_file)  # never over a stranger's file
     if path.name.endswith(".parquet"):
         from .parquet import write_parquet
 
