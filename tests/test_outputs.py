@@ -89,3 +89,11 @@ def test_an_import_never_overwrites_its_own_source(tmp_path):
     out = tmp_path / "r.jsonl"
     assert zc("receipts", "import", "--format", "chat", log, "-o", out).exit_code == 0
     assert zc("receipts", "import", "--format", "chat", log, "-o", out).exit_code == 0  # ours: replaced
+
+
+def test_a_report_written_before_the_generator_tag_is_still_ours(made, tmp_path):
+    _, small = made
+    old = tmp_path / "eval.html"
+    old.write_text('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n<title>zc eval: airline_chat</title>')
+    args = ["eval", "--policy", POLICY, "--specialists", SPECIALIST, "--receipts", small, "--html", old]
+    assert zc(*args).exit_code == 0 and b'content="zc eval"' in old.read_bytes()

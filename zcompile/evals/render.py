@@ -197,9 +197,11 @@ GENERATOR = b'<meta name="generator" content="zc eval">'
 
 
 def is_html_report(path: Path) -> bool:
-    """Whether `path` holds a report `render_html` wrote (what `zc eval --html` may replace)."""
+    """Whether `path` holds a report `render_html` wrote (what `zc eval --html` may replace): its
+    generator tag, or the title of the reports written before there was one."""
     with open(path, "rb") as f:
-        return GENERATOR in f.read(4096)
+        head = f.read(4096)
+    return GENERATOR in head or (head.startswith(b"<!DOCTYPE html>") and b"<title>zc eval: " in head)
 
 
 def render_html(rep: dict[str, Any]) -> str:
