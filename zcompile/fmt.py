@@ -367,16 +367,14 @@ def _render(lines: list[_Line], newline: str) -> str:
         for h, _ in group:
             parts = [cell.ljust(widths[k]) if k < len(h.cells) - 1 and len(group) > 1 else cell
                      for k, cell in enumerate(h.cells)]
-            kept = [(k, p) for k, p in enumerate(parts) if p or len(group) > 1]
-            texts.append(" " * h.indent + " ".join(p for _, p in kept).rstrip())
+            kept = [bool(p) or len(group) > 1 for p in parts]
+            texts.append(" " * h.indent + " ".join(p for p, k in zip(parts, kept) if k).rstrip())
             # each cell's shift: where it starts as rendered, less where it starts unpadded
             at, plain, shift = 0, 0, {}
-            for k, cell in enumerate(h.cells):
+            for k, (part, cell, keep) in enumerate(zip(parts, h.cells, kept)):
                 shift[k] = at - plain
-                if any(m == k for m, _ in kept):
-                    at += len(parts[k]) + 1
-                if cell:
-                    plain += len(cell) + 1
+                at += len(part) + 1 if keep else 0
+                plain += len(cell) + 1 if cell else 0
             starts.append(shift)
         col = _comment_column([len(t) for t, (h, more) in zip(texts, group) if h.comment and not more])
         for t, (h, more), shift in zip(texts, group, starts):
@@ -384,7 +382,7 @@ def _render(lines: list[_Line], newline: str) -> str:
                 out.append("")
             out.append(_with_comment(t, h, col if len(group) > 1 and not more else 0))
             for ln in more:
-                indent = ln.indent + (shift.get(ln.shift_cell, 0) if ln.shift_cell is not None else 0)
+                indent = ln.indent + shift.get(ln.shift_cell, 0)  # None (no head cell): no shift
                 text = " " * indent + "".join(ln.cells)
                 out.append(_with_comment(text.rstrip(), ln, 0))
         i = j

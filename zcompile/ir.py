@@ -223,6 +223,13 @@ def identity(policy: PolicyIR) -> str:
     return hashlib.sha256(msgspec.json.encode(data)).hexdigest()
 
 
+def is_artifact(path) -> bool:
+    """Whether the file at `path` starts as `dumps` writes an artifact (what `zc compile` may replace)."""
+    head = msgspec.json.encode({"format": FORMAT})[:-1] + b","
+    with open(path, "rb") as f:
+        return f.read(len(head)) == head
+
+
 def dumps(policy: PolicyIR, compiler: str) -> bytes:
     """Encode a policy into artifact bytes."""
     body = msgspec.json.encode(policy)

@@ -16,6 +16,7 @@ from . import interp
 from .errors import ZcError, did_you_mean
 from .inputs import read_file
 from .runtime import Policy
+from .source import Source
 from .state import StateError
 
 VERSION = 1
@@ -100,8 +101,7 @@ def _compose(text: str, name: str):
     try:
         loader = _yaml_loader()(text)
     except yaml.reader.ReaderError as exc:  # a character YAML does not allow, before any parsing
-        line = text.count("\n", 0, exc.position) + 1
-        col = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        line, col = Source(name, text).line_col(exc.position)
         raise ZcError(f"{name}:{line}:{col}: invalid YAML: the character U+{exc.character:04X} is not "
                       "allowed in YAML (control characters and lone surrogates)") from None
     try:

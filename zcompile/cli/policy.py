@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 import msgspec
 
+from .. import ir
 from ..errors import ZcError
 from ..outdir import new_file, refuse_foreign_file
 from .common import check_all, fail, load_policy, main, parse_call, read_json, report_diagnostics, summary
@@ -74,7 +75,7 @@ def compile_cmd(paths: tuple[str, ...], out: str, quiet: bool) -> None:
     out_dir = Path(out)
     try:
         for _, policy, _ in results:  # every target checked before any is written
-            refuse_foreign_file(out_dir / f"{policy.name}.zcp", "zc artifact", is_artifact)
+            refuse_foreign_file(out_dir / f"{policy.name}.zcp", "zc artifact", ir.is_artifact)
         out_dir.mkdir(parents=True, exist_ok=True)
         for path, policy, _ in results:
             target = out_dir / f"{policy.name}.zcp"
@@ -85,12 +86,6 @@ def compile_cmd(paths: tuple[str, ...], out: str, quiet: bool) -> None:
         fail(exc)
     except OSError as exc:
         fail(ZcError(f"{out_dir}: cannot write artifacts: {exc.strerror}"))
-
-
-def is_artifact(path: Path) -> bool:
-    """Whether `path` is a compiled artifact (what `zc compile` may replace)."""
-    with open(path, "rb") as f:
-        return f.read(16) == b'{"format":"zcp",'
 
 
 @main.command("legal")

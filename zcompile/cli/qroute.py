@@ -144,10 +144,9 @@ def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, spl
         if why:
             click.echo(f"error: {why}", err=True)
             sys.exit(2)
-    outputs = [(path, data, what, owns) for path, data, what, owns in (
-        (json_out, evals.to_json, "zc eval JSON report", evals.is_json_report),
-        (html_out, lambda r: evals.render_html(r).encode(), "zc eval HTML report", evals.is_html_report))
-        if path is not None]
+    outputs = [o for o in ((json_out, evals.to_json, "zc eval JSON report", evals.is_json_report),
+                           (html_out, lambda r: evals.render_html(r).encode(), "zc eval HTML report",
+                            evals.is_html_report)) if o[0] is not None]
     try:
         for path, _, what, owns in outputs:  # refused before the replay, not after it
             refuse_foreign_file(Path(path), what, owns)

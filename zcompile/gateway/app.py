@@ -117,6 +117,11 @@ class Gateway:
         if self._writer is not None:
             self._writer.append(r)
 
+    @property
+    def give_up_s(self) -> float:
+        """Seconds after its arrival at which a request answers 504, whatever the ladder is doing."""
+        return self.timeout_ms / 1000 + GRACE_S
+
     # ---- one request -------------------------------------------------------------------------
     def decide(self, req: ChatRequest, sink: Callable[[bytes], None] | None = None,
                started: float | None = None) -> tuple[int, dict[str, Any], str]:
@@ -151,7 +156,7 @@ class Gateway:
         CURRENT.set(ex)  # this decision's context: the upstream rung and the receipt sink read it
         schemas = [t.get("function", t) for t in offered]
         can = offer(req, kept, self.router.catalog.replies)
-        if started is not None and time.perf_counter() - started > self.timeout_ms / 1000 + GRACE_S:
+        if started is not None and time.perf_counter() - started > self.give_up_s:
             can = frozenset()  # the harness was already answered 504: record a decision that answers nothing
         d = self.router.decide(state, req.intent, task=req.task, tools=schemas or None, candidates=candidates,
                                offer=can, started=started)
@@ -294,7 +299,7 @@ def create_app(gateway: Gateway) -> Starlette:
                                                           started)
         # shielded: a decision still queued when the request answers 504 runs later all the same, so
         # that it leaves its receipt (one that answers nothing: see Gateway.decide)
-        return asyncio.ensure_future(asyncio.wait_for(asyncio.shield(work), gateway.timeout_ms / 1000 + GRACE_S))
+        return asyncio.ensure_future(asyncio.wait_for(asyncio.shield(work), gateway.give_up_s))
 
     async def _through(first: bytes, events: asyncio.Queue, task: asyncio.Future):
         """A stream that began with the upstream's text: the rest of it, then the judged end."""
