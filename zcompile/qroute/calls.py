@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..receipts.candidates import same_call
+from ..receipts.judge import accepts, strict
 from ..tools import REPLY_TAG, signature_schema
 
 
@@ -47,7 +47,8 @@ class CallOutputs:
         self.kind: list[str | None] = [None] * n
         self.arguments: list[dict | None] = [None] * n
         self.raw = [0.0] * n  # name confidence × argument confidence, before the call calibration
-        self.correct = [False] * n
+        self.correct = [False] * n  # acceptable (`receipts.judge`)
+        self.strict = [False] * n  # equal to the teacher's own step
 
 
 def call_outputs(best: list[str | None], conf: Any, decisions: list, sig: Signatures,
@@ -59,32 +60,32 @@ def call_outputs(best: list[str | None], conf: Any, decisions: list, sig: Signat
         if b is None:
             continue
         if sig.is_reply(b):
-            out.kind[i], out.raw[i], out.correct[i] = "reply", float(c), b == d.label
-            continue
-        if not sig.signed(b):
+            out.kind[i], out.raw[i] = "reply", float(c)
+        elif not sig.signed(b):
             out.kind[i] = "name"  # its arguments are unknown: never a complete call
             continue
-        if not sig.needs_arguments(b):
+        elif not sig.needs_arguments(b):
             out.kind[i], out.arguments[i], out.raw[i] = "call", {}, float(c)
-            out.correct[i] = same_call(b, {}, d.label, d.arguments)
-            continue
-        prop = propose(i, b)
-        if prop is None or prop.arguments is None:
-            out.kind[i] = "name"
-            continue
-        out.kind[i], out.arguments[i], out.raw[i] = "call", prop.arguments, float(c) * prop.confidence
-        out.correct[i] = same_call(b, prop.arguments, d.label, d.arguments)
+        else:
+            prop = propose(i, b)
+            if prop is None or prop.arguments is None:
+                out.kind[i] = "name"
+                continue
+            out.kind[i], out.arguments[i], out.raw[i] = "call", prop.arguments, float(c) * prop.confidence
+        out.correct[i] = accepts(d.acceptable, b, out.arguments[i], sig.replies)
+        out.strict[i] = strict(d.acceptable, b, out.arguments[i], sig.replies)
     return out
 
 
 def argument_examples(decisions: list, sig: Signatures) -> list:
-    """The argument model's training rows: every argument of every teacher call with arguments."""
+    """The argument model's training rows: every argument of every target call with arguments (the
+    teacher's, or the acceptable call training learns instead: `dataset.targets`)."""
     from .arguments import call_examples
 
     rows = []
     for d in decisions:
-        if d.label is not None and d.arguments is not None and sig.needs_arguments(d.label):
-            rows += call_examples(d.label, sig.params[d.label], d.candidates, d.arguments, d.task)
+        if d.target is not None and d.target_arguments is not None and sig.needs_arguments(d.target):
+            rows += call_examples(d.target, sig.params[d.target], d.candidates, d.target_arguments, d.task)
     return rows
 
 

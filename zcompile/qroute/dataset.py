@@ -8,7 +8,7 @@ import sys
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,11 @@ class Decision:
     tools: dict = field(default_factory=dict)  # offered tool schemas by name (`meta.tools`, else the policy's)
     verified: bool | None = None
     offer: frozenset[str] | None = None  # what the harness could take (`meta.offer`); None: every legal action
+    # the judge (`receipts.judge`): the calls acceptable here, the teacher's own first ((): not judged)
+    acceptable: tuple = ()
+    # what training learns (`targets`): one of the acceptable calls; else the label and its arguments
+    target: str | None = None
+    target_arguments: dict | None = None
 
 
 @dataclass
@@ -72,11 +77,37 @@ def load(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid: bool 
     """
     files = data_files(paths)
     counts: Counter = Counter()
-    out = [d for _, d in stream(paths, policy, counts, skip_invalid=skip_invalid, none_fits=none_fits,
-                                report=report) if d is not None]
+    judge = make_judge(policy)
+    out = [d for r, d in judged(stream(paths, policy, counts, skip_invalid=skip_invalid, none_fits=none_fits,
+                                       report=report), judge) if d is not None]
     if not out:
         raise ZcError("no usable receipts: every receipt was invalid, abstained or judged wrong")
-    return Dataset(out, counts, files)
+    return Dataset([with_acceptable(d, judge) for d in out], counts, files)
+
+
+def make_judge(policy: Any) -> Any:
+    """The judge of `policy`'s decisions: its side-effect-free and reply actions (strict without one)."""
+    from ..receipts.judge import Judge, lenient_actions
+    from ..tools import REPLY_TAG
+
+    replies = [a.name for a in policy.ir.actions if REPLY_TAG in a.tags] if policy is not None else ()
+    return Judge(lenient_actions(policy), replies)
+
+
+def judged(pairs: Iterable[tuple[Any, Decision | None]], judge: Any) -> Iterator[tuple[Any, Decision | None]]:
+    """`stream`'s pairs, unchanged, each receipt given to `judge` on the way (dropped ones too: a
+    call judged wrong was still made, and ends a run of reads)."""
+    from ..receipts.judge import conversation_of
+
+    for i, (r, d) in enumerate(pairs):
+        judge.add(conversation_of(r), (r.ts if r.ts is not None else math.inf, i), i, r.action,
+                  getattr(r, "arguments", None), r.gold)
+        yield r, d
+
+
+def with_acceptable(d: Decision, judge: Any) -> Decision:
+    """`d` with its acceptable calls (keyed by its position in the stream, `order[1]`)."""
+    return replace(d, acceptable=judge.acceptable(d.order[1]))
 
 
 def stream(paths: Sequence[str | Path], policy: Any, counts: Counter, *, skip_invalid: bool = False,
@@ -135,9 +166,18 @@ def _decision(r: Any, i: int, policy: Any, described: dict, counts: Counter) -> 
         if not isinstance(offer, list) or not all(isinstance(a, str) for a in offer):
             raise ZcError(f"receipt `{r.id}`: $.meta.offer: expected an array of action names")
         offer = frozenset(offer)
+    arguments = getattr(r, "arguments", None)
+    own = (label, _canonical(arguments if arguments is not None else {})) if label is not None else None
     return Decision(r.id, r.task, (r.ts if r.ts is not None else math.inf, i), r.state, root, r.intent,
-                    tuple(legal), label, r.action, r.gold, getattr(r, "arguments", None),
-                    _shared(getattr(r, "candidates", None) or ()), tools, r.verified, offer)
+                    tuple(legal), label, r.action, r.gold, arguments,
+                    _shared(getattr(r, "candidates", None) or ()), tools, r.verified, offer,
+                    (own,) if own is not None else (), label, arguments)
+
+
+def _canonical(arguments: Any) -> str | None:
+    from ..receipts.judge import canonical
+
+    return canonical(arguments)
 
 
 def _shared(candidates: Any) -> tuple:
@@ -431,3 +471,29 @@ def plain(v: Any) -> Any:
     if isinstance(v, msgspec.Struct):
         return plain(msgspec.to_builtins(v))
     return repr(v)
+
+
+def targets(pool: Sequence[Decision], replies: frozenset[str]) -> tuple[list[Decision], int]:
+    """What training learns at each decision of `pool` (train and calibration, never test): one call
+    of its acceptable set (`receipts.judge`), chosen the same way everywhere so that equal states get
+    equal targets. Where the set holds calls, the target is the call whose action is acceptable at
+    the most decisions of the pool (ties: the one the teacher makes first), so a reply the teacher
+    gave before a lookup it then made becomes that lookup; otherwise the teacher's own step. Returns
+    the decisions (targets set) and how many of them changed."""
+    from ..receipts.judge import canonical
+
+    at = Counter(a for d in pool for a in {a for a, _ in d.acceptable})
+    out, changed = [], 0
+    for d in pool:
+        calls = [(a, c) for a, c in d.acceptable if a not in replies and c is not None]
+        if len(d.acceptable) < 2 or not calls:
+            out.append(d)
+            continue
+        a, c = max(calls, key=lambda call: at[call[0]])  # max keeps the first of equals
+        args = msgspec.json.decode(c)
+        if a == d.target and canonical(d.target_arguments if d.target_arguments is not None else {}) == c:
+            out.append(d)
+            continue
+        changed += 1
+        out.append(replace(d, target=a, target_arguments=args))
+    return out, changed

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from .. import stats
+from ..receipts.judge import accepts, strict
 from .dataset import Decision
 
 RISKY_TAGS = frozenset({"destructive", "publish", "money", "credential"})
@@ -83,16 +84,14 @@ def _share(k: int, m: int, n: int) -> dict[str, Any]:
             "precision": k / m if m else None, "precision_ci": list(stats.wilson(k, m))}
 
 
-def answer_right(answer: Any, decision: Decision) -> bool:
-    """Whether an answered output equals the teacher's: a complete call needs the same action and
-    JSON-normalised arguments; a reply or a name, the same action."""
-    from .calls import same_call
-
+def answer_right(answer: Any, decision: Decision, *, judge: Any = None) -> bool:
+    """Whether an answered output is acceptable (`receipts.judge.accepts`; `judge=strict`: equal to the
+    teacher's own step): a complete call by its action and JSON-normalised arguments; a reply or a
+    name by its action."""
     if answer.action is None:
         return False
-    if answer.kind == "call":
-        return same_call(answer.action, answer.arguments, decision.label, decision.arguments)
-    return answer.action == decision.label
+    return (judge or accepts)(decision.acceptable, answer.action, answer.arguments, frozenset(),
+                              names=answer.kind != "call")
 
 
 def call_figures(answers: Sequence[Any], decisions: Sequence[Decision], sig: Any) -> dict[str, Any]:
@@ -105,8 +104,13 @@ def call_figures(answers: Sequence[Any], decisions: Sequence[Decision], sig: Any
     call_ans = [i for i, a in enumerate(answers) if a.action is not None and a.kind == "call"]
     reply_ans = [i for i, a in enumerate(answers) if a.action is not None and a.kind == "reply"]
     call_ok = sum(1 for i in call_ans if answer_right(answers[i], decisions[i]))
-    reply_ok = sum(1 for i in reply_ans if sig.is_reply(decisions[i].label))
-    return {"calls": _share(call_ok, len(call_ans), len(tool)) | {"decisions": len(tool)},
+    call_strict = sum(1 for i in call_ans if answer_right(answers[i], decisions[i], judge=strict))
+    reply_ok = sum(1 for i in reply_ans if answers[i].action == decisions[i].label)
+    off = len(call_ans) + len(reply_ans)
+    return {"calls": _share(call_ok, len(call_ans), len(tool)) | {"decisions": len(tool),
+                                                                  "strict": _share(call_strict, len(call_ans), len(tool))},
             "replies": _share(reply_ok, len(reply_ans), len(reply)) | {"handed_to_text_tier": len(reply_ans)},
+            "off_teacher": _share(call_ok + reply_ok, off, len(decisions))
+            | {"strict": _share(call_strict + reply_ok, off, len(decisions))},
             "names_incomplete": sum(1 for a in answers if a.kind == "name" and a.best is not None),
             "teacher_calls_removed": len(call_ans)}

@@ -38,6 +38,7 @@ from .manifest import MANIFEST_VERSION, Calibration, Calls, Gate, Manifest, Mode
 from .metrics import answer_right, call_figures, evaluate, risky_actions
 from .recipes import AUTO, ClassifierRecipe, recipe
 from ..receipts.candidates import as_candidates
+from ..receipts.judge import strict
 from .specialist import call_confidence
 from .report import render
 from .threshold import DELTA, GUARANTEES, NEVER, abstention_floor, choose
@@ -116,6 +117,7 @@ def distill(paths: Sequence[str | Path], policy: Any, out: str | Path, settings:
         counts, files = Counter(used=sum(len(v) for v in parts.values())), D.data_files(paths)
         splits = D.seal_all(parts)
     _warn_thin(parts, pairwise, report)
+    parts, judge = _targets(parts, policy, engine, report)
     kinds = AUTO if s.model == "auto" else (s.model,)
     spec = F.spec_for(policy.ir) if policy is not None else F.FeatureSpec(F.VERSION, (), ())
     head = dict(version=MANIFEST_VERSION, zcompile=__version__, name=name or Path(out).name,
@@ -129,8 +131,9 @@ def distill(paths: Sequence[str | Path], policy: Any, out: str | Path, settings:
             if len(kinds) > 1:
                 report.step(f"== {kind}")
             (work / kind).mkdir()
-            candidates.append(_candidate(kind, work / kind, parts, policy, spec, s, head, len(kinds), report, shared,
-                                         engine))
+            c = _candidate(kind, work / kind, parts, policy, spec, s, head, len(kinds), report, shared, engine)
+            c.manifest = msgspec.structs.replace(c.manifest, metrics=c.manifest.metrics | {"judge": judge})
+            candidates.append(c)
         best = max(candidates, key=lambda c: selection_key(c.manifest.threshold, c.oof))
         if len(kinds) > 1:
             report.step(f"   kept {best.kind} (out-of-fold evidence: " + ", ".join(
@@ -138,6 +141,27 @@ def distill(paths: Sequence[str | Path], policy: Any, out: str | Path, settings:
                 for c in candidates) + ")")
         manifest, text = _gate_and_write(best, work, policy, s, report)
     return Result(manifest, Path(out), text)
+
+
+def _targets(parts: dict[str, list[D.Decision]], policy: Any, engine: Any,
+             report: D.Report) -> tuple[dict[str, list[D.Decision]], dict[str, Any]]:
+    """Training targets from the judge (`dataset.targets`) for train and calibration, and what the
+    report says of the judge. Test decisions keep the teacher's step as their label: the judge
+    scores answers there, never chooses what they are."""
+    from ..receipts.judge import LOOKAHEAD, RULE, lenient_actions
+
+    n_train = len(parts["train"])
+    pool, changed = D.targets(parts["train"] + parts["calibration"], Signatures(policy).replies)
+    every = [d for p in D.PARTS for d in parts[p]]
+    sampled = getattr(getattr(engine, "sampling", None), "method", "all") != "all"
+    info = {"rule": RULE if not sampled else "strict: equal to the teacher's next step (a sample of the receipts "
+            "was taken, and the judge needs whole conversations)", "lenient_actions": sorted(lenient_actions(policy)),
+            "lookahead": LOOKAHEAD, "n": len(every), "more_than_strict": sum(len(d.acceptable) > 1 for d in every),
+            "targets_changed": changed, "mode": "strict" if sampled else "acceptable"}
+    if changed:
+        report.step(f"   targets: {changed} of {len(pool)} train + calibration decisions learn an acceptable "
+                    "side-effect-free call instead of the teacher's step (the judge: docs/evaluation.md)")
+    return {"train": pool[:n_train], "calibration": pool[n_train:], "test": parts["test"]}, info
 
 
 def _validate(s: Settings, policy: Any) -> None:
@@ -327,7 +351,7 @@ def _call_thresholds(best: list[str | None], conf: np.ndarray, oof: list[D.Decis
 
     out = call_outputs(best, conf, oof, sig, propose)
     kind = np.array([k or "" for k in out.kind])
-    raw, correct = np.array(out.raw), np.array(out.correct, dtype=bool)
+    raw, correct, exact = np.array(out.raw), np.array(out.correct, dtype=bool), np.array(out.strict, dtype=bool)
     is_call, is_reply = kind == "call", kind == "reply"
     is_risky = is_call & np.array([b in risky for b in best], dtype=bool)
     is_safe = is_call & ~is_risky
@@ -350,7 +374,8 @@ def _call_thresholds(best: list[str | None], conf: np.ndarray, oof: list[D.Decis
     answered = ((is_safe & (call_conf >= calls_th.tau)) | (is_risky & (call_conf >= risky_th.tau))
                 | (is_reply & (conf >= reply_th.tau)))
     figures = {"n": len(oof), "source": source, "answered": int(answered.sum()),
-               "correct": int((answered & correct).sum()), "lower_bound": calls_th.calibration_lower_bound,
+               "correct": int((answered & correct).sum()), "strict_correct": int((answered & exact).sum()),
+               "lower_bound": calls_th.calibration_lower_bound,
                "calls_complete": int(is_call.sum()), "risky_calls_complete": int(is_risky.sum()),
                "names_incomplete": int((kind == "name").sum()),
                "replies": int(is_reply.sum()), "ece": stats.ece(conf, correct.astype(float)),
@@ -368,9 +393,13 @@ def _test_figures(rec: Any, sp: Any, x: Any, test: list[D.Decision], cal: Calibr
         return evaluate(best, conf, rec.correct(best, test), test, answered, risky_actions(policy), full, labels)
     answers = [sp.decide(d.state, d.legal, d.candidates) for d in test]
     ok = np.array([answer_right(a, d) for a, d in zip(answers, test)], dtype=bool)
+    exact = np.array([answer_right(a, d, judge=strict) for a, d in zip(answers, test)], dtype=bool)
     answered = np.array([a.action is not None for a in answers], dtype=bool)
     metrics = evaluate([a.best for a in answers], np.array([a.confidence for a in answers]), ok, test, answered,
                        risky_actions(policy), full, labels)
+    k, m = int((exact & answered).sum()), int(answered.sum())
+    metrics["strict"] = {"answered": m, "correct": k, "precision": k / m if m else None,
+                         "precision_ci": list(stats.wilson(k, m))}
     metrics.update(call_figures(answers, test, sig))
     return metrics
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ZcError
+from ..receipts.judge import accepts
 from . import features as F
 from .calibrate import fit_platt, fit_temperature
 from .dataset import Decision, Report, plain
@@ -56,7 +57,7 @@ class ClassifierRecipe:
         self.index = {a: i for i, a in enumerate(self.actions)}
 
     def labels(self, decisions: Sequence[Decision]) -> np.ndarray:
-        return np.array([self.index[d.label] if d.label in d.legal and d.label in self.index else -1
+        return np.array([self.index[d.target] if d.target in d.legal and d.target in self.index else -1
                          for d in decisions], dtype=np.int64)
 
     def _on_actions(self, probs: np.ndarray, classes: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -93,7 +94,8 @@ class ClassifierRecipe:
         return best, top, full
 
     def correct(self, best: Sequence[str | None], decisions: Sequence[Decision]) -> np.ndarray:
-        return np.array([b is not None and b == d.label for b, d in zip(best, decisions)], dtype=bool)
+        return np.array([accepts(d.acceptable, b, None, frozenset(), names=True) for b, d in zip(best, decisions)],
+                        dtype=bool)
 
 
 class TabularRecipe(ClassifierRecipe):

@@ -79,15 +79,18 @@ def render(m: Manifest) -> str:
         f"| {t['n']} | {t['answered']} | {t['coverage']:.3f} | {_f(t['precision'])} | [{lo:.3f}, {hi:.3f}] | "
         f"{t['precision_upper_one_sided']:.3f} | {_f(t['ece'])} | {_f(t['aurc'])} | {t['latency_us']['p50']:.1f} | "
         f"{t['latency_us']['p99']:.1f} |", "",
+        *_judge_lines(t),
         f"The test split refuses promotion only when its upper bound falls below the target; a Wilson lower "
         f"bound of {m.threshold.target_precision:g} would need at least {need} answers, all right "
         f"(this split gave {t['answered']}).", "",
     ]
     if "calls" in t:
         c, r = t["calls"], t["replies"]
+        s = c.get("strict", c)
         lines += [f"Complete calls (name and arguments, JSON-normalised): {c['answered']} of the {c['n']} tool-call "
-                  f"decisions answered, {c['correct']} right (precision {_f(c['precision'])} "
-                  f"[{c['precision_ci'][0]:.3f}, {c['precision_ci'][1]:.3f}]); teacher calls removed: "
+                  f"decisions answered, {c['correct']} acceptable (precision {_f(c['precision'])} "
+                  f"[{c['precision_ci'][0]:.3f}, {c['precision_ci'][1]:.3f}]), {s['correct']} strict (precision "
+                  f"{_f(s['precision'])} [{s['precision_ci'][0]:.3f}, {s['precision_ci'][1]:.3f}]); teacher calls removed: "
                   f"{t['teacher_calls_removed']}. Text replies: {r['handed_to_text_tier']} handed to a text tier, "
                   f"{r['correct']} of them where the teacher replied (of its {r['n']} replies; precision {_f(r['precision'])} "
                   f"[{r['precision_ci'][0]:.3f}, {r['precision_ci'][1]:.3f}]). Calls whose arguments could not "
@@ -121,6 +124,22 @@ def render(m: Manifest) -> str:
     if (p := t.get("promotion")) is not None:
         lines += ["## Promotion on shadow evidence", "", _promotion_line(p), ""]
     return "\n".join(lines)
+
+
+def _judge_lines(t: dict[str, Any]) -> list[str]:
+    """Precision under both judges on the test split, and the judge's rule with its n."""
+    if "strict" not in t:
+        return []
+    s, j = t["strict"], t.get("judge", {})
+    lo, hi = s["precision_ci"]
+    out = [f"Judged strictly (equal to the teacher's next step): {s['correct']} of {s['answered']} answers right "
+           f"(precision {_f(s['precision'])} [{lo:.3f}, {hi:.3f}]); the table above judges them acceptable."]
+    if j:
+        out.append(f"The judge ({j['mode']}): {j['rule']}. Side-effect-free actions: "
+                   + (", ".join(f"`{a}`" for a in j["lenient_actions"]) or "none")
+                   + f". Of the {j['n']} decisions, {j['more_than_strict']} have more than the strict answer "
+                   f"acceptable; training learns another acceptable call at {j['targets_changed']} of them.")
+    return [*out, ""]
 
 
 def _promotion_line(p: dict[str, Any]) -> str:
