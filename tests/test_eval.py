@@ -113,8 +113,12 @@ def test_hand_computed_figures(setup):
     assert c["p50_us"] > 0 and o["p99_us"] >= o["p50_us"]
     # every action declares an empty signature: each answered name is a complete call
     assert rep["calls"] == {"n": 4, "answered": 4, "correct": 2, "coverage": 1.0, "precision": 0.5,
-                            "precision_ci": list(stats.wilson(2, 4))}
+                            "precision_ci": list(stats.wilson(2, 4)),
+                            "acceptable": {"correct": 2, "precision": 0.5, "precision_ci": list(stats.wilson(2, 4))}}
     assert (o["complete"], o["complete_correct"], o["handed_to_text_tier"]) == (4, 2, 0)
+    # `lookup` reads, but no task here makes a lookup after another step: both judges agree
+    assert rep["judge"]["lenient_actions"] == ["lookup"] and rep["judge"]["more_than_strict"] == 0
+    assert o["acceptable"]["correct"] == o["correct"] and rep["off_teacher"]["taken"] == 4
 
 
 def test_bare_names_remove_no_teacher_call(setup):

@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import stats
 from ..receipts.candidates import same_call
+from ..receipts.judge import accepts
 from ..router.shadow import committed, label_of, record_right
 from .replay import Replay
 
@@ -33,12 +34,25 @@ def percentiles(times: Sequence[float]) -> tuple[float | None, float | None]:
 
 
 def call_correct(r: Replay) -> bool:
-    """A complete output equal to the label: the same name, and for a call the same arguments as
-    JSON (unknown label arguments never match)."""
+    """A complete output equal to the label (strict): the same name, and for a call the same arguments
+    as JSON (unknown label arguments never match)."""
     if not r.complete or r.action != r.label:
         return False
     return r.kind == "reply" or (r.label_arguments is not None and same_call(r.action, r.arguments, r.label,
                                                                              r.label_arguments))
+
+
+def call_acceptable(r: Replay) -> bool:
+    """A complete output the judge accepts (`receipts.judge.accepts`): strict, or a side-effect-free
+    call the teacher made later before any other call."""
+    return r.complete and (call_correct(r) or accepts(r.acceptable, r.action, r.arguments, frozenset(),
+                                                      names=r.kind == "reply"))
+
+
+def name_acceptable(r: Replay) -> bool:
+    """The answer's action is the label's, or that of an acceptable call (name level)."""
+    return r.action is not None and (r.action == r.label or accepts(r.acceptable, r.action, None, frozenset(),
+                                                                    names=True))
 
 
 class Sample:
@@ -71,8 +85,9 @@ class Tally:
     """What the figures read of a set of replayed decisions (those handed to a rung, or those it
     answered), counted as they go by."""
 
-    __slots__ = ("n", "no_label", "handed_on", "exposed", "correct", "fit", "fit_correct", "complete",
-                 "complete_correct", "judged_teacher", "agree_teacher", "judged_gold", "agree_gold", "dangerous")
+    __slots__ = ("n", "no_label", "handed_on", "handed_right", "exposed", "correct", "acceptable", "fit",
+                 "fit_correct", "complete", "complete_correct", "complete_acceptable", "judged_teacher",
+                 "agree_teacher", "judged_gold", "agree_gold", "dangerous")
 
     def __init__(self) -> None:
         for k in self.__slots__:
@@ -83,14 +98,17 @@ class Tally:
         right = r.action == r.label
         self.no_label += r.label is None
         self.handed_on += r.handed_on
+        self.handed_right += r.handed_on and r.best is not None and r.best == r.label
         self.exposed += r.exposed
         self.correct += right
+        self.acceptable += name_acceptable(r)
         if r.label is not None:
             self.fit += 1
             self.fit_correct += right
         if r.complete:
             self.complete += 1
             self.complete_correct += call_correct(r)
+            self.complete_acceptable += call_acceptable(r)
         if r.teacher is not None or r.label is None:
             self.judged_teacher += 1
             self.agree_teacher += r.action == r.teacher
@@ -122,6 +140,7 @@ def figures(handed: Tally, answered: Tally, n: int, times: np.ndarray, timed: in
     precision = rate(answered.correct, m)
     declined = handed.no_label - answered.no_label
     complete_precision = rate(answered.complete_correct, answered.complete)
+    acceptable, complete_acceptable = rate(answered.acceptable, m), rate(answered.complete_acceptable, answered.complete)
     p50, p99 = percentiles(times)
     return {
         "reached": handed.n,
@@ -137,6 +156,10 @@ def figures(handed: Tally, answered: Tally, n: int, times: np.ndarray, timed: in
         "complete_precision": complete_precision["rate"],
         "complete_precision_ci": complete_precision["ci"],
         "handed_to_text_tier": handed.handed_on if hands_on else 0,
+        "handed_precision": rate(handed.handed_right if hands_on else 0, handed.handed_on if hands_on else 0),
+        "acceptable": {"correct": acceptable["k"], "precision": acceptable["rate"], "precision_ci": acceptable["ci"],
+                       "complete_correct": complete_acceptable["k"], "complete_precision": complete_acceptable["rate"],
+                       "complete_precision_ci": complete_acceptable["ci"]},
         "agreement_teacher": agreement(answered, declined, "teacher"),
         "agreement_gold": agreement(answered, declined, "gold"),
         "precision_where_fits": rate(answered.fit_correct, answered.fit),
@@ -168,14 +191,16 @@ class Ledger:
     """Every figure of a report, gathered one replayed decision at a time (`add`)."""
 
     def __init__(self, risky: frozenset[str], tau: float, *, compiler: bool = True, sample: int = SAMPLE,
-                 keep_rows: bool = False) -> None:
+                 keep_rows: bool = False, text_tier: Any = None) -> None:
         self.risky, self.tau, self.compiler = risky, tau, compiler
+        self.text_tier = text_tier  # the policy's text tier (`ir.TierDef`): handed-on replies go there
         self.n = 0
         self.every, self.by_compiler, self.past_compiler = Tally(), Tally(), Tally()
         self.by_specialist, self.past_specialist, self.by_ladder = Tally(), Tally(), Tally()  # past: not answered by
         self.by_tier: dict[str, Tally] = {}  # LLM tiers that answered, by name
         self.remote = self.skipped = 0
-        self.calls_n = self.calls_answered = self.calls_correct = 0
+        self.calls_n = self.calls_answered = self.calls_correct = self.calls_acceptable = 0
+        self.off = [0, 0, 0, 0]  # taken off the teacher: answered, strict right, acceptable right, handed replies
         self.removed = self.names = 0
         self.at_tau = [0, 0]  # answered at τ by the specialist's own confidence, and right
         self.tasks: set[str] = set()
@@ -206,6 +231,17 @@ class Ledger:
             if r.kind == "call":
                 self.calls_answered += 1
                 self.calls_correct += call_correct(r)
+                self.calls_acceptable += call_acceptable(r)
+            if r.complete:
+                self.off[0] += 1
+                self.off[1] += call_correct(r)
+                self.off[2] += call_acceptable(r)
+        if r.rung == "remote" and r.handed_on and self.text_tier is not None:  # the text tier writes it live
+            right = r.best is not None and r.best == r.label
+            self.off[0] += 1
+            self.off[1] += right
+            self.off[2] += right
+            self.off[3] += 1
         self.calls_n += r.label_is_call
         self.times.add(r.compiler_us, r.compiler_us + r.specialist_us)
         if r.consulted:
@@ -239,26 +275,43 @@ class Ledger:
         label is a tool call, coverage answered / n, precision correct / answered (a call answered
         where the teacher replied is answered and wrong)."""
         n, answered = self.calls_n, self.calls_answered
-        p = rate(self.calls_correct, answered)
+        p, a = rate(self.calls_correct, answered), rate(self.calls_acceptable, answered)
         return {"n": n, "answered": answered, "correct": p["k"], "coverage": answered / n if n else 0.0,
-                "precision": p["rate"], "precision_ci": p["ci"]}
+                "precision": p["rate"], "precision_ci": p["ci"],
+                "acceptable": {"correct": a["k"], "precision": a["rate"], "precision_ci": a["ci"]}}
+
+    def off_teacher(self) -> dict[str, Any]:
+        """Decisions taken off the teacher: complete outputs of the local rungs (checked calls, replies a
+        local tier wrote) and, when the policy declares a text tier, the replies the specialist handed
+        to it; their share of all n with its Wilson 95% interval, and precision strict and acceptable."""
+        taken, right, ok, handed = self.off
+        share = rate(taken, self.n)
+        strict_p, acc_p = rate(right, taken), rate(ok, taken)
+        return {"n": self.n, "taken": taken, "share": share["rate"] or 0.0, "share_ci": share["ci"],
+                "handed_to_text_tier": handed, "text_tier": self.text_tier.name if self.text_tier else None,
+                "strict": {"correct": right, "precision": strict_p["rate"], "precision_ci": strict_p["ci"]},
+                "acceptable": {"correct": ok, "precision": acc_p["rate"], "precision_ci": acc_p["ci"]}}
 
     def cost(self, policy: Any) -> dict[str, Any]:
         """What sending everything to the teacher costs against the ladder: a teacher call is removed
         only by a complete, checked output (a bare name still needs the teacher for its arguments)."""
-        n, removed = self.n, self.removed
+        n, removed, handed = self.n, self.removed, self.off[3]
         remote = next((t for t in policy.ir.tiers if t.name == "remote"), None) if policy is not None else None
         unit = remote.cost if remote is not None and remote.cost is not None else None
         per_call = float(unit) if unit is not None else 1.0
+        text_cost = float(self.text_tier.cost or 0) if self.text_tier is not None else 0.0
+        saved = removed * per_call + handed * (per_call - text_cost)
         return {
             "unit": "remote tier cost" if unit is not None else "teacher calls",
             "per_teacher_call": per_call,
             "all_to_teacher": n * per_call,
-            "with_ladder": (n - removed) * per_call,
-            "saved": removed * per_call,
-            "teacher_calls_removed": removed,
+            "with_ladder": n * per_call - saved,
+            "saved": saved,
+            "teacher_calls_removed": removed + handed,
+            "replies_to_text_tier": handed,
+            "per_text_tier_reply": text_cost,
             "names_answered_not_removed": self.names,
-            "cost_saved_share": removed / n if n else 0.0,
+            "cost_saved_share": saved / (n * per_call) if n else 0.0,
         }
 
     def curve(self, points: int = 50) -> dict[str, Any]:

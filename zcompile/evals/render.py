@@ -28,15 +28,19 @@ def _table_rows(rep: dict[str, Any]) -> list[list[str]]:
     """The per-rung table: header, compiler (with a policy), specialist, remote, overall; for a pairwise
     specialist also the share not answered where no offered action fits."""
     pairwise = _pairwise(rep)
-    head = ["rung", "reached", "answered", "coverage", "precision", "Wilson 95%", "complete (right)",
+    head = ["rung", "reached", "answered", "coverage", "precision", "Wilson 95%", "acceptable [Wilson 95%]",
+            "complete (right: strict/acceptable)",
             "handed to text", "danger exp/sel", "p50 µs", "p99 µs"] + (["precision where an action fits [Wilson 95%] (k/n)",
                                     "abstained where none fits [Wilson 95%] (k/n)"] if pairwise else [])
     out = [head]
     for name, t in (*rep["tiers"].items(), ("overall", rep["overall"])):
         lo, hi = t["precision_ci"]
+        a = t.get("acceptable", {"precision": t["precision"], "precision_ci": t["precision_ci"],
+                                 "complete_correct": t["complete_correct"]})
         out.append([name, str(t["reached"]), str(t["answered"]), _num(t["coverage"]), _num(t["precision"]),
                     f"[{lo:.3f}, {hi:.3f}]" if t["answered"] else "-",
-                    f"{t['complete']} ({t['complete_correct']})", str(t["handed_to_text_tier"]),
+                    _p(a) if t["answered"] else "-",
+                    f"{t['complete']} ({t['complete_correct']}/{a['complete_correct']})", str(t["handed_to_text_tier"]),
                     f"{t['dangerous_exposed']}/{t['dangerous_selected']}",
                     _num(t["p50_us"], ".1f"), _num(t["p99_us"], ".1f")]
                    + ([_share(t["precision_where_fits"]), _share(t["abstained_where_none_fits"])] if pairwise else []))
@@ -75,9 +79,11 @@ def _none_fits_line(rep: dict[str, Any]) -> str:
 
 def _cost_line(rep: dict[str, Any]) -> str:
     c = rep["cost"]
-    return (f"teacher calls removed (complete, checked outputs only): {c['teacher_calls_removed']} of {rep['n']} "
-            f"({c['cost_saved_share']:.1%}); cost saved {c['saved']:g} of {c['all_to_teacher']:g} "
-            f"({c['unit']})")
+    text = (f"; {c['replies_to_text_tier']} of them replies priced at the text tier's {c['per_text_tier_reply']:g}"
+            if c.get("replies_to_text_tier") else "")
+    return (f"teacher calls removed (complete, checked outputs only): {c['teacher_calls_removed']} of {rep['n']}"
+            f"{text}; cost saved {c['saved']:g} of {c['all_to_teacher']:g} ({c['cost_saved_share']:.1%}, "
+            f"{c['unit']})")
 
 
 def _calls_line(rep: dict[str, Any]) -> str:
@@ -85,9 +91,61 @@ def _calls_line(rep: dict[str, Any]) -> str:
     if not c["answered"]:
         return f"complete tool calls (name and arguments): none answered of n = {c['n']} tool-call decisions"
     lo, hi = c["precision_ci"]
+    a = c.get("acceptable", c)
     return (f"complete tool calls (name and arguments): {c['answered']} answered of n = {c['n']} tool-call "
-            f"decisions (coverage {c['coverage']:.3f}), precision {_num(c['precision'])} [{lo:.3f}, {hi:.3f}] "
-            f"({c['correct']}/{c['answered']})")
+            f"decisions (coverage {c['coverage']:.3f}), precision acceptable {_num(a['precision'])} "
+            f"[{a['precision_ci'][0]:.3f}, {a['precision_ci'][1]:.3f}] ({a['correct']}/{c['answered']}), "
+            f"strict {_num(c['precision'])} [{lo:.3f}, {hi:.3f}] ({c['correct']}/{c['answered']})")
+
+
+def _p(x: dict[str, Any]) -> str:
+    """`precision [lo, hi] (k/n)` of a {correct, precision, precision_ci} figure answered of `n`."""
+    return f"{_num(x['precision'])} [{x['precision_ci'][0]:.3f}, {x['precision_ci'][1]:.3f}]"
+
+
+def headline(rep: dict[str, Any]) -> str:
+    """The one line that leads: the share of decisions taken off the expensive model, with its
+    precision under both judges, n and intervals."""
+    o = rep["off_teacher"]
+    lo, hi = o["share_ci"]
+    tier = (f", {o['handed_to_text_tier']} of them replies handed to the text tier `{o['text_tier']}`"
+            if o["text_tier"] else " (the policy declares no text tier: handed-on replies still reach the teacher)")
+    return (f"taken off the expensive model: {o['taken']} of {o['n']} decisions ({o['share']:.1%} [{lo:.3f}, "
+            f"{hi:.3f}]){tier}; precision acceptable {_p(o['acceptable'])}, strict {_p(o['strict'])}")
+
+
+def _handed_line(rep: dict[str, Any]) -> str | None:
+    o = rep["overall"]
+    if not o["handed_to_text_tier"]:
+        return None
+    h = o["handed_precision"]
+    return (f"replies handed to a text tier: {o['handed_to_text_tier']}, of which the teacher replied at "
+            f"{_share(h)} (reply-recognition precision, Wilson 95%)")
+
+
+def _judge_line(rep: dict[str, Any]) -> str | None:
+    j = rep.get("judge")
+    if j is None:
+        return None
+    lenient = ", ".join(j["lenient_actions"]) or "none"
+    return (f"the judge: {j['rule']} (side-effect-free: {lenient}); {j['more_than_strict']} of n = {j['n']} "
+            "decisions have more than the strict answer acceptable")
+
+
+def _floor_line(rep: dict[str, Any]) -> str | None:
+    f = rep.get("noise_floor")
+    if f is None:
+        return None
+    if not f["decisions"]:
+        return ("noise floor: no state of a task was met in two or more conversations (trials), so the "
+                "teacher's consistency with itself is not measured here")
+    s, a = f["strict"], f["acceptable"]
+    sp = rep["tiers"]["specialist"]
+    return (f"noise floor: at {f['states']} states met in several trials ({f['decisions']} decisions, "
+            f"{f['pairs']} pairs) the teacher agrees with itself {_num(s['rate'])} [{s['ci'][0]:.3f}, "
+            f"{s['ci'][1]:.3f}] strictly, {_num(a['rate'])} [{a['ci'][0]:.3f}, {a['ci'][1]:.3f}] acceptably "
+            f"({f['interval']}); the specialist answers {sp['coverage']:.1%} of all decisions at acceptable "
+            f"precision {_num(sp['acceptable']['precision'])}, strict {_num(sp['precision'])}")
 
 
 def _power_line(name: str, p: dict[str, Any]) -> str:
@@ -140,11 +198,13 @@ def render_text(rep: dict[str, Any]) -> str:
     for r in rows:
         lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
     o = rep["overall"]
-    lines += ["", f"overall precision {_num(o['precision'])} [{o['precision_ci'][0]:.3f}, "
-              f"{o['precision_ci'][1]:.3f}] on {o['answered']} answered of n = {rep['n']}; "
-              + _cost_line(rep), _calls_line(rep)]
-    if o["handed_to_text_tier"]:
-        lines.append(f"replies handed to a text tier: {o['handed_to_text_tier']} (not answered here)")
+    if "off_teacher" in rep:
+        lines[:0] = [headline(rep)]
+    a = o.get("acceptable", {"precision": o["precision"], "precision_ci": o["precision_ci"]})
+    lines += ["", f"overall precision (name level) acceptable {_p(a)}, strict {_num(o['precision'])} "
+              f"[{o['precision_ci'][0]:.3f}, {o['precision_ci'][1]:.3f}] on {o['answered']} answered of "
+              f"n = {rep['n']}; " + _cost_line(rep), _calls_line(rep)]
+    lines += [x for x in (_handed_line(rep), _judge_line(rep), _floor_line(rep)) if x is not None]
     if (line := _specialist_line(rep)) is not None:
         lines.append(line)
     lines += power_lines(rep)
@@ -223,9 +283,13 @@ def render_html(rep: dict[str, Any]) -> str:
             ["teacher calls removed (complete, checked outputs)", f"{c['teacher_calls_removed']} of {rep['n']}"],
             ["bare names answered (the teacher still gives the arguments)", str(c["names_answered_not_removed"])]]
     k = rep["calls"]
-    calls = [["tool-call decisions (n)", "answered", "correct", "coverage", "precision", "Wilson 95%"],
-             [str(k["n"]), str(k["answered"]), str(k["correct"]), _num(k["coverage"]), _num(k["precision"]),
-              f"[{k['precision_ci'][0]:.3f}, {k['precision_ci'][1]:.3f}]" if k["answered"] else "-"]]
+    ka = k.get("acceptable", k)
+    calls = [["tool-call decisions (n)", "answered", "coverage", "strict: correct", "precision", "Wilson 95%",
+              "acceptable: correct", "precision", "Wilson 95%"],
+             [str(k["n"]), str(k["answered"]), _num(k["coverage"]), str(k["correct"]), _num(k["precision"]),
+              f"[{k['precision_ci'][0]:.3f}, {k['precision_ci'][1]:.3f}]" if k["answered"] else "-",
+              str(ka["correct"]), _num(ka["precision"]),
+              f"[{ka['precision_ci'][0]:.3f}, {ka['precision_ci'][1]:.3f}]" if k["answered"] else "-"]]
     shadow = [["specialist", "asked", "answered", "agreement", "Wilson 95%", "95% lower bound"]]
     for name, s in rep.get("shadow", {}).items():
         shadow.append([name, str(s["asked"]), str(s["answered"]),
@@ -245,4 +309,6 @@ def render_html(rep: dict[str, Any]) -> str:
         rc_note=f"On the {rc['n']} decisions the specialist was asked ({asked}): AURC {_num(rc['aurc'])}, "
                 f"ECE {_num(rc['ece'])}.",
         curve=curve_geometry(rc, rep["specialist"]["target_precision"]),
-        unseen=", ".join(rep["unseen_task_examples"]), examples=EXAMPLES, power=power_lines(rep))
+        unseen=", ".join(rep["unseen_task_examples"]), examples=EXAMPLES, power=power_lines(rep),
+        lead=headline(rep) if "off_teacher" in rep else None, handed=_handed_line(rep), judge=_judge_line(rep),
+        floor=_floor_line(rep))

@@ -46,6 +46,7 @@ class Replay:
     best: str | None  # the specialist's top legal action, answered or not
     compiler_us: float
     specialist_us: float
+    acceptable: tuple = ()  # the judge's acceptable calls (`receipts.judge`), the teacher's own first
 
     @property
     def complete(self) -> bool:
@@ -233,6 +234,7 @@ def _row(d: Any, dec: Any, catalog: Catalog, risky: frozenset[str], recorded: An
         sp.action if consulted else None,
         dec.legal_ms * 1000,
         sp.latency_ms * 1000 if consulted else 0.0,
+        d.acceptable,
     )
 
 

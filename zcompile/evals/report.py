@@ -4,6 +4,7 @@ router and count the figures as they go (memory bounded: nothing per decision is
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from ..errors import ZcError
 from ..router.shadow import receipt_arguments
 from ..runtime import Policy
 from . import metrics
+from .floor import NoiseFloor
 from .replay import SPLITS, Seal, check_policy, replays, risky_actions
 
 
@@ -27,9 +29,10 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
     `progress`: a `qroute.Report` whose `bar` wraps the pass over the receipts. `sample`: latencies
     and the risk–coverage curve are exact up to this many decisions, then from a uniform sample.
 
-    The receipts are read once, one at a time: each is validated and converted to a decision as
-    `zc distill` does, sealed against the specialist's manifest and, when held out, replayed;
-    every figure is a counter (`metrics.Ledger`).
+    The receipts are read twice, one at a time: first for the judge (`receipts.judge`: what each
+    conversation did next, a few values per decision), then each is validated and converted to a
+    decision as `zc distill` does, sealed against the specialist's manifest and, when held out,
+    replayed; every figure is a counter (`metrics.Ledger`), besides the noise floor's groups.
 
     Raises:
         ZcError: unreadable or invalid receipts (without a policy: receipts that do not list their
@@ -37,6 +40,7 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
             `allow_trained`, nothing held out, an unknown split, a policy missing or given wrongly.
     """
     from ..qroute.dataset import Report, rows_in, stream
+    from ..receipts.judge import LOOKAHEAD, RULE, conversation_of
 
     if split not in SPLITS:
         raise ZcError(f"unknown split `{split}` (choose test or all)")
@@ -50,18 +54,29 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
     counts: Counter = Counter()
     sealer = Seal(m, split, allow_trained)
     shadows = metrics.Shadows()
+    judge = _judge(paths, policy, progress, length)
+    floor = NoiseFloor(policy)
     received = stream(paths, policy, counts, skip_invalid=skip_invalid,
                       none_fits=getattr(specialist, "pairwise", False), report=progress,
                       label="replaying receipts", length=length)
+    more = 0
 
     def held_out() -> Iterator[tuple[Any, Any]]:
+        nonlocal more
+        seen: Counter = Counter()
         for r, d in received:
             shadows.add(r)
+            key = (r.id, seen[r.id])
+            seen[r.id] += 1
             if d is not None and sealer.admit(d):
+                d = replace(d, acceptable=judge.acceptable(key))
+                more += len(d.acceptable) > 1
+                floor.add(d, conversation_of(r))
                 yield d, receipt_arguments(r)
 
+    text_tier = next((t for t in policy.ir.tiers if getattr(t, "text", False)), None) if policy is not None else None
     led = metrics.Ledger(risky_actions(policy), m.threshold.tau, compiler=policy is not None, sample=sample,
-                         keep_rows=decisions)
+                         keep_rows=decisions, text_tier=text_tier)
     for row in replays(held_out(), policy, specialist, tiers=tiers):
         led.add(row)
     if not counts["used"]:
@@ -70,6 +85,7 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
     n = led.n
     overall = led.overall()
     calls, target = led.calls(), m.threshold.target_precision
+    off = led.off_teacher()
     out = {
         "n": n,
         "policy": {"name": policy.name, "sha256": policy.sha256} if policy is not None else None,
@@ -83,7 +99,11 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
         "tiers": led.tiers(),
         "remote": {"reached": led.remote},
         "overall": overall,
+        "off_teacher": off,
         "calls": calls,
+        "judge": {"rule": RULE, "lookahead": LOOKAHEAD, "lenient_actions": sorted(judge.lenient), "n": n,
+                  "more_than_strict": more},
+        "noise_floor": floor.figures(),
         "power": {"overall": metrics.power(overall["answered"], n, target),
                   "calls": metrics.power(calls["answered"], calls["n"], target)},
         "cost": led.cost(policy),
@@ -96,6 +116,25 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
     if led.rows is not None:
         out["decisions"] = led.rows
     return out
+
+
+def _judge(paths: Sequence[str], policy: Policy | None, progress: Any, length: int) -> Any:
+    """The judge over every receipt of `paths`, keyed by (id, occurrence): the first pass (an invalid
+    line is left out here; the second pass refuses it, or skips it too under --skip-invalid)."""
+    from ..qroute.dataset import make_judge
+    from ..receipts import ReceiptError, read
+    from ..receipts.judge import conversation_of
+
+    judge = make_judge(policy)
+    seen: Counter = Counter()
+    try:
+        for i, r in enumerate(progress.bar(read(paths, skip_invalid=True), "judging receipts", length)):
+            judge.add(conversation_of(r), (r.ts if r.ts is not None else float("inf"), i), (r.id, seen[r.id]),
+                      r.action, receipt_arguments(r), r.gold)
+            seen[r.id] += 1
+    except (ReceiptError, OSError):  # the second pass refuses it, naming its place, before any figure
+        pass
+    return judge
 
 
 def run(policy: Policy | None, specialist_dir: str | Path, paths: Sequence[str | Path], **kw: Any) -> dict[str, Any]:
