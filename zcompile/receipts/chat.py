@@ -21,7 +21,8 @@ from .io import decoded_lines
 __all__ = ["EXTRACT_VERSION", "RESPOND", "SHAPES", "TOOL_TEXT_LIMIT", "ChatMessage", "ChatSummary", "Decision",
            "call_arguments", "decision", "decision_state", "default_extract", "extractor_name", "import_chat", "load_extractor"]
 
-EXTRACT_VERSION = 2  # 1: roles, last texts, counts, history; 2: + last.result, recent.*, mentioned.*, reused.*
+EXTRACT_VERSION = 3  # 1: roles, last texts, counts, history; 2: + last.result, recent.*, mentioned.*, reused.*;
+# 3: + unused.* (an identifier the user gave that no call used yet), calls_since_user
 RESPOND = "respond"  # the action of an assistant message without a tool call (a text reply)
 TOOL_TEXT_LIMIT = 2000  # characters of the last tool message kept in `last.tool_text`
 MAX_ARGUMENT_DEPTH = 64  # arguments nested deeper are refused (kept as unknown), so receipts stay readable
@@ -140,7 +141,9 @@ class ChatSummary:
         self.history: dict[str, None] = {}  # an insertion-ordered set: tools in first-call order
         self.recent: list[str] = []  # the last two actions, most recent first
         self.mentions: dict[str, set[str]] = {}  # argument -> values of its shape in the last user message
+        self.given: dict[str, set[str]] = {arg: set() for arg in SHAPES}  # ... in any user message so far
         self.used: dict[str, set[str]] = {arg: set() for arg in SHAPES}  # argument -> values passed
+        self.since_user = 0  # tool calls since the last user message
 
     def add(self, m: dict) -> None:
         """Take one more message into the summary."""
@@ -153,6 +156,7 @@ class ChatSummary:
                 fn = call["function"]
                 self.tool = fn["name"]
                 self.tool_calls += 1
+                self.since_user += 1
                 self.history.setdefault(fn["name"], None)
                 args, _ = call_arguments(fn.get("arguments"))
                 for key, value in _strings_by_key(args or {}, self.used):
@@ -165,6 +169,9 @@ class ChatSummary:
             self.user_turns += 1
             self.user_text = _text(m.get("content"))
             self.mentions = {arg: set(rx.findall(self.user_text)) for arg, rx in _SHAPE_RE.items()}
+            for arg, values in self.mentions.items():
+                self.given[arg] |= values
+            self.since_user = 0
         elif role == "tool":
             content = _text(m.get("content"))
             self.tool_text = content[:TOOL_TEXT_LIMIT]
@@ -182,8 +189,9 @@ class ChatSummary:
         state["recent"] = dict(zip(("action1", "action2"), self.recent))
         state["mentioned"] = {arg: bool(self.mentions.get(arg)) for arg in SHAPES}
         state["reused"] = {arg: not self.mentions.get(arg, set()).isdisjoint(self.used[arg]) for arg in SHAPES}
+        state["unused"] = {arg: bool(self.given[arg] - self.used[arg]) for arg in SHAPES}
         state.update(turn=self.turn, user_turns=self.user_turns, tool_calls=self.tool_calls,
-                     history=list(self.history))
+                     calls_since_user=self.since_user, history=list(self.history))
         return state
 
 
@@ -197,7 +205,10 @@ def default_extract(messages: list[dict], index: int, conversation: dict) -> dic
     `recent.action2` (the last two actions, a tool or `respond`); for each argument of SHAPES,
     `mentioned.<argument>` (a value of its shape is in the last user message) and
     `reused.<argument>` (such a value was already passed as that argument in an earlier call);
-    `turn`, `user_turns`, `tool_calls`, `history`.
+    `unused.<argument>` (a value of its shape is in some user message so far and was not passed as
+    that argument by any earlier call: `unused.user_id` is "the user gave an id not looked up yet");
+    `turn`, `user_turns`, `tool_calls`, `calls_since_user` (tool calls since the last user
+    message: the lookups made for the current request), `history`.
 
     Args:
         messages: the conversation's messages as dicts (`role`, `content`, `tool_calls`, …).
