@@ -172,6 +172,36 @@ def test_extractor_v2_fields():
     assert s["reused"] == {**dict.fromkeys(SHAPES, False), "origin": True, "date": True}
 
 
+def test_extractor_v3_fields():
+    """`unused.<argument>`: an identifier the user gave (in any message so far) that no call passed yet;
+    `calls_since_user`: tool calls since the last user message."""
+    msgs = [{"role": "system", "content": "p"},
+            {"role": "user", "content": "I am mia_li_3668, reservation ABC123"},   # 1
+            tool_call("get_user_details", '{"user_id": "mia_li_3668"}'),           # 2
+            {"role": "tool", "content": '{"name": "Mia"}'},                        # 3
+            tool_call("think", '{"thought": "t"}'),                                # 4
+            {"role": "tool", "content": ""},                                       # 5
+            {"role": "assistant", "content": "Which flight?"},                     # 6
+            {"role": "user", "content": "the one on 2024-05-20"},                  # 7
+            tool_call("get_reservation_details", '{"reservation_id": "ABC123"}'),  # 8
+            {"role": "tool", "content": "{}"},                                     # 9
+            {"role": "assistant", "content": "done"}]                              # 10
+    s = default_extract(msgs, 2, {})
+    assert s["unused"] == {**dict.fromkeys(SHAPES, False), "user_id": True, "reservation_id": True}
+    assert s["calls_since_user"] == 0
+    s = default_extract(msgs, 4, {})
+    assert s["unused"]["user_id"] is False and s["unused"]["reservation_id"] is True  # the id was looked up
+    assert s["calls_since_user"] == 1
+    s = default_extract(msgs, 6, {})
+    assert s["calls_since_user"] == 2 and s["mentioned"]["reservation_id"] is True
+    s = default_extract(msgs, 8, {})
+    # ABC123 is no longer in the last user message, but still given and unused; the date is new
+    assert s["mentioned"]["reservation_id"] is False and s["unused"]["reservation_id"] is True
+    assert s["unused"]["date"] is True and s["calls_since_user"] == 0
+    s = default_extract(msgs, 10, {})
+    assert s["unused"] == {**dict.fromkeys(SHAPES, False), "date": True} and s["calls_since_user"] == 1
+
+
 def test_result_kinds():
     kinds = {"Error: x": "error", '{"error": 1}': "error", "": "empty", "  ": "empty", "[]": "empty",
              "{}": "empty", "null": "empty", '""': "empty", "[1]": "list", '{"a": 1}': "record",

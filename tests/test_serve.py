@@ -510,3 +510,28 @@ def test_compressed_request_bodies(client, stub, served):
         r = httpx.post(url, content=data, headers={"content-encoding": encoding})
         assert r.status_code == status, (encoding, r.text)
         assert r.json()["error"]["message"]
+
+
+def test_the_gateway_derives_the_importers_state_facts(client, stub, served, tmp_path):
+    """Extractor v3's facts (`unused.*`, `calls_since_user`) beside the older ones: the state `zc serve`
+    writes for a request is the state `zc receipts import` writes for the same assistant message."""
+    from zcompile.receipts.chat import import_chat
+
+    call = lambda name, args: {"role": "assistant", "content": None, "tool_calls": [  # noqa: E731
+        {"id": "c", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}
+    messages = [*START, call("get_user_details", {"user_id": "mia_li_3668"}),
+                {"role": "tool", "content": '{"reservations": ["ABC123"]}', "tool_call_id": "c"},
+                call("get_reservation_details", {"reservation_id": "XYZ999"}),
+                {"role": "tool", "content": '{"error": "not found"}', "tool_call_id": "c"},
+                {"role": "assistant", "content": "Which one?"}]
+    log = tmp_path / "chat.jsonl"
+    log.write_text(json.dumps({"id": "conv", "task": "t", "messages": messages}) + "\n")
+    imported = {r.meta["turn"]: r.state for r in import_chat(log)}
+    assert imported[4]["unused"]["reservation_id"] is True and imported[4]["unused"]["user_id"] is False
+    assert imported[4]["calls_since_user"] == 1 and imported[6]["calls_since_user"] == 2
+    stub.answer = "respond"
+    for turn, want in sorted(imported.items()):
+        before = len(receipts_of(served))
+        client.chat.completions.create(model="any", messages=messages[:turn], tools=TOOLS)
+        got = receipts_of(served)
+        assert len(got) == before + 1 and got[-1].state == want, turn

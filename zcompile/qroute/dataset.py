@@ -16,7 +16,7 @@ import msgspec
 import numpy as np
 
 from ..errors import ZcError
-from ..receipts.candidates import Candidate
+from ..receipts.candidates import Candidate, normalize
 from .manifest import DataFile, Split, Splits
 
 SPLIT = (0.70, 0.15, 0.15)  # train / calibration / test, by task
@@ -476,16 +476,19 @@ def plain(v: Any) -> Any:
 def targets(pool: Sequence[Decision], replies: frozenset[str]) -> tuple[list[Decision], int]:
     """What training learns at each decision of `pool` (train and calibration, never test): one call
     of its acceptable set (`receipts.judge`), chosen the same way everywhere so that equal states get
-    equal targets. Where the set holds calls, the target is the call whose action is acceptable at
-    the most decisions of the pool (ties: the one the teacher makes first), so a reply the teacher
-    gave before a lookup it then made becomes that lookup; otherwise the teacher's own step. Returns
-    the decisions (targets set) and how many of them changed."""
+    equal targets. Among the acceptable calls a specialist could make here (every argument value is
+    among the decision's candidates: seen before it), the target is the one whose action is
+    acceptable at the most decisions of the pool (ties: the one the teacher makes first), so a reply
+    the teacher gave before a lookup it then made becomes that lookup; otherwise the teacher's own
+    step. Returns the decisions (targets set) and how many of them changed."""
     from ..receipts.judge import canonical
 
     at = Counter(a for d in pool for a in {a for a, _ in d.acceptable})
     out, changed = [], 0
     for d in pool:
-        calls = [(a, c) for a, c in d.acceptable if a not in replies and c is not None]
+        seen = {normalize(c.value) for c in d.candidates}
+        calls = [(a, c) for a, c in d.acceptable
+                 if a not in replies and c is not None and ((a, c) == d.acceptable[0] or _available(c, seen))]
         if len(d.acceptable) < 2 or not calls:
             out.append(d)
             continue
@@ -497,3 +500,19 @@ def targets(pool: Sequence[Decision], replies: frozenset[str]) -> tuple[list[Dec
         changed += 1
         out.append(replace(d, target=a, target_arguments=args))
     return out, changed
+
+
+def _available(canon: str | None, seen: set[str]) -> bool:
+    """Whether every scalar of a call's arguments (canonical JSON) is among the values `seen`."""
+    if canon is None:
+        return False
+    stack = [msgspec.json.decode(canon)]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif normalize(v) not in seen:
+            return False
+    return True
