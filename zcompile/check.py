@@ -138,6 +138,7 @@ class _Checker:
                     self.arg_rules.add(rule.name.text)
             rules.append(dataclasses.replace(rule, cond=cond))
         self._unique("ZC0105", "tier", p.tiers)
+        self._text_tier(p.tiers)
         self._unique("ZC0106", "route", p.routes)
         tier_names = [t.name.text for t in p.tiers]
         routes = []
@@ -191,6 +192,17 @@ class _Checker:
                      f"the first is on line {fbs[0].span.line}")
         self._action(fbs[0].action)
         return fbs[0].action.text
+
+    def _text_tier(self, tiers) -> None:
+        """At most one tier is `text` (the policy's text tier), and `specialist` is not it."""
+        text = [t for t in tiers if t.text is not None]
+        for t in text:
+            if t.name.text == "specialist":
+                self.err("ZC0115", "`specialist` cannot be the text tier", t.text.span,
+                         "the specialists' rung never writes text: mark another tier `text`")
+        for extra in text[1:]:
+            self.err("ZC0114", f"more than one text tier: `{extra.name.text}`", extra.text.span,
+                     f"`{text[0].name.text}` on line {text[0].span.line} is already the text tier")
 
     def _params(self, a: A.ActionDecl) -> dict[str, FieldInfo] | None:
         if a.params is None:

@@ -39,6 +39,8 @@ CODES = {
     "ZC0110": "duplicate enum member",
     "ZC0111": "argument declared twice",
     "ZC0113": "state field named `args`",
+    "ZC0114": "more than one text tier",
+    "ZC0115": "`specialist` as the text tier",
     "ZC0201": "unknown field",
     "ZC0202": "unknown enum member",
     "ZC0203": "unknown action",
