@@ -143,3 +143,26 @@ def test_the_upstream_is_never_bound_to_the_text_tier(policy, stubs):
     gw.close()
     with pytest.raises(ZcError, match="tier `writer` is the text tier of policy `chat_writer`: it writes"):
         Gateway(policy, stubs[1].base_url, "m", upstream_tier="writer")
+
+
+def test_zc_serve_binds_the_text_tier_from_tiers_toml(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    import zcompile.gateway
+    from zcompile.cli import main
+
+    toml = tmp_path / "tiers.toml"
+    toml.write_text('[tiers.writer]\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "small-writer"\n')
+    policy = str(Path(__file__).resolve().parent / "fixtures" / "text_tier.zc")
+    args = ["serve", "--policy", policy, "--upstream", "http://127.0.0.1:9/v1", "--model", "big", "--tiers", str(toml),
+            "--receipts", str(tmp_path / "r.jsonl")]
+    served = []
+    monkeypatch.setattr(zcompile.gateway, "serve", lambda gateway, host, port: served.append(gateway))
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    assert "as tier `remote`, replies by text tier `writer` (small-writer)" in r.output
+    (gw,) = served
+    assert (gw.upstream_tier, gw.router.text_tier) == ("remote", "writer")
+    r = CliRunner().invoke(main, [*args, "--upstream-tier", "writer"])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert "tier `writer` is the text tier of policy `chat_writer`" in r.output
