@@ -203,6 +203,9 @@ class _Checker:
         for extra in text[1:]:
             self.err("ZC0114", f"more than one text tier: `{extra.name.text}`", extra.text.span,
                      f"`{text[0].name.text}` on line {text[0].span.line} is already the text tier")
+        if text and not any(t.text == "reply" for a in self.actions.values() for t in a.tags):  # tools.REPLY_TAG
+            self.warn("ZC1006", f"text tier `{text[0].name.text}` is never asked: no action is tagged `reply`",
+                      text[0].text.span, "tag the reply action (`action respond tags(control, reply)`), or drop `text`")
 
     def _params(self, a: A.ActionDecl) -> dict[str, FieldInfo] | None:
         if a.params is None:

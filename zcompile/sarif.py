@@ -76,6 +76,7 @@ CODES = {
     "ZC1003": "an unguarded risky action",
     "ZC1004": "a state field no rule or route reads",
     "ZC1005": "a route that is never used",
+    "ZC1006": "a text tier no reply reaches",
 }
 
 
