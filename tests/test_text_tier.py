@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import msgspec
@@ -189,6 +190,15 @@ def test_adecide_hands_on_too(policy, stubs, tiers):
 
     ds = asyncio.run(two())
     assert [(d.tier, d.text) for d in ds] == [("writer", REPLY)] * 2 and remote.requests == []
+
+
+def test_threads_share_one_router_with_a_text_tier(policy, stubs, tiers):
+    writer, remote = stubs
+    router = Router(policy, specialists=Picks("respond"), tiers=tiers)
+    with ThreadPoolExecutor(8) as pool:
+        ds = list(pool.map(lambda _: router.decide(S), range(16)))
+    assert {(d.tier, d.text) for d in ds} == {("writer", REPLY)} and len({d.receipt.id for d in ds}) == 16
+    assert len(writer.requests) == 16 and remote.requests == []
 
 
 def test_an_unbound_text_tier_leaves_replies_to_the_remote(policy, stubs, tiers):
