@@ -295,6 +295,7 @@ class TierDecl:
     name: Ident
     max_ms: LitNum | None
     cost: LitNum | None
+    text: LitBool | None = None  # `text`: the policy's text tier (writes the replies handed on)
     span: Span = _span()
 
 

@@ -138,6 +138,7 @@ class _Checker:
                     self.arg_rules.add(rule.name.text)
             rules.append(dataclasses.replace(rule, cond=cond))
         self._unique("ZC0105", "tier", p.tiers)
+        self._text_tier(p.tiers)
         self._unique("ZC0106", "route", p.routes)
         tier_names = [t.name.text for t in p.tiers]
         routes = []
@@ -191,6 +192,20 @@ class _Checker:
                      f"the first is on line {fbs[0].span.line}")
         self._action(fbs[0].action)
         return fbs[0].action.text
+
+    def _text_tier(self, tiers) -> None:
+        """At most one tier is `text` (the policy's text tier), and `specialist` is not it."""
+        text = [t for t in tiers if t.text is not None]
+        for t in text:
+            if t.name.text == "specialist":
+                self.err("ZC0115", "`specialist` cannot be the text tier", t.text.span,
+                         "the specialists' rung never writes text: mark another tier `text`")
+        for extra in text[1:]:
+            self.err("ZC0114", f"more than one text tier: `{extra.name.text}`", extra.text.span,
+                     f"`{text[0].name.text}` on line {text[0].span.line} is already the text tier")
+        if text and not any(t.text == "reply" for a in self.actions.values() for t in a.tags):  # tools.REPLY_TAG
+            self.warn("ZC1006", f"text tier `{text[0].name.text}` is never asked: no action is tagged `reply`",
+                      text[0].text.span, "tag the reply action (`action respond tags(control, reply)`), or drop `text`")
 
     def _params(self, a: A.ActionDecl) -> dict[str, FieldInfo] | None:
         if a.params is None:

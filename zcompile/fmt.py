@@ -30,7 +30,7 @@ CONTINUATION = 4
 _NO_SPACE_BEFORE = {",", ")", "]", ":"}
 _TIGHT_OPEN = {"enum_type", "params", "tags", "call", "set_type"}  # `enum(`, `f(`, `set[`
 # a new alignment column starts at these tokens (first token of the declaration is column 0)
-_SLOTS = {"action_decl": ("TAGS", "COST", "STRING"), "tier_decl": ("MAX_MS", "COST")}
+_SLOTS = {"action_decl": ("TAGS", "COST", "STRING"), "tier_decl": ("MAX_MS", "COST", "TEXT")}
 _BODY_ALIGNED = {"rule_decl", "route_decl", "field"}  # continuations line up under the part after `:`
 
 
@@ -167,7 +167,7 @@ def _segments(tree: Tree, text: str) -> list[_Segment]:
                 for i, t in enumerate(toks):
                     if t.tok.type in _SLOTS[kind] and t.parent != "name":
                         slot = _SLOTS[kind].index(t.tok.type) + 1
-                        if slot not in slots.values():
+                        if slot > max(slots.values(), default=0):  # an option out of order stays in its cell
                             slots[i] = slot
                 segs.append(_Segment(kind, 0, toks, slots))
             elif kind in ("rule_decl", "route_decl"):

@@ -161,10 +161,14 @@ class RuleDef(msgspec.Struct, frozen=True):
     args: tuple[str, ...] = ()  # arguments the condition reads: judged by `check`, not `legal`
 
 
-class TierDef(msgspec.Struct, frozen=True):
+class TierDef(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A tier; `text`: the policy's text tier (written only when true, so a policy without one keeps
+    the bytes and the identity it had before the option existed: `max_ms` and `cost` are always written)."""
+
     name: str
-    max_ms: Union[int, float, None] = None
-    cost: Union[int, float, None] = None
+    max_ms: Union[int, float, None]
+    cost: Union[int, float, None]
+    text: bool = False
 
 
 class RouteDef(msgspec.Struct, frozen=True):

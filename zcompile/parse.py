@@ -571,13 +571,16 @@ class _Builder(Transformer):
     def tier_decl(self, c):  # "tier" name tier_opt*
         values = dict(opt.value for opt in c[2:])
         return A.TierDecl(name=c[1], max_ms=values.get("max_ms"), cost=values.get("cost"),
-                          span=self._span(c))
+                          text=values.get("text"), span=self._span(c))
 
     def max_ms(self, c):
         return _Part(("max_ms", c[1]), c[0].start_pos, _hi(c[1]))
 
     def tier_cost(self, c):
         return _Part(("cost", c[1]), c[0].start_pos, _hi(c[1]))
+
+    def tier_text(self, c):
+        return _Part(("text", A.LitBool(value=True, span=self._tok(c[0]))), c[0].start_pos, c[0].end_pos)
 
     def route_decl(self, c):  # "route" name ":" ("when" expr)? "use" name_list
         when = _expr(c[4]) if len(c) == 7 else None

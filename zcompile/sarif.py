@@ -39,6 +39,8 @@ CODES = {
     "ZC0110": "duplicate enum member",
     "ZC0111": "argument declared twice",
     "ZC0113": "state field named `args`",
+    "ZC0114": "more than one text tier",
+    "ZC0115": "`specialist` as the text tier",
     "ZC0201": "unknown field",
     "ZC0202": "unknown enum member",
     "ZC0203": "unknown action",
@@ -74,6 +76,7 @@ CODES = {
     "ZC1003": "an unguarded risky action",
     "ZC1004": "a state field no rule or route reads",
     "ZC1005": "a route that is never used",
+    "ZC1006": "a text tier no reply reaches",
 }
 
 

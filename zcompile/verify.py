@@ -76,6 +76,9 @@ class _Verifier:
             for what, v in (("max_ms", t.max_ms), ("cost", t.cost)):
                 if v is not None and not (_number(v) and v >= 0):
                     raise _bad(f"tier `{t.name}` has {what} {v!r} (a finite number >= 0)")
+        text = [t.name for t in p.tiers if t.text]
+        if len(text) > 1 or "specialist" in text:
+            raise _bad(f"text tiers {', '.join(f'`{n}`' for n in text)} (at most one, and not `specialist`)")
         for route in p.routes:
             for t in route.tiers:
                 if t not in tiers:

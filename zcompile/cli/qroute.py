@@ -298,8 +298,10 @@ def serve_cmd(policy_path, upstream, model, specialists, tiers_path, upstream_ti
                           timeout_ms=timeout_ms, max_body_bytes=max_body_bytes, api_key_env=api_key_env)
     except ZcError as exc:
         fail(exc)
+    text = gateway.router.text_tier
     click.echo(f"zc serve: policy {policy.name}, upstream {upstream} ({model}) as tier `{gateway.upstream_tier}`, "
-               f"receipts {receipts_path}; http://{host}:{port}/v1", err=True)
+               + (f"replies by text tier `{text}` ({gateway.router.tiers[text].model}), " if text else "")
+               + f"receipts {receipts_path}; http://{host}:{port}/v1", err=True)
     try:
         serve(gateway, host, port)
     except ZcError as exc:

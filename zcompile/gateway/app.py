@@ -34,6 +34,7 @@ from ..tiers import OpenAITier
 from ..tools import REPLY_TAG
 from . import replies
 from .request import BadRequest, ChatRequest, derive, forwarded, offer, parse
+from .text import TextRung
 from .upstream import CURRENT, Exchange, UpstreamRung
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -51,9 +52,11 @@ class Gateway:
         upstream: the upstream's OpenAI base URL (e.g. "http://127.0.0.1:8080/v1").
         model: the model name sent upstream (and listed by `GET /v1/models`).
         specialists: specialist directories or loaded specialists, asked in order.
-        tiers: local tiers by name (`zcompile.tiers.load_tiers`), bound to the policy's tiers.
+        tiers: local tiers by name (`zcompile.tiers.load_tiers`), bound to the policy's tiers. The
+            policy's text tier, bound here, writes the replies the specialist hands on, from the
+            harness's conversation (`gateway.text.TextRung`); the upstream is asked only when it fails.
         upstream_tier: the policy tier the upstream is bound to (default: the last declared tier
-            that is neither `specialist` nor bound in `tiers`).
+            that is neither `specialist`, the text tier, nor bound in `tiers`).
         extract: the state extractor (`module:function` of `--extract`; default `default_extract`).
         receipts: the JSONL file each request's receipt is appended to (None: none written).
         timeout_ms: the deadline of one request; the upstream is given what is left of it.
@@ -77,11 +80,17 @@ class Gateway:
         self.extract, self.extractor = extract, extractor_name(extract)
         self.timeout_ms, self.max_body_bytes = float(timeout_ms), int(max_body_bytes)
         tiers = dict(tiers or {})
-        free = [t.name for t in policy.ir.tiers if t.name != "specialist" and t.name not in tiers]
+        text = next((t.name for t in policy.ir.tiers if t.text), None)
+        if isinstance(tiers.get(text), OpenAITier):  # the text tier writes replies from the conversation
+            tiers[text] = TextRung(text, tiers[text])
+        free = [t.name for t in policy.ir.tiers if t.name not in ("specialist", text) and t.name not in tiers]
         name = upstream_tier or (free[-1] if free else None)
         if name is None:
             raise ZcError(f"policy `{policy.name}` declares no tier left for the upstream "
                           f"(declare e.g. `tier remote` and route to it)")
+        if name == text:
+            raise ZcError(f"tier `{name}` is the text tier of policy `{policy.name}`: it writes the replies "
+                          "handed on, so the upstream cannot be bound to it (name another with --upstream-tier)")
         self.upstream_tier = name
         self.upstream = OpenAITier(upstream, model, timeout_ms=timeout_ms, api_key_env=api_key_env, name=name)
         self._writer: ReceiptWriter | None = None
@@ -101,7 +110,7 @@ class Gateway:
         self.upstream.close()
         self.router.close()
         for tier in self.router.tiers.values():
-            if isinstance(tier, OpenAITier):
+            if isinstance(tier, (OpenAITier, TextRung)):
                 tier.close()
         if self._writer is not None:
             self._writer.close()
@@ -324,7 +333,7 @@ def create_app(gateway: Gateway) -> Starlette:
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "policy": gateway.policy.name, "policy_sha256": gateway.policy.sha256,
                              "upstream": gateway.upstream_url, "model": gateway.model,
-                             "upstream_tier": gateway.upstream_tier,
+                             "upstream_tier": gateway.upstream_tier, "text_tier": gateway.router.text_tier,
                              "specialists": [sp.name for sp in gateway.router.specialists],
                              "receipts": str(gateway.receipts) if gateway.receipts else None})
 

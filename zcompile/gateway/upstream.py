@@ -83,7 +83,7 @@ class UpstreamRung:
             if outcome != "ok":
                 ex.failure, ex.detail = outcome, detail
                 return abstain(outcome, detail, model=self.model)
-            message, problem = _message(reply)
+            message, problem = reply_message(reply)
             if message is None:
                 ex.failure, ex.detail = "error", f"malformed reply: {problem}"
                 return abstain("error", ex.detail, model=self.model)
@@ -155,7 +155,7 @@ def assemble(events: list[Any]) -> dict[str, Any]:
     return {**head, "choices": [{"index": 0, "message": message}]}
 
 
-def _message(reply: Any) -> tuple[dict | None, str]:
+def reply_message(reply: Any) -> tuple[dict | None, str]:
     """(choices[0].message, "") of a chat completion, or (None, what is wrong with it)."""
     if not isinstance(reply, dict):
         return None, f"expected a JSON object, got {type(reply).__name__}"
@@ -174,15 +174,19 @@ def _message(reply: Any) -> tuple[dict | None, str]:
     return message, ""
 
 
+def message_text(message: dict) -> str:
+    """The text of a chat message: its `content` string, or the `text` of its content parts joined."""
+    text = message.get("content")
+    return text if isinstance(text, str) else "".join(
+        p.get("text", "") for p in text or () if isinstance(p, dict) and isinstance(p.get("text"), str))
+
+
 def judge(step: Step, message: dict, model: str | None) -> tuple[Answer, list[dict[str, Any]]]:
     """(the answer of the message's first tool call or its text, every refused call) for one
     upstream message: each tool call goes through `settle`, so through `Policy.check`."""
     calls = message.get("tool_calls") or []
     if not calls:
-        text = message.get("content")
-        text = text if isinstance(text, str) else "".join(
-            p.get("text", "") for p in text or () if isinstance(p, dict) and isinstance(p.get("text"), str))
-        ans = settle(step, RESPOND, text=text, model=model)
+        ans = settle(step, RESPOND, text=message_text(message), model=model)
         return ans, ([] if ans.answered else [_refusal(RESPOND, None, ans.detail)])
     first: Answer | None = None
     refused = []

@@ -4,6 +4,7 @@ rung that answers wins; every decision leaves a receipt."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import os
 import threading
@@ -27,6 +28,8 @@ from .shadow import RECEIPT_ARGUMENTS, Monitor, shadow_answers
 
 
 DEADLINE = "overall deadline reached"  # the detail of a rung skipped for want of time
+TEXT_ONLY = "the text tier writes only replies handed on to it"  # the text tier met on the ladder
+TEXT_ASKED = "the text tier was asked when the reply was handed on"
 
 
 def undeclared_tier(policy: Policy, name: str) -> str | None:
@@ -95,7 +98,10 @@ class Router:
         tiers: tier name -> a rung (`zcompile.router.rung.Rung`, e.g. `zcompile.OpenAITier`) or an
             object with `propose(state, legal, timeout_s=…, intent=…, descriptions=…)` returning a
             `zcompile.tiers.TierAnswer`. Names must match the policy's `tier` declarations; routes
-            name the ladder.
+            name the ladder. The policy's text tier (`tier NAME … text`), when bound here, writes
+            the replies the compiler or a specialist hands on: it is asked first after a hand-on,
+            offered the legal reply actions only, and skipped on any other decision; when it
+            abstains, the ladder's next rung that writes text is asked.
         receipts: where each decision's receipt goes: a path (appended, JSON Lines), a
             `ReceiptWriter`, a callable taking a `Receipt`, or None.
         deadline_ms: overall budget per decision; rungs left when it runs out are skipped.
@@ -126,6 +132,11 @@ class Router:
         self._specialists = SpecialistRung(load_specialists(specialists, policy, promoted_only=True))
         self._shadow = tuple(load_specialists(shadow, policy))
         self._tier_rungs = {name: as_rung(name, t) for name, t in self.tiers.items()}
+        text = next((t.name for t in policy.ir.tiers if t.text), None)
+        self.text_tier = text if text in self._tier_rungs else None  # the tier handed-on replies go to first
+        if self.text_tier is not None and not getattr(self._tier_rungs[text], "writes_text", False):
+            raise ZcError(f"tier `{text}` is the text tier of policy `{policy.name}`, but what is bound to it "
+                          "does not write text (its `writes_text` is false)")
         self.monitor = monitor if monitor is not None else Monitor()
         self.demoted: dict[str, str] = {}  # specialist name -> why it was demoted
         self._lock = threading.Lock()
@@ -251,7 +262,10 @@ class Router:
         return Decision(action, tier, confidence, legal, tuple(answers), receipt, arguments, kind, text, legal_ms)
 
     def _walk(self, step: Step, t0: float) -> tuple[list[Answer], Answer | None, str | None, float]:
-        """(what each rung did, the answer that won or None, the route's name, the tiers' cost)."""
+        """(what each rung did, the answer that won or None, the route's name, the tiers' cost).
+
+        A reply handed on (by the compiler or a specialist) goes to the text tier first, when one is
+        bound, offered the legal reply actions only; met on the ladder, the text tier is skipped."""
         answers: list[Answer] = []
         handed = False
         if len(step.choices) == 1:  # the compiler's rung: it abstains otherwise (not recorded)
@@ -263,10 +277,16 @@ class Router:
         route_name, names = self.ladder(step.legal)
         deadline = None if self.deadline_ms is None else t0 + self.deadline_ms / 1000
         cost = 0.0
-        for name in names:
+        todo, text_asked = list(reversed(names)), False
+        while todo or (handed and not text_asked and self.text_tier is not None):
+            handoff = handed and not text_asked and self.text_tier is not None
+            name = self.text_tier if handoff else todo.pop()
+            text_asked = text_asked or handoff
             rung = self._specialists if name == SPECIALIST else self._tier_rungs.get(name)
             left = None if deadline is None else deadline - time.perf_counter()
-            if left is not None and left <= 0:
+            if name == self.text_tier and not handoff:
+                ans = _skipped(name, TEXT_ASKED if text_asked else TEXT_ONLY)
+            elif left is not None and left <= 0:
                 ans = _skipped(name, DEADLINE)
             elif rung is None:
                 ans = _skipped(name, "no endpoint bound to this tier")
@@ -275,7 +295,7 @@ class Router:
             elif handed and not rung.writes_text:
                 ans = _skipped(name, "handed on to a rung that writes text")
             else:
-                ans = timed(rung, name, step, self._budget(name, left))
+                ans = timed(rung, name, _replies_only(step) if handoff else step, self._budget(name, left))
                 if name in self._tier_rungs:
                     cost += float(self._declared[name].cost or 0)
             answers.append(ans)
@@ -336,6 +356,11 @@ class Router:
 
 
 _ENCODER = msgspec.json.Encoder()
+
+
+def _replies_only(step: Step) -> Step:
+    """The step as the text tier sees it: only the legal reply actions are offered."""
+    return dataclasses.replace(step, offer=frozenset(a for a in step.choices if a in step.catalog.replies))
 
 
 @functools.cache
