@@ -3,6 +3,8 @@ count of the report equals what `Router.decide` does on the same states."""
 
 from __future__ import annotations
 
+import re
+
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +13,7 @@ from types import SimpleNamespace as NS
 import pytest
 
 import zcompile
-from zcompile import evals
+from zcompile import evals, stats
 from zcompile.receipts import read
 from zcompile.router import Router
 
@@ -197,3 +199,63 @@ def test_policyless_pairwise_replay_asks_the_router_rung(tmp_path):
     assert (s["answered"], s["correct"], s["abstained_where_none_fits"]["k"]) == (2, 1, 1)
     assert sp.seen[-3:] == [(("play", "stop"), ["play", "stop"])] * 3
     assert rep["cost"]["teacher_calls_removed"] == 0  # names only, without a policy to check calls
+
+
+class Handing(Rule):
+    """The rule above, plus a text reply recognised after a tool result that holds a record: the
+    specialist rung hands it on (it cannot write text)."""
+
+    def decide(self, state, legal, candidates=None):
+        if (state.get("prev") or {}).get("role") == "tool" and (state.get("last") or {}).get("result") == "record" \
+                and "respond" in legal and state.get("turn", 0) % 3 == 0:
+            return Raw("respond", 0.99, "respond")
+        got = super().decide(state, legal, candidates)
+        ids = [c.value for c in candidates or () if isinstance(c.value, str) and re.fullmatch(r"[a-z]+_[a-z]+_\d+", c.value)]
+        if got.action == "get_user_details" and ids:  # a user id seen before: right when the teacher looks it up
+            return Raw("get_user_details", 0.97, "get_user_details", {"user_id": ids[0]})
+        return got
+
+
+def test_acceptable_figures_equal_the_judge_over_router_decisions(policy):
+    """The acceptable and strict figures, the share taken off the teacher, the handed replies and their
+    precision, recomputed from `Router.decide` and the judge receipt by receipt."""
+    from zcompile.qroute.dataset import make_judge
+    from zcompile.receipts.judge import accepts, conversation_of, strict
+
+    rule = Handing()
+    rep = evals.report([RECEIPTS], policy, rule, split="all", decisions=True)
+    receipts = list(read([RECEIPTS], policy=policy))
+    judge = make_judge(policy)
+    for i, r in enumerate(receipts):
+        judge.add(conversation_of(r), (float("inf"), i), r.id, r.action, r.arguments, r.gold)
+    router = Router(policy, specialists=rule)
+    replies = frozenset({"respond"})
+    calls = ok_calls = strict_calls = handed = handed_right = 0
+    for r in receipts:
+        d = router.decide(r.state, r.intent, candidates=r.candidates)
+        acc = judge.acceptable(r.id)
+        if d.tier in ("compiler", "specialist") and d.kind == "call":
+            calls += 1
+            ok_calls += accepts(acc, d.action, d.arguments, replies)
+            strict_calls += strict(acc, d.action, d.arguments, replies)
+        sp = next(a for a in d.rungs if a.rung == "specialist") if any(a.rung == "specialist" for a in d.rungs) else None
+        if sp is not None and sp.cause == "handed_on":
+            handed += 1
+            handed_right += r.action == "respond"
+    assert handed > 0 and ok_calls > 0
+    assert rep["calls"]["answered"] == calls
+    assert (rep["calls"]["acceptable"]["correct"], rep["calls"]["correct"]) == (ok_calls, strict_calls)
+    o = rep["overall"]
+    assert (o["handed_to_text_tier"], o["handed_precision"]["k"]) == (handed, handed_right)
+    assert o["handed_precision"]["ci"] == list(stats.wilson(handed_right, handed))
+    # the policy's text tier `writer` takes the handed replies off the teacher, at its cost of 5
+    off = rep["off_teacher"]
+    assert off["text_tier"] == "writer" and off["handed_to_text_tier"] == handed
+    assert off["taken"] == calls + handed and off["acceptable"]["correct"] == ok_calls + handed_right
+    c = rep["cost"]
+    assert c["saved"] == calls * 100 + handed * (100 - 5) and c["replies_to_text_tier"] == handed
+    text = evals.render_text(rep)
+    assert text.startswith("taken off the expensive model: ") and "reply-recognition precision" in text
+    assert "noise floor: " in text and "the judge: " in text
+    html = evals.render_html(rep)
+    assert "taken off the expensive model" in html and "The noise floor" in html
