@@ -53,8 +53,8 @@ class MappingFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     intent: Source | None = None
     arguments: str | None = "action.properties"  # the call's arguments (`Policy.check`)
     actions: list[str] | dict[str, str] | None = None  # AuthZEN action names (-> policy actions)
-    subjects: dict[str, dict[str, Props]] = {}  # a directory: type -> id -> properties
-    resources: dict[str, dict[str, Props]] = {}
+    subjects: dict[str, Any] = {}  # a directory: type -> id -> properties (checked by Mapping)
+    resources: dict[str, Any] = {}
     mcp: MCP | None = MCP()
 
 
@@ -142,6 +142,8 @@ class Mapping:
             self._arguments = _split(spec.arguments, "$.arguments") if spec.arguments is not None else None
         except _Bad as exc:
             raise bad(exc.at, exc.problem) from None
+        self.subjects = self._directory(spec.subjects, "$.subjects", bad)
+        self.resources = self._directory(spec.resources, "$.resources", bad)
         names = spec.actions if spec.actions is not None else list(policy.actions)
         pairs = list(names.items()) if isinstance(names, dict) else [(n, n) for n in names]
         for key, target in pairs:
@@ -153,6 +155,20 @@ class Mapping:
         self.names: dict[str, str] = {}  # policy action -> its (first) AuthZEN name
         for key, target in pairs:
             self.names.setdefault(target, key)
+
+    @staticmethod
+    def _directory(types: dict[str, Any], at: str, bad) -> dict[str, dict[str, Props]]:
+        """type -> id -> properties, every id a string (an AuthZEN id is one) and every entry an object."""
+        for typ, entries in types.items():
+            where = f"{at}.{typ}"
+            if not isinstance(entries, dict):
+                raise bad(where, "expected an object of entities by id")
+            for key, props in entries.items():
+                if not isinstance(key, str):
+                    raise bad(where, f"the id {key!r} is not a string: quote it (`\"{key}\": …`)")
+                if not isinstance(props, dict):
+                    raise bad(f"{where}.{key}", "expected an object of the entity's properties")
+        return types
 
     @staticmethod
     def _compile(src: Source, at: str) -> tuple[tuple, str]:
@@ -185,7 +201,7 @@ class Mapping:
     def entity(self, role: str, ent: dict[str, Any]) -> dict[str, Any]:
         """The subject or resource with its directory's properties over the request's (a directory
         is the authority on its entities); Unknown when its type has a directory without its id."""
-        directory = (self.spec.subjects if role == "subject" else self.spec.resources).get(ent["type"])
+        directory = (self.subjects if role == "subject" else self.resources).get(ent["type"])
         if directory is None:
             return ent
         props = directory.get(ent.get("id"))

@@ -55,9 +55,8 @@ class PDP:
     def searches(self) -> dict[str, bool]:
         """Which searches this mapping answers: actions always; resources with the MCP profile or
         a resource directory; subjects with a subject directory."""
-        spec = self.mapping.spec
-        return {"action": True, "resource": spec.mcp is not None or bool(spec.resources),
-                "subject": bool(spec.subjects)}
+        m = self.mapping
+        return {"action": True, "resource": m.spec.mcp is not None or bool(m.resources), "subject": bool(m.subjects)}
 
     # ---- one evaluation ------------------------------------------------------------------------
     def _judge(self, q: Query) -> tuple[bool, dict[str, Any]]:
@@ -202,7 +201,7 @@ class PDP:
                 return self._page(body, page, [])
             names, why = self._legal(q)
             return self._page(body, page, [{"type": rtype, "id": n} for n in names], why)
-        directory = self.mapping.spec.resources.get(rtype)
+        directory = self.mapping.resources.get(rtype)
         if directory is None:
             raise BadInput(self._cannot("resource", rtype))
         hits = [{"type": rtype, "id": i} for i in directory
@@ -213,7 +212,7 @@ class PDP:
         """`POST /access/v1/search/subject`: each subject of the type's directory judged in turn."""
         q, page = model.search(body, "subject")
         stype = q.subject["type"]
-        directory = self.mapping.spec.subjects.get(stype)
+        directory = self.mapping.subjects.get(stype)
         if directory is None:
             raise BadInput(self._cannot("subject", stype))
         hits = [{"type": stype, "id": i} for i in directory
@@ -221,10 +220,10 @@ class PDP:
         return self._page(body, page, hits)
 
     def _cannot(self, role: str, typ: str) -> str:
-        spec = self.mapping.spec
-        have = sorted(spec.subjects if role == "subject" else spec.resources)
-        if role == "resource" and spec.mcp is not None:
-            have.append(spec.mcp.tool_type)
+        m = self.mapping
+        have = sorted(m.subjects if role == "subject" else m.resources)
+        if role == "resource" and m.spec.mcp is not None:
+            have.append(m.spec.mcp.tool_type)
         return (f"$.{role}.type: {role} search answers only the types the mapping lists "
                 f"({', '.join(f'`{t}`' for t in have) or 'none'}): `{typ}` has no directory in "
                 f"`{role}s` of the mapping, and zc cannot enumerate entities it was never told of")

@@ -10,12 +10,16 @@ from typing import Any
 import uvicorn
 
 from ..errors import ZcError
-from .app import Gateway, create_app
 
 
 def _config(target: Any, host: str, port: int, log_level: str) -> uvicorn.Config:
     # one worker process: receipts are appended under flock, so several `zc serve` may share a file
-    app = create_app(target) if isinstance(target, Gateway) else target
+    if callable(target):  # an ASGI app
+        app = target
+    else:  # a Gateway
+        from .app import create_app
+
+        app = create_app(target)
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="off",
                           access_log=False, timeout_graceful_shutdown=5)
 
