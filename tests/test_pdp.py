@@ -263,6 +263,11 @@ def test_mcp_profile_server_methods(desk):
     r = desk.post("/access/v1/evaluation", json={"subject": sub, "action": {"name": "tools/list"},
                                                  "resource": {"type": "tool", "id": "get_order"}})
     assert r.json()["decision"] is False
+    stranger = {"type": "identity", "id": "mallory@example.com"}  # not in the directory: denied everything
+    r = desk.post("/access/v1/evaluation", json={"subject": stranger, "action": {"name": "tools/list"}, "resource": server})
+    assert r.json()["decision"] is False and r.json()["context"]["zc"]["reasons"][0]["kind"] == "unknown_subject"
+    r = desk.get("/.well-known/authzen-configuration", headers={"X-Request-ID": "meta"})
+    assert r.headers["x-request-id"] == "meta"
 
 
 def test_mcp_profile_searches_answer_the_legal_tools(desk):

@@ -175,3 +175,23 @@ assert pdp.evaluate({{"subject": sub, "action": {{"name": "tools/call"}}, "resou
 assert pdp.search_action({{"subject": sub, "resource": {{"type": "desk", "id": "1"}}}})["results"]
 """
     assert compiler_modules(modules_after(code)) == []
+
+
+def test_mapping_intent_constant_is_checked(tmp_path):
+    from zcompile import compile_text
+
+    policy = compile_text("policy p\naction go\naction stop\nfallback stop\nintent move \"m\" { allow go, stop }\n")
+    f = tmp_path / "m.yaml"
+    f.write_text("intent: {const: mvoe}\n")
+    with pytest.raises(ZcError, match=r"m.yaml:1:10: \$.intent.const: unknown intent `mvoe` \(did you mean `move`\?\)"):
+        load_mapping(f, policy)
+    f.write_text("intent: context.task\n")
+    pdp = PDP(policy, load_mapping(f, policy))
+    q = {"subject": {"type": "u", "id": "1"}, "action": {"name": "go"}, "resource": {"type": "r", "id": "1"}}
+    assert pdp.evaluate({**q, "context": {"task": "move"}}) == {"decision": True}
+    from zcompile.authzen.model import BadInput
+
+    with pytest.raises(BadInput, match=r"^\$.context.task: unknown intent `mvoe`"):
+        pdp.evaluate({**q, "context": {"task": "mvoe"}})
+    with pytest.raises(BadInput, match=r"^\$.context.task: expected a string naming an intent"):
+        pdp.evaluate({**q, "context": {"task": 3}})

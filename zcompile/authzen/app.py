@@ -85,7 +85,9 @@ def create_app(pdp: PDP, *, pdp_url: str | None = None, api_key: str | None = No
             kind = key.removeprefix("search_").removesuffix("_endpoint")
             if not key.startswith("search_") or searches[kind]:
                 doc[key] = base + path
-        return Response(msgspec.json.encode(doc), media_type="application/json")
+        rid = request.headers.get("x-request-id")
+        return Response(msgspec.json.encode(doc), media_type="application/json",
+                        headers={"X-Request-ID": rid} if rid is not None else {})
 
     async def health(request: Request) -> Response:
         return Response(msgspec.json.encode({"status": "ok", "policy": pdp.policy.name,

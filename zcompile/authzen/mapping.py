@@ -139,6 +139,9 @@ class Mapping:
                     raise bad(at, f"unknown field `{field}` ({hint})")
                 self._state.append((field, *self._compile(src, at)))
             self._intent = self._compile(spec.intent, "$.intent") if spec.intent is not None else None
+            if self._intent is not None and self._intent[0][0] == "const" and self._intent[0][1] not in policy.intents:
+                hint = did_you_mean(str(self._intent[0][1]), policy.intents) or "not declared by the policy"
+                raise _Bad("$.intent.const", f"unknown intent `{self._intent[0][1]}` ({hint})")
             self._arguments = _split(spec.arguments, "$.arguments") if spec.arguments is not None else None
         except _Bad as exc:
             raise bad(exc.at, exc.problem) from None

@@ -64,6 +64,10 @@ class PDP:
         name the mapping does not know, BadInput for a state that does not fit the policy."""
         mcp = self.mapping.spec.mcp
         name, rtype = q.action["name"], q.resource["type"]
+        try:
+            self.mapping.entity("subject", q.subject)  # a subject its directory lacks is denied everything
+        except Unknown as exc:
+            raise Denied(exc.kind, exc.message) from None
         if mcp is not None and rtype == mcp.server_type:
             if name in mcp.allow:
                 return True, {}
