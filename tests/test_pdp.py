@@ -266,6 +266,9 @@ def test_mcp_profile_server_methods(desk):
     stranger = {"type": "identity", "id": "mallory@example.com"}  # not in the directory: denied everything
     r = desk.post("/access/v1/evaluation", json={"subject": stranger, "action": {"name": "tools/list"}, "resource": server})
     assert r.json()["decision"] is False and r.json()["context"]["zc"]["reasons"][0]["kind"] == "unknown_subject"
+    for who, methods in ((sub, ["initialize", "tools/list", "ping"]), (stranger, [])):
+        r = desk.post("/access/v1/search/action", json={"subject": who, "resource": server})
+        assert [x["name"] for x in r.json()["results"]] == methods
     r = desk.get("/.well-known/authzen-configuration", headers={"X-Request-ID": "meta"})
     assert r.headers["x-request-id"] == "meta"
 

@@ -24,11 +24,12 @@ _log = logging.getLogger("zcompile.authzen")
 
 
 class Denied(Exception):
-    """An evaluation denied before the policy is asked (an unknown name) or because it failed."""
+    """An evaluation denied before the policy is asked: a name the mapping does not know, or an MCP
+    method it does not allow."""
 
-    def __init__(self, kind: str, message: str, status: int | None = None) -> None:
+    def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
-        self.kind, self.message, self.status = kind, message, status
+        self.kind, self.message = kind, message
 
 
 class PDP:
@@ -116,7 +117,7 @@ class PDP:
         try:
             decision, why = self._judge(q)
         except Denied as exc:
-            return self._decision(False, {"kind": exc.kind, "message": exc.message}, exc.status)
+            return self._decision(False, {"kind": exc.kind, "message": exc.message})
         except BadInput:
             raise
         except Exception as exc:  # noqa: BLE001 - a failing engine denies; it never permits or leaks
@@ -168,17 +169,21 @@ class PDP:
         q, page = model.search(body, "action")
         mcp = self.mapping.spec.mcp
         rtype = q.resource["type"]
-        if mcp is not None and rtype == mcp.server_type:
-            return self._page(body, page, [{"name": n} for n in mcp.allow])
+        if mcp is not None and rtype == mcp.server_type:  # the methods allowed, as evaluation judges them
+            return self._page(body, page, [{"name": n} for n in mcp.allow if self._permits(
+                Query(q.subject, {"name": n}, q.resource, q.context, q.where), "action")])
+        legal, why = self._legal(q)
         if mcp is not None and rtype == mcp.tool_type:
-            names, why = self._legal(q)
-            tool = q.resource["id"]
-            return self._page(body, page, [{"name": mcp.call_action}] if tool in names else [], why)
-        names, why = self._legal(q)
-        return self._page(body, page, [{"name": n} for n in names], why)
+            tool = self.mapping.actions.get(q.resource["id"])
+            return self._page(body, page, [{"name": mcp.call_action}] if tool in legal else [], why)
+        return self._page(body, page, [{"name": n} for n in self._names(legal)], why)
+
+    def _names(self, actions: list[str]) -> list[str]:
+        """The AuthZEN names of policy actions (each its first in the mapping), unexposed ones left out."""
+        return [self.mapping.names[a] for a in actions if a in self.mapping.names]
 
     def _legal(self, q: Query) -> tuple[list[str], dict[str, Any]]:
-        """(the legal actions' AuthZEN names in the policy's order, zc's context part)."""
+        """(the legal policy actions in the policy's order, zc's context part)."""
         try:
             mapped = self._mapped(q)
         except Unknown as exc:
@@ -190,10 +195,9 @@ class PDP:
         except Exception as exc:  # noqa: BLE001 - fail closed: nothing is legal
             _log.exception("zc pdp: the legal set failed")
             return [], {"kind": "engine_failure", "message": f"{type(exc).__name__}: {exc}", "status": 500}
-        names = [self.mapping.names[a] for a in legal.actions if a in self.mapping.names]
         removed = {self.mapping.names[a]: [r.to_dict() for r in rs]
                    for a, rs in legal.removed.items() if a in self.mapping.names}
-        return names, {"fallback": legal.fallback, "removed": removed}
+        return list(legal.actions), {"fallback": legal.fallback, "removed": removed}
 
     def search_resource(self, body: dict[str, Any]) -> dict[str, Any]:
         """`POST /access/v1/search/resource`: the legal tools (MCP profile, one `Policy.legal`), or
@@ -203,8 +207,8 @@ class PDP:
         if mcp is not None and rtype == mcp.tool_type:
             if q.action["name"] != mcp.call_action:
                 return self._page(body, page, [])
-            names, why = self._legal(q)
-            return self._page(body, page, [{"type": rtype, "id": n} for n in names], why)
+            legal, why = self._legal(q)
+            return self._page(body, page, [{"type": rtype, "id": n} for n in self._names(legal)], why)
         directory = self.mapping.resources.get(rtype)
         if directory is None:
             raise BadInput(self._cannot("resource", rtype))
