@@ -1,5 +1,6 @@
 """`zc pdp` end to end: a real uvicorn server on 127.0.0.1 and httpx, through the AuthZEN interop
-scenarios (tests/fixtures/authzen/, each file says where its data came from), the batch semantics,
+scenarios (Todo, Search, API gateway: tests/fixtures/authzen/, each file says where its data came
+from), the batch semantics,
 paging, the MCP profile's default mappings, and bad input of every kind."""
 
 from __future__ import annotations
@@ -73,6 +74,20 @@ def test_todo_interop_evaluations(todo):
     for case in cases["evaluations"]:
         r = todo.post("/access/v1/evaluations", json=case["request"])
         assert [d["decision"] for d in r.json()["evaluations"]] == [e["decision"] for e in case["expected"]]
+
+
+def test_api_gateway_interop(serve):
+    """Every decision of the API gateway scenario: the method and the route template are the action."""
+    client = serve(pdp_of(FIX / "gateway.zc", FIX / "gateway.mapping.yaml"))
+    cases = json.loads((FIX / "gateway.decisions.json").read_text())["evaluation"]
+    assert len(cases) == 25
+    for case in cases:
+        r = client.post("/access/v1/evaluation", json=case["request"])
+        assert r.status_code == 200 and r.json()["decision"] is case["expected"], (case["request"], r.text)
+    other = {**cases[0]["request"], "resource": {"type": "route", "id": "/admin"}}
+    r = client.post("/access/v1/evaluation", json=other).json()
+    assert r["decision"] is False and r["context"]["zc"]["reasons"][0]["message"].startswith(
+        "`GET /admin` is not an action of policy `gateway_interop`")
 
 
 @pytest.mark.parametrize("kind", ["subject", "resource", "action"])

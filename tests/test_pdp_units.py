@@ -116,6 +116,22 @@ def test_computed_values(tmp_path):
     assert r["decision"] is False and r["context"]["zc"]["reasons"][0]["rule"] == "r"  # fail closed
 
 
+def test_join_names_the_action(tmp_path):
+    from zcompile import compile_text
+
+    policy = compile_text("policy p\naction read\naction stop\nfallback stop\n")
+    f = tmp_path / "m.yaml"
+    f.write_text('action: {join: [action.name, resource.id], sep: " on "}\nactions: {"GET on /x": read}\n')
+    pdp = PDP(policy, load_mapping(f, policy))
+    q = {"subject": {"type": "u", "id": "1"}, "action": {"name": "GET"}, "resource": {"type": "route", "id": "/x"}}
+    assert pdp.evaluate(q) == {"decision": True}
+    got = pdp.evaluate({**q, "action": {"name": "PUT"}})
+    assert got["context"]["zc"]["reasons"][0]["kind"] == "unknown_action"
+    f.write_text("action: {join: []}\n")
+    with pytest.raises(ZcError, match=r"\$.action.join: expected one path or more"):
+        load_mapping(f, policy)
+
+
 def test_cli_check_and_refusals(tmp_path):
     r = CliRunner().invoke(main, ["pdp", "--policy", str(DESK), "--mapping", str(MAPPING), "--check"])
     assert r.exit_code == 0 and r.output.strip().endswith("4 actions, searches: action, resource, subject")

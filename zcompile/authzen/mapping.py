@@ -22,12 +22,15 @@ Props = dict[str, Any]
 
 class Derived(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A value computed from the request: exactly one of `const` (a literal), `equals` (two paths:
-    true when both are present and equal) or `contains` (a path to an array and a literal: true
-    when the array holds it). A path that is absent makes the value absent (unknown to the rules)."""
+    true when both are present and equal), `contains` (a path to an array and a literal: true when
+    the array holds it) or `join` (paths whose values, as text, are joined by `sep`). A path that
+    is absent makes the value absent (unknown to the rules)."""
 
     const: Any = msgspec.UNSET
     equals: list[str] | None = None
     contains: list[Any] | None = None
+    join: list[str] | None = None
+    sep: str = " "
 
 
 Source = str | Derived  # a dotted path (`subject.properties.role`), or a computed value
@@ -49,6 +52,7 @@ class MappingFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     version: int = VERSION
     base: str | None = "context"  # the state starts as a copy of this object (None: empty)
+    action: Source = "action.name"  # the name looked up in `actions` (an MCP tool: its name)
     state: dict[str, Source] = {}  # policy field -> where its value comes from
     intent: Source | None = None
     arguments: str | None = "action.properties"  # the call's arguments (`Policy.check`)
@@ -69,12 +73,14 @@ class Unknown(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Mapped:
-    """One request as the policy sees it; `where` maps a state field to the request `$.path` it came from."""
+    """One request as the policy sees it; `where` maps a state field to the request `$.path` it
+    came from; `doc` is the request with its entities' directory properties."""
 
     state: dict[str, Any]
     intent: str | None
     arguments: Any
     where: dict[str, str]
+    doc: dict[str, Any]
 
 
 class _Bad(Exception):
@@ -138,6 +144,7 @@ class Mapping:
                     hint = did_you_mean(field, fields) or "the policy's state does not declare it"
                     raise bad(at, f"unknown field `{field}` ({hint})")
                 self._state.append((field, *self._compile(src, at)))
+            self._action = self._compile(spec.action, "$.action")[0]
             self._intent = self._compile(spec.intent, "$.intent") if spec.intent is not None else None
             if self._intent is not None and self._intent[0][0] == "const" and self._intent[0][1] not in policy.intents:
                 hint = did_you_mean(str(self._intent[0][1]), policy.intents) or "not declared by the policy"
@@ -179,11 +186,15 @@ class Mapping:
         `$.path` it reads, or the mapping's own `$.path` for a constant)."""
         if isinstance(src, str):
             return ("path", _split(src, at)), src
-        given = [k for k in ("const", "equals", "contains") if getattr(src, k) not in (None, msgspec.UNSET)]
+        given = [k for k in ("const", "equals", "contains", "join") if getattr(src, k) not in (None, msgspec.UNSET)]
         if len(given) != 1:
-            raise _Bad(at, "a computed value has exactly one of `const`, `equals`, `contains`")
+            raise _Bad(at, "a computed value has exactly one of `const`, `equals`, `contains`, `join`")
         if given[0] == "const":
             return ("const", src.const), f"the mapping's {at}"
+        if given[0] == "join":
+            if not src.join:
+                raise _Bad(f"{at}.join", "expected one path or more")
+            return ("join", tuple(_split(p, f"{at}.join[{i}]") for i, p in enumerate(src.join)), src.sep), src.join[0]
         args = getattr(src, given[0])
         if len(args) != 2:
             raise _Bad(f"{at}.{given[0]}", f"expected two items, got {len(args)}")
@@ -192,9 +203,14 @@ class Mapping:
         return ("contains", _split(args[0], f"{at}.contains[0]"), args[1]), args[0]
 
     # ---- one request -------------------------------------------------------------------------
-    def action_of(self, name: str) -> str:
+    def action_name(self, doc: dict[str, Any]) -> str | None:
+        """The AuthZEN action name of a request, as the mapping's `action` reads it (None: absent)."""
+        got = self._value(doc, self._action)
+        return got if isinstance(got, str) else None
+
+    def action_of(self, name: str | None) -> str:
         """The policy action an AuthZEN action (or MCP tool) name stands for; Unknown otherwise."""
-        target = self.actions.get(name)
+        target = self.actions.get(name) if name is not None else None
         if target is None:
             hint = did_you_mean(name, self.actions)
             raise Unknown("unknown_action", f"`{name}` is not an action of policy `{self.policy.name}`"
@@ -253,7 +269,7 @@ class Mapping:
             got = _read(doc, self._arguments)
             arguments = {} if got is _ABSENT else got
             provenance["#arguments"] = place(".".join(self._arguments))
-        return Mapped(state, intent, arguments, provenance)
+        return Mapped(state, intent, arguments, provenance, doc)
 
     @staticmethod
     def _value(doc: dict[str, Any], compiled: tuple) -> Any:
@@ -265,6 +281,11 @@ class Mapping:
         if kind == "equals":
             a, b = (_read(doc, p) for p in compiled[1:])
             return _ABSENT if a is _ABSENT or b is _ABSENT else a == b
+        if kind == "join":
+            parts = [_read(doc, p) for p in compiled[1]]
+            if any(v is _ABSENT or not isinstance(v, (str, int, float)) for v in parts):
+                return _ABSENT
+            return compiled[2].join(str(v) for v in parts)
         items = _read(doc, compiled[1])
         return items if items is _ABSENT else isinstance(items, list) and compiled[2] in items
 

@@ -64,7 +64,7 @@ class PDP:
         """(decision, zc's part of the context) for one well-formed evaluation. Raises Denied for a
         name the mapping does not know, BadInput for a state that does not fit the policy."""
         mcp = self.mapping.spec.mcp
-        name, rtype = q.action["name"], q.resource["type"]
+        name, rtype = q.action["name"], q.resource["type"]  # the MCP profile reads the request as it is
         try:
             self.mapping.entity("subject", q.subject)  # a subject its directory lacks is denied everything
         except Unknown as exc:
@@ -77,10 +77,12 @@ class PDP:
         if mcp is not None and rtype == mcp.tool_type:
             if name != mcp.call_action:
                 raise Denied("method_denied", f"`{name}` on a tool: only `{mcp.call_action}` is judged")
-            name = q.resource["id"]
+            tool: str | None = q.resource["id"]
+        else:
+            tool = None
         try:
-            action = self.mapping.action_of(name)
             mapped = self._mapped(q)
+            action = self.mapping.action_of(tool if tool is not None else self.mapping.action_name(mapped.doc))
         except Unknown as exc:
             raise Denied(exc.kind, exc.message) from None
         try:
