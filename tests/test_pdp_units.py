@@ -132,6 +132,22 @@ def test_join_names_the_action(tmp_path):
         load_mapping(f, policy)
 
 
+def test_renamed_tools_in_the_history(tmp_path, desk):
+    """MCP tool names the mapping renames are the policy's actions in `history` too."""
+    f = tmp_path / "m.yaml"
+    f.write_text("actions: {get-order: get_order, cancel-order: cancel_order, escalate: escalate}\n"
+                 "state: {user.role: {const: agent}}\n")
+    pdp = PDP(desk, load_mapping(f, desk))
+    call = {"subject": {"type": "identity", "id": "a"}, "action": {"name": "tools/call"},
+            "resource": {"type": "tool", "id": "cancel-order"}}
+    assert pdp.evaluate({**call, "context": {"history": ["get-order"], "order": {"status": "pending"}}}) == \
+        {"decision": True}
+    assert pdp.evaluate({**call, "context": {"history": [], "order": {"status": "pending"}}})["decision"] is False
+    got = pdp.search_action({"subject": call["subject"], "resource": {"type": "desk", "id": "1"},
+                             "context": {"history": ["get-order"], "order": {"status": "pending"}}})
+    assert [x["name"] for x in got["results"]] == ["get-order", "cancel-order", "escalate"]  # refund unexposed
+
+
 def test_cli_check_and_refusals(tmp_path):
     r = CliRunner().invoke(main, ["pdp", "--policy", str(DESK), "--mapping", str(MAPPING), "--check"])
     assert r.exit_code == 0 and r.output.strip().endswith("4 actions, searches: action, resource, subject")

@@ -165,6 +165,9 @@ class Mapping:
         self.names: dict[str, str] = {}  # policy action -> its (first) AuthZEN name
         for key, target in pairs:
             self.names.setdefault(target, key)
+        # the sets of actions (`history`, `set[action]` fields) a PEP fills with its own names
+        self._renamed = {k: v for k, v in self.actions.items() if k != v}
+        self._sets = [f.path.split(".") for f in policy.ir.fields if f.kind == "set"] if self._renamed else []
 
     @staticmethod
     def _directory(types: dict[str, Any], at: str, bad) -> dict[str, dict[str, Props]]:
@@ -259,6 +262,12 @@ class Mapping:
                 node.pop(leaf, None)
             else:
                 node[leaf] = value
+        for parts in self._sets:  # AuthZEN names (MCP tools) in sets of actions -> the policy's names
+            node = state
+            for p in parts[:-1]:
+                node = node.get(p) if isinstance(node, dict) else None
+            if isinstance(node, dict) and isinstance(node.get(parts[-1]), list):
+                node[parts[-1]] = [self._renamed.get(a, a) if isinstance(a, str) else a for a in node[parts[-1]]]
         intent = None
         if self._intent is not None:
             got = self._value(doc, self._intent[0])
