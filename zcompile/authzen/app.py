@@ -57,9 +57,9 @@ def create_app(pdp: PDP, *, pdp_url: str | None = None, api_key: str | None = No
         return any(hmac.compare_digest(got.encode(), v.encode()) for v in (api_key, f"Bearer {api_key}"))
 
     def endpoint(fn: Callable[[dict[str, Any]], dict[str, Any]], threaded: bool = False):
-        """A POST handler around `fn`: in a worker thread when `threaded` (work that grows with a
-        batch, a directory, or the reasons of every removed action), else inline (one
-        `Policy.check`: microseconds, less than the hop to a thread)."""
+        """A POST handler around `fn`: in a worker thread when `threaded` (a directory search, whose
+        work grows with the directory), else inline: a decision takes microseconds, less than the
+        hop to a thread (which buys no parallelism for Python work anyway), and a batch is bounded."""
         async def handle(request: Request) -> Response:
             rid = request.headers.get("x-request-id")
             headers = {"X-Request-ID": rid} if rid is not None else {}
@@ -107,8 +107,8 @@ def create_app(pdp: PDP, *, pdp_url: str | None = None, api_key: str | None = No
     routes = [Route("/.well-known/authzen-configuration", discovery, methods=["GET"]),
               Route("/healthz", health, methods=["GET"]),
               Route(ENDPOINTS["access_evaluation_endpoint"], endpoint(pdp.evaluate), methods=["POST"]),
-              Route(ENDPOINTS["access_evaluations_endpoint"], endpoint(pdp.evaluate_many, True), methods=["POST"]),
-              Route(ENDPOINTS["search_action_endpoint"], endpoint(pdp.search_action, True), methods=["POST"]),
+              Route(ENDPOINTS["access_evaluations_endpoint"], endpoint(pdp.evaluate_many), methods=["POST"]),
+              Route(ENDPOINTS["search_action_endpoint"], endpoint(pdp.search_action), methods=["POST"]),
               # answered when the mapping makes them answerable (listed in the discovery document
               # then); otherwise a 400 that says why
               Route(ENDPOINTS["search_resource_endpoint"], endpoint(pdp.search_resource, True), methods=["POST"]),
