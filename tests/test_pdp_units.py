@@ -227,3 +227,15 @@ def test_mapping_intent_constant_is_checked(tmp_path):
         pdp.evaluate({**q, "context": {"task": "mvoe"}})
     with pytest.raises(BadInput, match=r"^\$.context.task: expected a string naming an intent"):
         pdp.evaluate({**q, "context": {"task": 3}})
+
+
+def test_without_the_serve_extra_says_what_to_install():
+    from isolation import _BLOCK
+
+    code = _BLOCK.format(blocked=("starlette", "uvicorn")) + (
+        "import sys\nfrom zcompile.cli import main\n"
+        f"sys.argv = ['zc', 'pdp', '--policy', {str(DESK)!r}, '--check']\nmain()\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1, run.stderr
+    assert "zc pdp needs the `serve` extra (starlette is not installed): pip install 'zcompile[serve]'" in run.stderr
+    assert "Traceback" not in run.stderr
