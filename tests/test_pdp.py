@@ -394,3 +394,14 @@ def test_api_key_and_hidden_reasons(serve):
     r = client.post("/access/v1/search/action", json={"subject": SUB, "resource": OK["resource"]},
                     headers={"Authorization": "s3cret"})
     assert "context" not in r.json() and r.json()["results"] == [{"name": "get_order"}, {"name": "escalate"}]
+
+
+def test_a_trickled_body_gets_408(serve):
+    from trickle import trickle
+
+    client = serve(pdp_of(DESK / "desk.zc", DESK / "desk.mapping.yaml"), timeout_s=0.3)
+    reply, sent = trickle(client.base_url.host, client.base_url.port,  # a byte every 50 ms: past 0.3 s
+                          b"POST /access/v1/evaluation HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          b"X-Request-ID: slow\r\n", json.dumps(OK).encode())
+    assert reply.startswith(b"HTTP/1.1 408") and sent < len(json.dumps(OK)), reply[:300]
+    assert b"x-request-id: slow" in reply.lower() and b"the request body did not arrive within 0.3 s" in reply
