@@ -104,6 +104,21 @@ def test_search_interop(search, kind):
         assert list(body)[0] == "page"  # first, as the specification recommends
 
 
+# The IdP scenario (openid/authzen, interop/authzen-interop-website/docs/scenarios/idp/index.md,
+# commit 1ddf59d3fc1edc6285f0c2467f35b833924cb974): the Search scenario's policy and data, an IdP
+# asking which records each user may delete, to put in the token it issues. Its table:
+IDP = {"alice": [101, 107, 113, 119], "bob": [102, 108, 114, 120], "carol": [103, 109, 115],
+       "dan": [104, 110, 116], "erin": [105, 111, 117], "felix": [106, 112, 118]}
+
+
+def test_idp_interop(search):
+    for user, records in IDP.items():
+        r = search.post("/access/v1/search/resource", headers={"X-Request-ID": user}, json={
+            "subject": {"type": "user", "id": user}, "action": {"name": "delete"}, "resource": {"type": "record"}})
+        assert r.headers["x-request-id"] == user
+        assert r.json()["results"] == [{"type": "record", "id": str(i)} for i in records], user
+
+
 def test_search_interop_unknown_entities_answer_empty(search):
     """The scenario: a record or user outside the data set, or another action, is a valid empty answer."""
     for kind, body in (("subject", {"subject": {"type": "user"}, "action": {"name": "view"},
