@@ -1,7 +1,7 @@
 """`zc pdp` end to end: a real uvicorn server on 127.0.0.1 and httpx, through the AuthZEN interop
-scenarios (Todo, Search, API gateway, IdP: tests/fixtures/authzen/ and IDP below, each says where its data came
-from), the batch semantics,
-paging, the MCP profile's default mappings, and bad input of every kind."""
+scenarios (Todo, Search, API gateway, IdP: tests/fixtures/authzen/ and IDP below, each saying where
+its data came from), the batch semantics, paging, the MCP profile's default mappings, and bad input
+of every kind."""
 
 from __future__ import annotations
 
