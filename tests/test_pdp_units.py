@@ -239,3 +239,19 @@ def test_without_the_serve_extra_says_what_to_install():
     assert run.returncode == 1, run.stderr
     assert "zc pdp needs the `serve` extra (starlette is not installed): pip install 'zcompile[serve]'" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_other_mcp_methods_are_judged_through_actions(tmp_path):
+    from zcompile import compile_text
+
+    policy = compile_text("policy p\nstate { user.admin: bool = false }\naction read_resource\naction stop\n"
+                          "fallback stop\nrule admins: read_resource requires user.admin\n")
+    f = tmp_path / "m.yaml"
+    f.write_text('actions: {"resources/read": read_resource}\nstate: {user.admin: subject.properties.admin}\n')
+    pdp = PDP(policy, load_mapping(f, policy))
+    q = {"action": {"name": "resources/read"}, "resource": {"type": "resource", "id": "file:///x"}}
+    admin = {"type": "identity", "id": "a", "properties": {"admin": True}}
+    assert pdp.evaluate({**q, "subject": admin}) == {"decision": True}
+    assert pdp.evaluate({**q, "subject": {"type": "identity", "id": "b"}})["decision"] is False
+    other = pdp.evaluate({**q, "subject": admin, "action": {"name": "prompts/get"}})
+    assert other["decision"] is False and other["context"]["zc"]["reasons"][0]["kind"] == "unknown_action"
