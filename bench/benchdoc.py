@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import platform
 import re
+import shlex
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -47,6 +49,16 @@ def machine_facts(packages: list[tuple[str, tuple[str, ...]]]) -> list[tuple[str
 
 def machine_table(packages: list[tuple[str, tuple[str, ...]]]) -> list[str]:
     return ["| machine | |", "|---|---|", *(f"| {k} | {v} |" for k, v in machine_facts(packages))]
+
+
+def section_head(title: str, script: str, rounds: int, write: Path | None, load: tuple[float, float],
+                 packages: list[tuple[str, tuple[str, ...]]], default_rounds: int = 1000) -> list[str]:
+    """The first lines of a section: its title, the command that wrote it, the machine and the load
+    average at its start and end."""
+    cmd = f"python bench/{script}" + (f" --rounds {rounds}" if rounds != default_rounds else "") + \
+        (f" --write {shlex.quote(str(write))}" if write else "")
+    return [title, "", f"Command: `{cmd}`, run on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
+            *machine_table(packages), f"| load average (1 min): start / end | {load[0]:.2f} / {load[1]:.2f} |", ""]
 
 
 def cpu_times() -> tuple[int, int] | None:

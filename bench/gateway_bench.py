@@ -16,7 +16,6 @@ import argparse
 import gc
 import json
 import os
-import shlex
 import socket
 import subprocess
 import sys
@@ -30,7 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from benchdoc import machine_table, publish  # noqa: E402
+from benchdoc import publish, section_head  # noqa: E402
 from openai_stub import OpenAIStub, free_port  # noqa: E402
 
 PACKAGES = [("starlette / uvicorn / httpx", ("starlette", "uvicorn", "httpx")),
@@ -121,13 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     stats = {n: (float(np.percentile(ts, 50)), float(np.percentile(ts, 99))) for n, ts in times.items()}
     names = list(stats)
     direct, fwd, loc = (stats[n] for n in names)
-    cmd = "python bench/gateway_bench.py" + (f" --rounds {args.rounds}" if args.rounds != 1000 else "") + \
-        (f" --write {shlex.quote(str(args.write))}" if args.write else "")
     lines = [
-        "## The gateway: `zc serve` (`bench/gateway_bench.py`)", "",
-        f"Command: `{cmd}`, run on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
-        *machine_table(PACKAGES),
-        f"| load average (1 min): start / end | {load0:.2f} / {load1:.2f} |", "",
+        *section_head("## The gateway: `zc serve` (`bench/gateway_bench.py`)", "gateway_bench.py", args.rounds, args.write,
+                      (load0, load1), PACKAGES),
         "Wall-clock time of one `POST /v1/chat/completions` (5 tools offered, the answer a tool call) from a "
         "keep-alive httpx client, interleaved over the three targets after 50 warm-up requests each; GC off "
         "in the client while timing. The upstream is the local stub (no model), so these are zc's own costs. "

@@ -16,8 +16,8 @@ from . import interp
 from .errors import ZcError, did_you_mean
 from .inputs import read_file
 from .runtime import Policy
-from .source import Source
 from .state import StateError
+from .yamldoc import Refused, compose, locate
 
 VERSION = 1
 SUFFIXES = (".test.yaml", ".test.yml", ".test.json")
@@ -73,106 +73,13 @@ class LoadedSuite:
 
     def where(self, at: str) -> str:
         """`file:line:column` of the value at a `$.cases[0].state.x` path (as deep as it goes)."""
-        spot = _locate(self.node, at) if self.node is not None else None
+        spot = locate(self.node, at) if self.node is not None else None
         return f"{self.path}:{spot[0]}:{spot[1]}" if spot else str(self.path)
 
 
 # ---- reading ---------------------------------------------------------------------------------
-def _yaml_loader():
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        """YAML 1.2 scalars: only true/false are booleans (an enum member `no` stays a string), and
-        dates stay strings."""
-
-    drop = {"tag:yaml.org,2002:bool", "tag:yaml.org,2002:timestamp"}
-    Loader.yaml_implicit_resolvers = {
-        k: [(tag, rx) for tag, rx in v if tag not in drop]
-        for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-    Loader.add_implicit_resolver("tag:yaml.org,2002:bool",
-                                 re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
-    return Loader
-
-
-def _compose(text: str, name: str):
-    """(data, node tree) of a YAML (or JSON) document; ZcError with line:column otherwise."""
-    import yaml
-
-    try:
-        loader = _yaml_loader()(text)
-    except yaml.reader.ReaderError as exc:  # a character YAML does not allow, before any parsing
-        line, col = Source(name, text).line_col(exc.position)
-        raise ZcError(f"{name}:{line}:{col}: invalid YAML: the character U+{exc.character:04X} is not "
-                      "allowed in YAML (control characters and lone surrogates)") from None
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            raise ZcError(f"{name}: empty test file, expected a mapping with `version` and `cases`")
-        _no_duplicate_keys(node, name)
-        return loader.construct_document(node), node
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
-        raise ZcError(f"{where}: invalid YAML: {exc.problem or exc.context}") from None
-    except yaml.YAMLError as exc:
-        raise ZcError(f"{name}: invalid YAML: {exc}") from None
-    except RecursionError:
-        raise ZcError(f"{name}: the document is nested too deeply") from None
-    finally:
-        loader.dispose()
-
-
-class _Refused(ZcError):
-    """A well-formed document this format refuses (duplicate keys, aliases)."""
-
-
-def _no_duplicate_keys(node, name: str) -> None:
-    """Refuse duplicate keys (YAML would keep the last silently) and aliases."""
-    import yaml
-
-    stack, seen_nodes = [node], set()
-    while stack:
-        n = stack.pop()
-        if id(n) in seen_nodes:  # an alias: expanded, a few could stand for billions of values
-            raise _Refused(f"{name}:{n.start_mark.line + 1}:{n.start_mark.column + 1}: "
-                           "YAML anchors and aliases (`&`, `*`) are not supported in test files")
-        seen_nodes.add(id(n))
-        if isinstance(n, yaml.MappingNode):
-            seen: set[str] = set()
-            for k, v in n.value:
-                if isinstance(k, yaml.ScalarNode) and k.value in seen:
-                    raise _Refused(f"{name}:{k.start_mark.line + 1}:{k.start_mark.column + 1}: "
-                                   f"duplicate key `{k.value}`")
-                if isinstance(k, yaml.ScalarNode):
-                    seen.add(k.value)
-                stack.append(v)
-        elif isinstance(n, yaml.SequenceNode):
-            stack.extend(n.value)
-
-
-def _locate(node, path: str) -> tuple[int, int] | None:
-    """The 1-based (line, column) of the node at a msgspec `$.a[0].b` path, as deep as it goes."""
-    import yaml
-
-    where = (node.start_mark.line + 1, node.start_mark.column + 1)
-    for key, index, quoted in re.findall(r'\.([^.\[]+)|\[(\d+)\]|\[("(?:[^"\\]|\\.)*")\]', path):
-        key = key or (msgspec.json.decode(quoted) if quoted else "")
-        if key and isinstance(node, yaml.MappingNode):
-            hit = next(((k, v) for k, v in node.value if k.value == key), None)
-            if hit is None:
-                break
-            node = hit[1]
-            where = (hit[0].start_mark.line + 1, hit[0].start_mark.column + 1)
-        elif index and isinstance(node, yaml.SequenceNode) and int(index) < len(node.value):
-            node = node.value[int(index)]
-            where = (node.start_mark.line + 1, node.start_mark.column + 1)
-        else:
-            break
-    return where
-
-
 def _problem(path: Path, node, at: str, problem: str) -> ZcError:
-    where = _locate(node, at) if node is not None else None
+    where = locate(node, at) if node is not None else None
     loc = f"{path}:{where[0]}:{where[1]}" if where else str(path)
     return ZcError(f"{loc}: {at}: {problem}")
 
@@ -199,13 +106,13 @@ def load_suite(path: str | Path, text: str | None = None) -> LoadedSuite:
         except RecursionError:
             raise ZcError(f"{p}: the document is nested too deeply") from None
         try:  # JSON is (almost) YAML: the node tree gives line numbers to validation errors
-            node = _compose(text, str(p))[1]
-        except _Refused:  # a duplicate key: JSON decoding kept the last one silently
+            node = compose(text, str(p))[1]
+        except Refused:  # a duplicate key: JSON decoding kept the last one silently
             raise
         except ZcError:
             node = None
     else:
-        data, node = _compose(text, str(p))
+        data, node = compose(text, str(p))
     try:
         suite = msgspec.convert(data, Suite)
     except msgspec.ValidationError as exc:
@@ -249,7 +156,7 @@ def load_suite(path: str | Path, text: str | None = None) -> LoadedSuite:
         raise _problem(p, node, "$.policy" if suite.policy else "$",
                        f"policy `{policy}` not found" + ("" if suite.policy else
                                                          " (name it with `policy:`)"))
-    lines = tuple(_locate(node, f"$.cases[{i}]")[0] if node is not None else None
+    lines = tuple(locate(node, f"$.cases[{i}]")[0] if node is not None else None
                   for i in range(len(suite.cases)))
     return LoadedSuite(p, policy, tuple(suite.cases), lines, node)
 

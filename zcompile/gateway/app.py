@@ -9,7 +9,6 @@ import functools
 import json
 import logging
 import time
-import zlib
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,6 +32,7 @@ from ..state import StateError
 from ..tiers import OpenAITier
 from ..tools import REPLY_TAG
 from . import replies
+from .body import read_body
 from .request import BadRequest, ChatRequest, derive, forwarded, offer, parse
 from .text import TextRung
 from .upstream import CURRENT, Exchange, UpstreamRung
@@ -241,48 +241,13 @@ def _error(status: int, message: str, code: str, param: str | None = None) -> JS
     return JSONResponse(replies.error_body(status, message, code=code, param=param), status_code=status)
 
 
-async def _body(request: Request, limit: int) -> bytes:
-    """The request body, refused (413) past `limit` bytes without reading the rest."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise BadRequest(413, f"the request body is {declared} bytes; the limit is {limit}", code="body_too_large")
-    parts, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BadRequest(413, f"the request body exceeds the limit of {limit} bytes", code="body_too_large")
-        parts.append(chunk)
-    return _decoded(b"".join(parts), request.headers.get("content-encoding", "identity"), limit)
-
-
-def _decoded(body: bytes, encoding: str, limit: int) -> bytes:
-    """The body as sent, or decompressed (gzip, deflate) to at most `limit` bytes: 413 past it (a
-    small body may inflate to gigabytes), 400 when it is not what its encoding says, 415 for others."""
-    encoding = encoding.strip().lower()
-    if encoding in ("", "identity"):
-        return body
-    if encoding not in ("gzip", "deflate"):
-        raise BadRequest(415, f"Content-Encoding `{encoding}` is not supported (gzip, deflate or none)",
-                         code="unsupported_encoding")
-    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
-    try:
-        out = inflate.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise BadRequest(400, f"the request body is not valid {encoding}: {exc}", code="invalid_request") from None
-    if len(out) > limit or inflate.unconsumed_tail:
-        raise BadRequest(413, f"the request body inflates past the limit of {limit} bytes", code="body_too_large")
-    if not inflate.eof:
-        raise BadRequest(400, f"the request body is not valid {encoding}: it ends early", code="invalid_request")
-    return out
-
-
 def create_app(gateway: Gateway) -> Starlette:
     """The Starlette app serving `gateway`: `POST /v1/chat/completions`, `GET /v1/models`, `GET /healthz`."""
 
     async def chat(request: Request) -> Response:
         started = time.perf_counter()
         try:
-            body = await asyncio.wait_for(_body(request, gateway.max_body_bytes), gateway.timeout_ms / 1000)
+            body = await asyncio.wait_for(read_body(request, gateway.max_body_bytes), gateway.timeout_ms / 1000)
             req = parse(body)
         except BadRequest as exc:
             return _error(exc.status, exc.message, exc.code, exc.param)

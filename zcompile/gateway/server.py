@@ -1,5 +1,5 @@
-"""Running the gateway: uvicorn in the foreground (`zc serve`) or on a background thread (tests,
-the example, the benchmark)."""
+"""Running the gateway (or another of zc's ASGI apps, such as `zc pdp`'s): uvicorn in the foreground
+or on a background thread (tests, the example, the benchmark)."""
 
 from __future__ import annotations
 
@@ -10,17 +10,23 @@ from typing import Any
 import uvicorn
 
 from ..errors import ZcError
-from .app import Gateway, create_app
 
 
-def _config(gateway: Gateway, host: str, port: int, log_level: str) -> uvicorn.Config:
+def _config(target: Any, host: str, port: int, log_level: str) -> uvicorn.Config:
     # one worker process: receipts are appended under flock, so several `zc serve` may share a file
-    return uvicorn.Config(create_app(gateway), host=host, port=port, log_level=log_level, lifespan="off",
+    if callable(target):  # an ASGI app
+        app = target
+    else:  # a Gateway
+        from .app import create_app
+
+        app = create_app(target)
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="off",
                           access_log=False, timeout_graceful_shutdown=5)
 
 
-def serve(gateway: Gateway, host: str = "127.0.0.1", port: int = 8088, log_level: str = "info") -> None:
-    """Serve until interrupted (Ctrl-C). Raises ZcError when the address cannot be listened on."""
+def serve(gateway: Any, host: str = "127.0.0.1", port: int = 8088, log_level: str = "info") -> None:
+    """Serve `gateway` (a Gateway, or any ASGI app) until interrupted (Ctrl-C). Raises ZcError when
+    the address cannot be listened on."""
     server = uvicorn.Server(_config(gateway, host, port, log_level))
     try:
         server.run()
@@ -31,13 +37,13 @@ def serve(gateway: Gateway, host: str = "127.0.0.1", port: int = 8088, log_level
 
 
 class Running:
-    """The gateway served on a background thread, on a free port of 127.0.0.1 by default:
+    """The gateway (or any ASGI app) served on a background thread, on a free port of 127.0.0.1 by default:
 
         with Running(gateway) as srv:
             OpenAI(base_url=srv.base_url, api_key="unused")
     """
 
-    def __init__(self, gateway: Gateway, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, gateway: Any, host: str = "127.0.0.1", port: int = 0) -> None:
         self.gateway = gateway
         self._server = uvicorn.Server(_config(gateway, host, port, "warning"))
         self._thread = threading.Thread(target=self._server.run, name="zc-serve", daemon=True)
@@ -48,12 +54,17 @@ class Running:
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}/v1"
 
+    @property
+    def origin(self) -> str:
+        """`http://host:port`, the root the app is served at."""
+        return f"http://{self.host}:{self.port}"
+
     def start(self) -> Running:
         self._thread.start()
         deadline = time.monotonic() + 10
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"zc serve did not start on {self.host}:{self.port}")
+                raise RuntimeError(f"the server did not start on {self.host}:{self.port}")
             time.sleep(0.01)
         self.port = self._server.servers[0].sockets[0].getsockname()[1]
         return self
