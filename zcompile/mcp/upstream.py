@@ -1,0 +1,160 @@
+"""The servers behind `zc mcp`: one SDK `Client` each (stdio or Streamable HTTP), supervised, with bounded calls."""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp_types import CONNECTION_CLOSED
+from mcp import Client, StdioServerParameters
+
+from ..errors import ZcError
+
+_log = logging.getLogger("zcompile.mcp")
+MAX_PAGES = 100  # a server's tools/list is read at most this many pages deep
+PREFIX_SEP = "."  # `billing.refund`: a dotted action name, as the policy language allows
+
+
+class UpstreamError(Exception):
+    """A server that failed, crashed or did not answer in time: `outcome` is failed | crashed | timeout."""
+
+    def __init__(self, outcome: str, message: str) -> None:
+        super().__init__(message)
+        self.outcome, self.message = outcome, message
+
+
+@dataclass
+class ServerSpec:
+    """One server: a command started over stdio, or a Streamable HTTP URL; `name` prefixes its tools."""
+
+    target: str
+    name: str | None = None
+    env: dict[str, str] | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> ServerSpec:
+        """`[NAME=]COMMAND ARGS…` or `[NAME=]URL`; ZcError when malformed."""
+        name, sep, rest = text.partition("=")
+        if sep and name and name.replace("_", "a").isalnum() and not name[0].isdigit() and " " not in name:
+            text = rest
+        else:
+            name = None
+        if not text.strip():
+            raise ZcError(f"--server `{name or ''}=`: expected a command or an http(s) URL after the name")
+        return cls(text.strip(), name)
+
+    @property
+    def is_url(self) -> bool:
+        return self.target.startswith(("http://", "https://"))
+
+    def label(self) -> str:
+        return self.name or (self.target if len(self.target) <= 80 else self.target[:77] + "...")
+
+    def client_target(self) -> StdioServerParameters | str:
+        if self.is_url:
+            return self.target
+        try:
+            argv = shlex.split(self.target)
+        except ValueError as exc:
+            raise ZcError(f"--server `{self.target}`: cannot split the command: {exc}") from None
+        return StdioServerParameters(command=argv[0], args=argv[1:], env=self.env)
+
+
+@dataclass
+class Upstream:
+    """One connected server: its tools by exposed name, and bounded calls to it."""
+
+    spec: ServerSpec
+    prefix: str | None
+    timeout_s: float
+    tools: dict[str, tuple[str, types.Tool]] = field(default_factory=dict)  # exposed -> (its name, tool)
+    failure: str | None = None
+    client: Client | None = None
+    stale: bool = False
+
+    def __post_init__(self) -> None:
+        self._stop = anyio.Event()
+
+    def exposed(self, name: str) -> str:
+        return f"{self.prefix}{PREFIX_SEP}{name}" if self.prefix else name
+
+    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Connect, read the tools, report started, then hold the connection until `stop`. A failure
+        before the start is raised (the gateway does not start); one after it marks the server down."""
+        started = False
+        try:
+            async with Client(self.spec.client_target(), read_timeout_seconds=self.timeout_s, cache=None,
+                              message_handler=self._on_message) as client:
+                self.client = client
+                with anyio.fail_after(self.timeout_s):
+                    await self.refresh()
+                started = True
+                task_status.started()
+                await self._stop.wait()
+        except Exception as exc:  # noqa: BLE001 - any failure of the server or its transport
+            self.failure = _describe(exc)
+            if not started:
+                raise ZcError(f"server `{self.spec.label()}`: cannot connect: {self.failure}") from None
+            _log.error("server `%s` is down: %s", self.spec.label(), self.failure)
+        finally:
+            self.client = None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self.stale = True  # read again at the next tools/list
+        await anyio.lowlevel.checkpoint()
+
+    async def refresh(self) -> None:
+        """Read the server's whole tool list (every page, at most MAX_PAGES)."""
+        client = self._client()
+        tools: dict[str, tuple[str, types.Tool]] = {}
+        cursor: str | None = None
+        for _ in range(MAX_PAGES):
+            page = await client.list_tools(cursor=cursor)
+            for t in page.tools:
+                tools[self.exposed(t.name)] = (t.name, t)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        self.tools, self.stale = tools, False
+
+    def _client(self) -> Client:
+        if self.client is None:
+            raise UpstreamError("crashed", f"server `{self.spec.label()}` is not running"
+                                           f"{f' ({self.failure})' if self.failure else ''}")
+        return self.client
+
+    async def call(self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None) -> types.CallToolResult:
+        """Call tool `name` (the server's own name), bounded by `timeout_s`; UpstreamError otherwise."""
+        client = self._client()
+        try:
+            with anyio.fail_after(self.timeout_s):
+                return await client.call_tool(name, arguments, meta=meta or None)
+        except TimeoutError:
+            raise UpstreamError("timeout", f"server `{self.spec.label()}` did not answer `{name}` within "
+                                           f"{self.timeout_s:g} s") from None
+        except Exception as exc:  # noqa: BLE001 - the server's error, a dropped connection, a bad result
+            from mcp import MCPError
+
+            crashed = self.client is None or not isinstance(exc, MCPError) or exc.code == CONNECTION_CLOSED
+            if crashed:  # the connection is gone: later calls are refused at once, naming why
+                self.failure = _describe(exc)
+                self.client = None
+                self._stop.set()
+            raise UpstreamError("crashed" if crashed else "failed",
+                                f"server `{self.spec.label()}` failed on `{name}`: {_describe(exc)}") from None
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an exception, the first leaf of an exception group."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]
