@@ -92,6 +92,7 @@ class McpGateway:
         self._writer = ReceiptWriter(receipts) if receipts is not None else None
         self.server = _Server("zc-mcp", version=_version(), on_list_tools=self._list_tools,
                               on_call_tool=self._call_tool, on_subscriptions_listen=self._listen,
+                              get_tool_input_schema=self._input_schema,
                               instructions=f"tools judged by zc policy `{policy.name}`")
         self.server.middleware.append(_params_checked)
 
@@ -128,6 +129,13 @@ class McpGateway:
             for exposed, (name, tool) in up.tools.items():
                 out[exposed] = (up, name, tool)
         return out
+
+    def _input_schema(self, name: str) -> Mapping[str, Any] | None:
+        """A tool's input schema for the SDK's `Mcp-Param` header check (not a list: no receipt, no key)."""
+        for up in self.upstreams:
+            if name in up.tools:
+                return up.tools[name][1].input_schema
+        return None
 
     def _session(self, ctx: Any) -> Session:
         request = ctx.request
