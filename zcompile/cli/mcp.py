@@ -68,12 +68,12 @@ def mcp_cmd(policy_path, servers, port, receipts_path, context_path, deny, log_o
     except ZcError as exc:
         fail(exc)
     except BaseExceptionGroup as group:  # a server failing to start, from inside the task group
-        matched, _ = group.split(ZcError)
-        if matched is None:
+        from ..mcp.upstream import user_error
+
+        err = user_error(group)
+        if not isinstance(err, ZcError):
             raise
-        while isinstance(matched, BaseExceptionGroup):
-            matched = matched.exceptions[0]
-        fail(matched)
+        fail(err)
     except KeyboardInterrupt:
         pass
     finally:

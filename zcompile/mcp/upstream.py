@@ -158,3 +158,42 @@ def _describe(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0][:300]
+
+
+async def fetch_tools(specs: list[ServerSpec], timeout_s: float = 30.0) -> dict[str, Any]:
+    """The servers' tools as one MCP `tools/list` result, under their exposed names (prefixed by
+    the servers' names): what `zc tools import --server` and `zc check --tools-server` read."""
+    ups = [Upstream(s, s.name, timeout_s) for s in specs]
+    tools: list[dict[str, Any]] = []
+    async with anyio.create_task_group() as tg:
+        try:
+            for up in ups:
+                await tg.start(up.run)
+                for exposed, (_, tool) in sorted(up.tools.items()):
+                    tools.append({**tool.model_dump(by_alias=True, exclude_none=True, mode="json"), "name": exposed})
+        finally:
+            for up in ups:
+                up.stop()
+    return {"tools": tools}
+
+
+def fetch_tools_sync(texts: list[str], timeout_s: float = 30.0) -> dict[str, Any]:
+    """`fetch_tools` for `[NAME=]COMMAND|URL` texts, from synchronous code; ZcError when one fails."""
+    specs = [ServerSpec.parse(t) for t in texts]
+    if len(specs) > 1 and any(s.name is None for s in specs):
+        raise ZcError("with several --server, name each one (`NAME=COMMAND` or `NAME=URL`): the name prefixes its tools")
+    try:
+        return anyio.run(fetch_tools, specs, timeout_s)
+    except BaseExceptionGroup as group:
+        raise user_error(group) from None
+
+
+def user_error(group: BaseExceptionGroup) -> BaseException:
+    """The first ZcError inside an exception group from a task group (a server that failed to
+    start), else the group itself."""
+    matched, _ = group.split(ZcError)
+    if matched is None:
+        return group
+    while isinstance(matched, BaseExceptionGroup):
+        matched = matched.exceptions[0]
+    return matched
