@@ -283,6 +283,14 @@ def test_bad_configuration_is_refused_before_serving(tmp_path):
     assert out.exit_code == 1 and "name each one" in out.output
     out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", "x", "--state-key", "cookie:x"])
     assert out.exit_code == 1 and "--state-key `cookie:x`" in out.output
+    out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", "x", "--auth-issuer", "https://a.test"])
+    assert out.exit_code == 2 and "needs --auth-issuer, --auth-resource and --auth-jwks" in out.output
+    out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", "x", "--auth-issuer", "https://a.test",
+                               "--auth-resource", "http://127.0.0.1:1/mcp", "--auth-jwks", str(bad_ctx)])
+    assert out.exit_code == 2 and "add --http PORT" in out.output
+    out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", "x", "--http", "0", "--auth-issuer",
+                               "https://a.test", "--auth-resource", "http://127.0.0.1:1/mcp", "--auth-jwks", str(bad_ctx)])
+    assert out.exit_code == 1 and "not a JWKS" in out.output
     out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", f"{sys.executable} -c 'import sys; sys.exit(4)'",
                                "--receipts", str(tmp_path / "r.jsonl"), "--timeout", "10"])
     assert out.exit_code == 1 and "cannot connect" in out.output and "Traceback" not in out.output

@@ -39,10 +39,12 @@ TOOLS = [
 LOG: list[str] = []
 
 
-def _log(name: str, arguments: dict) -> None:
+def _log(name: str, arguments: dict, request) -> None:
+    headers = dict(request.headers) if request is not None else {}
     for path in LOG:
         with open(path, "a") as f:
-            f.write(json.dumps({"tool": name, "arguments": arguments, "pid": os.getpid()}) + "\n")
+            f.write(json.dumps({"tool": name, "arguments": arguments, "pid": os.getpid(),
+                                "authorization": headers.get("authorization")}) + "\n")
 
 
 async def list_tools(ctx, params):
@@ -51,7 +53,7 @@ async def list_tools(ctx, params):
 
 async def call_tool(ctx, params):
     name, args = params.name, params.arguments or {}
-    _log(name, args)
+    _log(name, args, ctx.request)
     text = lambda s: [types.TextContent(type="text", text=s)]  # noqa: E731
     if name == "get_reservation":
         return types.CallToolResult(content=text(json.dumps({"id": args.get("reservation_id"), "status": "ok"})))

@@ -34,8 +34,14 @@ from .common import fail, load_policy, main, read_json
               help="Tools per tools/list page (0: one page).")
 @click.option("--list-ttl-ms", default=0, show_default=True, type=click.IntRange(min=0),
               help="The ttlMs a tools/list result carries (cacheScope is always private).")
+@click.option("--auth-issuer", default=None, metavar="URL",
+              help="With --http: act as an OAuth 2.1 resource server for tokens of this authorization server.")
+@click.option("--auth-resource", default=None, metavar="URL",
+              help="This gateway's URL as tokens name it (their audience), e.g. https://host/mcp.")
+@click.option("--auth-jwks", default=None, metavar="FILE|URL", help="The issuer's signing keys (a JWKS).")
+@click.option("--auth-scope", "auth_scopes", multiple=True, metavar="SCOPE", help="A scope every token needs (403 without).")
 def mcp_cmd(policy_path, servers, port, receipts_path, context_path, deny, log_only, state_key, intent,
-            extract_spec, timeout_s, page_size, list_ttl_ms) -> None:
+            extract_spec, timeout_s, page_size, list_ttl_ms, auth_issuer, auth_resource, auth_jwks, auth_scopes) -> None:
     """Serve MCP in front of MCP servers: tools/list answers the tools legal in this session's state,
     and every tools/call is judged by the policy before it reaches a server (docs/mcp.md)."""
     try:
@@ -47,7 +53,18 @@ def mcp_cmd(policy_path, servers, port, receipts_path, context_path, deny, log_o
         fail(ZcError(f"zc mcp needs the `mcp` extra ({exc.name} is not installed): pip install 'zcompile[mcp]'"))
     from ..receipts import default_extract, load_extractor
 
+    auth = (auth_issuer, auth_resource, auth_jwks)
+    if any(auth) and not all(auth):
+        raise click.UsageError("an OAuth resource server needs --auth-issuer, --auth-resource and --auth-jwks")
+    if any(auth) and port is None:
+        raise click.UsageError("--auth-* apply to the HTTP door: add --http PORT")
+    settings = verifier = None
     try:
+        if all(auth):
+            from ..mcp.auth import resource_server
+
+            settings, verifier = resource_server(issuer=auth_issuer, resource=auth_resource, jwks=auth_jwks,
+                                                 scopes=list(auth_scopes))
         policy = load_policy(policy_path)
         context = read_json(context_path) if context_path else None
         if context is not None and not isinstance(context, dict):
@@ -64,7 +81,7 @@ def mcp_cmd(policy_path, servers, port, receipts_path, context_path, deny, log_o
         if port is None:
             anyio.run(run_stdio, gateway)
         else:
-            anyio.run(run_http, gateway, port)
+            anyio.run(lambda: run_http(gateway, port, auth=settings, token_verifier=verifier))
     except ZcError as exc:
         fail(exc)
     except BaseExceptionGroup as group:  # a server failing to start, from inside the task group
