@@ -110,7 +110,7 @@ class Session:
     def __init__(self, key: str, extract: Extract, context: Mapping[str, Any]) -> None:
         self.key, self.extract, self.context = key, extract, context
         self.task = "mcp-" + (key if key.startswith("stdio-") else hashlib.sha256(key.encode()).hexdigest()[:16])
-        self.messages: list[dict[str, Any]] = []
+        self.messages: list[dict[str, Any]] = []  # for a custom extractor, which reads the transcript
         self.summary = ChatSummary() if extract is default_extract else None  # O(1) per call, same state
         self.lock = anyio.Lock()  # one call at a time per key: the state advances in order
         self.listed: tuple[str, ...] | None = None  # the legal tools last answered or notified
@@ -132,9 +132,10 @@ class Session:
             "function": {"name": action, "arguments": msgspec.json.encode(dict(arguments)).decode()}}]}
         reply = {"role": "tool", "tool_call_id": call_id, "content": text}
         for m in (call, reply):
-            self.messages.append(m)
             if self.summary is not None:
-                self.summary.add(m)
+                self.summary.add(m)  # the summary is the whole state: no transcript kept
+            else:
+                self.messages.append(m)
 
 
 class Sessions:
