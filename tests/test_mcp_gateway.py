@@ -62,7 +62,7 @@ def test_lists_legal_tools_blocks_and_advances_state(tmp_path, mode):
     async def main_() -> None:
         async with Client(gateway(tmp_path), mode=mode) as c:
             assert c.protocol_version == ("2025-11-25" if mode == "legacy" else mode)
-            assert names(await c.list_tools()) == ["crash", "fail", "get_reservation", "search", "slow"]
+            assert names(await c.list_tools()) == ["add_tool", "crash", "fail", "get_reservation", "search", "slow"]
             blocked = await c.call_tool("cancel", {"reservation_id": "ABC123"})
             assert blocked.is_error
             text = blocked.content[0].text
@@ -218,8 +218,21 @@ def test_cursors_page_the_legal_list_in_a_stable_order(tmp_path):
                 cursor = page.next_cursor
                 if cursor is None:
                     break
-            assert pages == [["crash", "fail"], ["get_reservation", "search"], ["slow"]]
+            assert pages == [["add_tool", "crash"], ["fail", "get_reservation"], ["search", "slow"]]
     run(main_)
+
+
+def test_a_server_tool_list_change_is_read_again(tmp_path):
+    async def main_() -> None:
+        async with Client(gateway(tmp_path)) as c:
+            assert "extra" not in names(await c.list_tools())
+            assert not (await c.call_tool("add_tool", {})).is_error
+            with anyio.fail_after(15):  # the server announces it on its listen stream; the next list reads it
+                while "extra" not in names(await c.list_tools(cache_mode="bypass")):
+                    await anyio.sleep(0.1)
+            assert not (await c.call_tool("extra", {})).is_error
+    run(main_)
+    assert reached(tmp_path) == ["add_tool", "extra"]
 
 
 def test_slow_and_crashing_servers_are_answered_in_bounded_time(tmp_path):

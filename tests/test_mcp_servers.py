@@ -81,7 +81,7 @@ def test_tools_import_and_drift_from_the_servers(tmp_path, http_server):
     assert out.exit_code == 0, out.output
     assert "action a.cancel(reservation_id: text) tags(destructive)" in out.output
     assert 'action b.search(q: text?) tags(read) "Search reservations."' in out.output
-    assert out.output.startswith("# imported from MCP servers a, b by `zc tools import`: 12 actions")
+    assert out.output.startswith("# imported from MCP servers a, b by `zc tools import`: 14 actions")
     imported = tmp_path / "imported.zc"
     imported.write_text("policy imported\n" + out.output + "action escalate tags(control)\nfallback escalate\n")
     out = runner.invoke(main, ["check", str(imported), "--tools-server", a, "--tools-server", f"b={url}"])

@@ -14,7 +14,9 @@ import sys
 
 import anyio
 import mcp_types as types
-from mcp.server.lowlevel.server import Server
+from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 TOOLS = [
     types.Tool(name="get_reservation", description="Look a reservation up.",
@@ -33,7 +35,11 @@ TOOLS = [
     types.Tool(name="slow", description="Sleeps.", input_schema={"type": "object",
                "properties": {"seconds": {"type": "number"}}}),
     types.Tool(name="crash", description="The server exits.", input_schema={"type": "object"}),
+    types.Tool(name="add_tool", description="Adds the tool `extra` and announces the change.",
+               input_schema={"type": "object"}),
 ]
+EXTRA = types.Tool(name="extra", description="Added by add_tool.", input_schema={"type": "object"})
+BUS = InMemorySubscriptionBus()
 
 
 LOG: list[str] = []
@@ -67,20 +73,30 @@ async def call_tool(ctx, params):
     if name == "slow":
         await anyio.sleep(float(args.get("seconds", 5)))
         return types.CallToolResult(content=text("slept"))
+    if name == "add_tool":
+        if EXTRA not in TOOLS:
+            TOOLS.append(EXTRA)
+        await BUS.publish(ToolsListChanged())  # 2026-07-28: to the listen streams
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            await ctx.session.send_tool_list_changed()
+        return types.CallToolResult(content=text("added"))
+    if name == "extra":
+        return types.CallToolResult(content=text("extra"))
     if name == "crash":
         sys.stderr.flush()
         os._exit(3)
     raise ValueError(f"unknown tool {name}")
 
 
-server = Server("reservations", version="1.0", on_list_tools=list_tools, on_call_tool=call_tool)
+server = Server("reservations", version="1.0", on_list_tools=list_tools, on_call_tool=call_tool,
+                on_subscriptions_listen=ListenHandler(BUS))
 
 
 async def _stdio() -> None:
     from mcp.server.stdio import stdio_server
 
     async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+        await server.run(read, write, server.create_initialization_options(NotificationOptions(tools_changed=True)))
 
 
 def main(argv: list[str]) -> None:

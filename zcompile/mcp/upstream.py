@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp_types import CONNECTION_CLOSED
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcp import Client, StdioServerParameters
 
 from ..errors import ZcError
@@ -94,7 +95,12 @@ class Upstream:
                     await self.refresh()
                 started = True
                 task_status.started()
-                await self._stop.wait()
+                async with anyio.create_task_group() as tg:
+                    caps = client.server_capabilities.tools
+                    if client.protocol_version in MODERN_PROTOCOL_VERSIONS and caps is not None and caps.list_changed:
+                        tg.start_soon(self._listen, client)  # 2026-07-28: changes come on a listen stream
+                    await self._stop.wait()
+                    tg.cancel_scope.cancel()
         except Exception as exc:  # noqa: BLE001 - any failure of the server or its transport
             self.failure = _describe(exc)
             if not started:
@@ -105,6 +111,15 @@ class Upstream:
 
     def stop(self) -> None:
         self._stop.set()
+
+    async def _listen(self, client: Client) -> None:
+        """Mark the tools stale at each change the server announces (read again at the next list)."""
+        try:
+            async with client.listen(tools_list_changed=True) as sub:
+                async for _ in sub:
+                    self.stale = True
+        except Exception as exc:  # noqa: BLE001 - the tools stay as last read; calls say what fails
+            _log.warning("server `%s`: no tool-list changes: %s", self.spec.label(), _describe(exc))
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
