@@ -135,6 +135,12 @@ def test_receipts_are_read_by_zc_receipts_check(tmp_path):
     out = CliRunner().invoke(main, ["receipts", "check", str(tmp_path / "r.jsonl"), "--policy", str(POLICY)])
     assert out.exit_code == 0, out.output
     assert "3" in out.output
+    # and as `zc distill` reads them: the list abstains, the blocked call was wrong, the lookup a decision
+    from zcompile.qroute.dataset import load
+
+    data = load([tmp_path / "r.jsonl"], compile_file(POLICY))
+    assert data.counts["dropped_abstained"] == 1 and data.counts["dropped_judged_wrong"] == 1
+    assert [d.label for d in data.decisions] == ["get_reservation"]
 
 
 @pytest.mark.parametrize(("deny", "expect"), [("error", "error"), ("opaque", "opaque")])
