@@ -12,6 +12,7 @@ import anyio
 import httpx
 import pytest
 import uvicorn
+import mcp_types as types
 from mcp import Client, MCPError
 
 from zcompile.driver import compile_file
@@ -167,3 +168,50 @@ def test_engine_failure_fails_closed(tmp_path):
     assert reached(tmp_path) == ["get_reservation"]
     rs = list(read(tmp_path / "r.jsonl"))
     assert "extractor broke" in rs[-1].meta["mcp"]["error"] and rs[-1].meta["mcp"]["forwarded"] is False
+
+
+def test_list_changed_over_http_reaches_its_own_session_only(tmp_path):
+    gw = make(tmp_path, context=AGENT, state_key="header:x-agent-session")
+    seen: dict[str, list[str]] = {"legacy": [], "h1": [], "h2": []}
+
+    def handler(who: str):
+        async def on_message(message) -> None:
+            if isinstance(message, types.ToolListChangedNotification):
+                seen[who].append("list_changed")
+        return on_message
+
+    async def main() -> None:
+        from mcp.client.streamable_http import streamable_http_client
+
+        async with serving(gw) as url:
+            # 2025-11-25: on the session's GET stream
+            async with Client(url, mode="legacy", message_handler=handler("legacy")) as c:
+                await c.list_tools()
+                await c.call_tool("get_reservation", {"reservation_id": "X"})
+                with anyio.fail_after(10):
+                    while not seen["legacy"]:
+                        await anyio.sleep(0.05)
+            # 2026-07-28: on the key's subscriptions/listen streams, and only its own
+            h1 = httpx.AsyncClient(headers={"x-agent-session": "h1"})
+            h2 = httpx.AsyncClient(headers={"x-agent-session": "h2"})
+            async with Client(streamable_http_client(url, http_client=h1),  # auto: server/discover
+                              message_handler=handler("h1")) as one, \
+                    Client(streamable_http_client(url, http_client=h2), mode="2026-07-28",
+                           message_handler=handler("h2")) as two:
+                caps = one.server_capabilities.tools
+                assert one.protocol_version == "2026-07-28" and caps is not None and caps.list_changed
+                await one.list_tools()
+                await two.list_tools()
+                async with one.listen(tools_list_changed=True) as sub:
+                    await two.call_tool("get_reservation", {"reservation_id": "X"})  # h2's state, not h1's
+                    await anyio.sleep(0.5)
+                    assert seen["h1"] == []
+                    await one.call_tool("get_reservation", {"reservation_id": "X"})
+                    with anyio.fail_after(10):
+                        async for _ in sub:
+                            break
+            await h1.aclose()
+            await h2.aclose()
+    anyio.run(main)
+    gw.close()
+    assert seen["legacy"] == ["list_changed"] and seen["h1"] == ["list_changed"]

@@ -88,7 +88,6 @@ class McpGateway:
         except ZcError as exc:
             raise ZcError(f"static context: {exc}") from None
         self.upstreams = [Upstream(s, s.name, timeout_s) for s in servers]
-        self._listeners: dict[str, tuple[InMemorySubscriptionBus, ListenHandler]] = {}
         self._writer = ReceiptWriter(receipts) if receipts is not None else None
         self.server = _Server("zc-mcp", version=_version(), on_list_tools=self._list_tools,
                               on_call_tool=self._call_tool, on_subscriptions_listen=self._listen,
@@ -249,23 +248,16 @@ class McpGateway:
             return
         session.listed = now
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            bus, _ = self._listener(session.key)
-            await bus.publish(ToolsListChanged())
+            await _listener(session)[0].publish(ToolsListChanged())
         else:
             await ctx.session.send_tool_list_changed()
 
     # -- subscriptions (2026-07-28) ------------------------------------------------------------
 
-    def _listener(self, key: str) -> tuple[InMemorySubscriptionBus, ListenHandler]:
-        if key not in self._listeners:
-            bus = InMemorySubscriptionBus()
-            self._listeners[key] = (bus, ListenHandler(bus))
-        return self._listeners[key]
-
     async def _listen(self, ctx: Any, params: types.SubscriptionsListenRequestParams) -> types.SubscriptionsListenResult:
         """One key's change events: a state change under key K is delivered to K's listeners only."""
         session = self._session(ctx)
-        return await self._listener(session.key)[1](ctx, params)
+        return await _listener(session)[1](ctx, params)
 
     # -- receipts ------------------------------------------------------------------------------
 
@@ -333,6 +325,14 @@ async def _params_checked(ctx: Any, call_next: Any) -> Any:
 def _kind(v: Any) -> str:
     return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number",
             float: "a number"}.get(type(v), "null" if v is None else type(v).__name__)
+
+
+def _listener(session: Session) -> tuple[InMemorySubscriptionBus, ListenHandler]:
+    """A session's own change events (kept with it, so a forgotten session takes them along)."""
+    if session.listeners is None:
+        bus = InMemorySubscriptionBus()
+        session.listeners = (bus, ListenHandler(bus))
+    return session.listeners
 
 
 def _meta(ctx: Any) -> dict[str, Any] | None:

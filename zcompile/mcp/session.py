@@ -114,6 +114,7 @@ class Session:
         self.summary = ChatSummary() if extract is default_extract else None  # O(1) per call, same state
         self.lock = anyio.Lock()  # one call at a time per key: the state advances in order
         self.listed: tuple[str, ...] | None = None  # the legal tools last answered or notified
+        self.listeners: Any = None  # 2026-07-28: this key's subscriptions/listen fan-out (gateway.py)
 
     def state(self) -> dict[str, Any]:
         """The state of the next decision (ZcError when the extractor or the context fails)."""
