@@ -173,6 +173,8 @@ def test_unknown_tool_and_bad_params_are_invalid_params(tmp_path):
             assert err.value.code == -32602 and "cursor" in err.value.message
     run(main_)
     assert reached(tmp_path) == []
+    (unknown,) = receipts(tmp_path)
+    assert unknown.action is None and unknown.meta["mcp"]["tool"] == "nope" and "unknown tool" in unknown.meta["mcp"]["error"]
 
 
 def test_log_only_lists_and_forwards_everything_but_records_the_verdict(tmp_path):

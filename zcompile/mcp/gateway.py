@@ -174,7 +174,6 @@ class McpGateway:
         digest = hashlib.sha256("\n".join(listed).encode()).hexdigest()[:16]
         start = _cursor_offset(params.cursor if params else None, digest, len(listed))
         end = len(listed) if not self.page_size else min(len(listed), start + self.page_size)
-        session.listed = tuple(n for n in listed if n in allowed)
         page = [_renamed(tools[n][2], n) for n in listed[start:end]]
         nxt = _cursor(end, digest) if end < len(listed) else None
         self._receipt(session, ctx, "tools/list", state, legal, started,
@@ -184,11 +183,13 @@ class McpGateway:
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         started = time.perf_counter()
         name, args = params.name, dict(params.arguments or {})
+        session = self._session(ctx)
         tools = await self._tools()
         if name not in tools:
+            self._receipt(session, ctx, "tools/call", {}, None, started, name=name, args=args,
+                          error=f"unknown tool `{name}`")
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {name}")
         up, upstream_name, _ = tools[name]
-        session = self._session(ctx)
         async with session.lock:
             try:
                 state, before = self._legal(session)
@@ -213,7 +214,7 @@ class McpGateway:
             self._receipt(session, ctx, "tools/call", state, before, started, name=name, args=args,
                           verdict=verdict, server=up.spec.label(), outcome=outcome)
             if not result.is_error:
-                await self._notify_if_changed(ctx, session, tools)
+                await self._notify_if_changed(ctx, session, tools, before)
         return result
 
     def _check(self, state: dict[str, Any], name: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -237,16 +238,15 @@ class McpGateway:
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True,
                                     _meta={VERDICT_META: verdict})
 
-    async def _notify_if_changed(self, ctx: Any, session: Session, tools: Mapping[str, Any]) -> None:
+    async def _notify_if_changed(self, ctx: Any, session: Session, tools: Mapping[str, Any],
+                                 before: tuple[str, ...]) -> None:
         """After a call advanced the state: tell the client when the legal tools changed."""
         try:
-            _, legal = self._legal(session)
+            _, after = self._legal(session)
         except _Engine:
             return  # the next list or call reports it, failing closed
-        now = tuple(sorted(n for n in tools if n in set(legal)))
-        if session.listed is not None and now == session.listed:
+        if {n for n in tools if n in set(before)} == {n for n in tools if n in set(after)}:
             return
-        session.listed = now
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             await _listener(session)[0].publish(ToolsListChanged())
         else:

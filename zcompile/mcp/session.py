@@ -113,7 +113,6 @@ class Session:
         self.messages: list[dict[str, Any]] = []  # for a custom extractor, which reads the transcript
         self.summary = ChatSummary() if extract is default_extract else None  # O(1) per call, same state
         self.lock = anyio.Lock()  # one call at a time per key: the state advances in order
-        self.listed: tuple[str, ...] | None = None  # the legal tools last answered or notified
         self.listeners: Any = None  # 2026-07-28: this key's subscriptions/listen fan-out (gateway.py)
 
     def state(self) -> dict[str, Any]:
