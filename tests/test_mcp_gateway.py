@@ -300,6 +300,10 @@ def test_bad_configuration_is_refused_before_serving(tmp_path):
     bad_ctx.write_text('{"history": ["cancel"]}')
     out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", upstream(tmp_path), "--context", str(bad_ctx)])
     assert out.exit_code == 1 and "$.history" in out.output and "may only add fields" in out.output
+    out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", "x", "--receipts", str(POLICY)])
+    assert out.exit_code == 1 and "is not a receipts file; refusing to overwrite it" in out.output
+    out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", "x", "--intent", "nope"])
+    assert out.exit_code == 1 and "--intent `nope`: not an intent" in out.output
     out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", "a=x", "--server", "y"])
     assert out.exit_code == 1 and "name each one" in out.output
     out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", "x", "--state-key", "cookie:x"])

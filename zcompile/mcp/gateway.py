@@ -22,7 +22,9 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..errors import ZcError
+from ..outdir import refuse_foreign_file
 from ..receipts import Receipt, ReceiptWriter
+from ..receipts.io import is_receipts_file
 from ..receipts.chat import default_extract, extractor_name
 from ..runtime import Policy
 from .session import SESSION_META, Extract, KeyError_, Session, Sessions, StateKeySpec, key_of, result_text
@@ -88,6 +90,8 @@ class McpGateway:
         except ZcError as exc:
             raise ZcError(f"static context: {exc}") from None
         self.upstreams = [Upstream(s, s.name, timeout_s) for s in servers]
+        if receipts is not None:  # appended to, never a stranger's file
+            refuse_foreign_file(Path(receipts), "receipts file", is_receipts_file)
         self._writer = ReceiptWriter(receipts) if receipts is not None else None
         self.server = _Server("zc-mcp", version=_version(), on_list_tools=self._list_tools,
                               on_call_tool=self._call_tool, on_subscriptions_listen=self._listen,
