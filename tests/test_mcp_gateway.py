@@ -284,6 +284,11 @@ def test_bad_json_rpc_lines_are_refused_over_stdio(tmp_path):
         assert bad["id"] == 2 and bad["error"] == {"code": -32602, "message": "$.params.arguments: expected an object, got a string"}
         ok = ask(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"_meta": meta}}))
         assert ok["id"] == 3 and "get_reservation" in [t["name"] for t in ok["result"]["tools"]]
+        assert ok["result"]["resultType"] == "complete" and ok["result"]["cacheScope"] == "private"
+        assert ok["result"]["ttlMs"] == 0
+        found = ask(json.dumps({"jsonrpc": "2.0", "id": 4, "method": "server/discover", "params": {"_meta": meta}}))
+        assert "2026-07-28" in found["result"]["supportedVersions"]
+        assert found["result"]["capabilities"]["tools"] == {"listChanged": True}
     finally:
         proc.stdin.close()
         proc.wait(timeout=20)
