@@ -215,3 +215,37 @@ def test_list_changed_over_http_reaches_its_own_session_only(tmp_path):
     anyio.run(main)
     gw.close()
     assert seen["legacy"] == ["list_changed"] and seen["h1"] == ["list_changed"]
+
+
+def test_zc_mcp_http_from_the_command_line(tmp_path):
+    import socket
+    import subprocess
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "zcompile", "mcp", "--policy", str(POLICY), "--http", str(port),
+                             "--server", f"{sys.executable} {SERVER} --log {tmp_path / 'calls.jsonl'}",
+                             "--receipts", str(tmp_path / "r.jsonl")], cwd=ROOT, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read().decode()
+                time.sleep(0.1)
+
+        async def main() -> None:
+            async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as c:
+                assert "get_reservation" in names(await c.list_tools())
+                assert (await c.call_tool("cancel", {"reservation_id": "X"})).is_error
+        anyio.run(main)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    assert b"http://127.0.0.1:" in proc.stderr.read() and proc.returncode in (0, -15)
+    proc.stderr.close()
+    assert reached(tmp_path) == [] and len(list(read(tmp_path / "r.jsonl"))) == 2
