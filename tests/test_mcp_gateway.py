@@ -277,7 +277,10 @@ def test_bad_json_rpc_lines_are_refused_over_stdio(tmp_path):
 
     try:
         assert ask("this is not json")["error"]["code"] == -32700
-        assert ask('{"jsonrpc": "2.0", "id": 1}')["error"]["code"] == -32600
+        assert ask('{"jsonrpc": "2.0", "id": 1}') == {"jsonrpc": "2.0", "id": 1, "error": {
+            "code": -32600, "message": "invalid request: $.method: field required"}}  # its id: not left waiting
+        assert ask('{"jsonrpc": "2.0", "id": "x", "method": 5}')["error"]["message"] == \
+            "invalid request: $.method: input should be a valid string"
         assert ask("[1, 2]")["error"]["code"] == -32600
         bad = ask(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                               "params": {"name": "cancel", "arguments": "x", "_meta": meta}}))

@@ -35,11 +35,13 @@ class Refusing:
             if not isinstance(item, Exception):
                 return item
             errors = item.errors() if hasattr(item, "errors") else []
+            rid, where = _request_id(errors)
             if any(e.get("type") == "json_invalid" for e in errors):
                 code, text = PARSE_ERROR, "parse error: the line is not JSON"
             else:
-                code, text = INVALID_REQUEST, "invalid request: not a JSON-RPC 2.0 request, notification or response"
-            await self._write.send(SessionMessage(JSONRPCError(jsonrpc="2.0", id=None,
+                code, text = INVALID_REQUEST, "invalid request: " + (
+                    where or "not a JSON-RPC 2.0 request, notification or response")
+            await self._write.send(SessionMessage(JSONRPCError(jsonrpc="2.0", id=rid,
                                                                error=ErrorData(code=code, message=text))))
 
     def __aiter__(self) -> Refusing:
@@ -63,6 +65,20 @@ class Refusing:
     @property
     def last_context(self) -> Any:
         return getattr(self._read, "last_context", None)
+
+
+def _request_id(errors: list[dict[str, Any]]) -> tuple[str | int | None, str | None]:
+    """The id of a malformed request, when the line has one (so the caller is not left waiting),
+    and the `$.path` of what is wrong with it as a request."""
+    obj = next((e["input"] for e in errors if isinstance(e.get("input"), dict)), None)
+    if obj is None or "result" in obj or "error" in obj:
+        return None, None
+    rid = obj.get("id")
+    if isinstance(rid, bool) or not isinstance(rid, (str, int)):
+        return None, None
+    bad = next((e for e in errors if e.get("loc", ())[:1] == ("JSONRPCRequest",) and len(e["loc"]) > 1), None)
+    where = f"$.{'.'.join(map(str, bad['loc'][1:]))}: {bad['msg'][0].lower()}{bad['msg'][1:]}" if bad else None
+    return rid, where
 
 
 def http_app(gateway: McpGateway, *, auth: Any = None, token_verifier: Any = None) -> Any:
