@@ -21,7 +21,8 @@ async def run_stdio(gateway: McpGateway) -> None:
 
 class Refusing:
     """The read stream with every line that is not a JSON-RPC message answered, instead of the
-    SDK's silence: -32700 (not JSON) or -32600 (not a request, notification or response), `id` null."""
+    SDK's silence: -32700 (not JSON) or -32600 (not a request, notification or response), with the
+    line's id when it has one."""
 
     def __init__(self, read: Any, write: Any) -> None:
         self._read, self._write = read, write
