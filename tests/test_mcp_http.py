@@ -74,6 +74,8 @@ def test_legacy_http_keys_state_by_session_and_isolates_sessions(tmp_path):
     anyio.run(main)
     gw.close()
     assert reached(tmp_path) == ["get_reservation", "cancel"]
+    first = json.loads((tmp_path / "calls.jsonl").read_text().splitlines()[0])
+    assert first["traceparent"] == TRACE  # the trace context goes on to the server
     rs = list(read(tmp_path / "r.jsonl"))
     assert rs[0].meta["mcp"]["traceparent"] == TRACE and rs[0].meta["mcp"]["key"] == "session"
     assert len({r.task for r in rs}) == 2

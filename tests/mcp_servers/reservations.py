@@ -45,12 +45,14 @@ BUS = InMemorySubscriptionBus()
 LOG: list[str] = []
 
 
-def _log(name: str, arguments: dict, request) -> None:
+def _log(name: str, arguments: dict, request, meta) -> None:
     headers = dict(request.headers) if request is not None else {}
+    meta = dict(meta or {})
     for path in LOG:
         with open(path, "a") as f:
             f.write(json.dumps({"tool": name, "arguments": arguments, "pid": os.getpid(),
-                                "authorization": headers.get("authorization")}) + "\n")
+                                "authorization": headers.get("authorization"),
+                                "traceparent": meta.get("traceparent")}) + "\n")
 
 
 async def list_tools(ctx, params):
@@ -59,7 +61,7 @@ async def list_tools(ctx, params):
 
 async def call_tool(ctx, params):
     name, args = params.name, params.arguments or {}
-    _log(name, args, ctx.request)
+    _log(name, args, ctx.request, ctx.meta)
     text = lambda s: [types.TextContent(type="text", text=s)]  # noqa: E731
     if name == "get_reservation":
         return types.CallToolResult(content=text(json.dumps({"id": args.get("reservation_id"), "status": "ok"})))

@@ -93,7 +93,8 @@ class McpGateway:
         if receipts is not None:  # appended to, never a stranger's file
             refuse_foreign_file(Path(receipts), "receipts file", is_receipts_file)
         self._writer = ReceiptWriter(receipts) if receipts is not None else None
-        self.server = _Server("zc-mcp", version=_version(), on_list_tools=self._list_tools,
+        self.version = _version()
+        self.server = _Server("zc-mcp", version=self.version, on_list_tools=self._list_tools,
                               on_call_tool=self._call_tool, on_subscriptions_listen=self._listen,
                               get_tool_input_schema=self._input_schema,
                               instructions=f"tools judged by zc policy `{policy.name}`")
@@ -274,7 +275,8 @@ class McpGateway:
         meta = _meta(ctx) or {}
         headers = getattr(ctx.request, "headers", None)
         traceparent = meta.get("traceparent") or (headers.get("traceparent") if headers else None)
-        m: dict[str, Any] = {"method": method, "protocol": ctx.protocol_version, "key": session.key.split(":")[0],
+        m: dict[str, Any] = {"method": method, "protocol": ctx.protocol_version, "zc": self.version,
+                             "key": "stdio" if session.key == self.sessions.stdio_key else session.key.split(":")[0],
                              "extractor": self.extractor, "deny": self.deny, "log_only": self.log_only,
                              "traceparent": traceparent, **(extra or {})}
         if name is not None:
