@@ -218,8 +218,12 @@ class McpGateway:
                 session.record(name, args, result_text(result.content, result.structured_content))
             self._receipt(session, ctx, "tools/call", state, before, started, name=name, args=args,
                           verdict=verdict, server=up.spec.label(), outcome=outcome)
-            if not result.is_error:
-                await self._notify_if_changed(ctx, session, tools, before)
+            changed = not result.is_error and self._changed(session, tools, before)
+        if changed:  # sent outside the lock: a client slow to read holds up no other call
+            if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                await _listener(session)[0].publish(ToolsListChanged())
+            else:
+                await ctx.session.send_tool_list_changed()
         return result
 
     def _check(self, state: dict[str, Any], name: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -243,19 +247,13 @@ class McpGateway:
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True,
                                     _meta={VERDICT_META: verdict})
 
-    async def _notify_if_changed(self, ctx: Any, session: Session, tools: Mapping[str, Any],
-                                 before: tuple[str, ...]) -> None:
-        """After a call advanced the state: tell the client when the legal tools changed."""
+    def _changed(self, session: Session, tools: Mapping[str, Any], before: tuple[str, ...]) -> bool:
+        """Whether the call just recorded changed the legal tools (then the client is told)."""
         try:
             _, after = self._legal(session)
         except _Engine:
-            return  # the next list or call reports it, failing closed
-        if {n for n in tools if n in set(before)} == {n for n in tools if n in set(after)}:
-            return
-        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            await _listener(session)[0].publish(ToolsListChanged())
-        else:
-            await ctx.session.send_tool_list_changed()
+            return False  # the next list or call reports it, failing closed
+        return {n for n in tools if n in set(before)} != {n for n in tools if n in set(after)}
 
     # -- subscriptions (2026-07-28) ------------------------------------------------------------
 
