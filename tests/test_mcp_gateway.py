@@ -191,13 +191,17 @@ def test_log_only_lists_and_forwards_everything_but_records_the_verdict(tmp_path
 
 
 def test_a_failed_result_does_not_advance_the_state(tmp_path):
+    params = gateway(tmp_path, "--server-env", "ZC_TEST_SERVER_ENV")
+    params.env = {"ZC_TEST_SERVER_ENV": "passed on"}
+
     async def main_() -> None:
-        async with Client(gateway(tmp_path)) as c:
+        async with Client(params) as c:
             r = await c.call_tool("fail", {})
             assert r.is_error and "no such reservation" in r.content[0].text  # the server's result, as it came
             await c.list_tools()
     run(main_)
     rs = receipts(tmp_path)
+    assert json.loads((tmp_path / "calls.jsonl").read_text())["env"] == "passed on"  # --server-env
     assert rs[0].meta["mcp"]["outcome"] == "tool_error"
     assert rs[1].state["history"] == [] and rs[1].state["tool_calls"] == 0
 
@@ -310,6 +314,8 @@ def test_bad_configuration_is_refused_before_serving(tmp_path):
     assert out.exit_code == 1 and "$.history" in out.output and "may only add fields" in out.output
     out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", "x", "--receipts", str(POLICY)])
     assert out.exit_code == 1 and "is not a receipts file; refusing to overwrite it" in out.output
+    out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", "x", "--server-env", "ZC_SURELY_UNSET_VAR"])
+    assert out.exit_code == 1 and "--server-env ZC_SURELY_UNSET_VAR: not set" in out.output
     out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", "x", "--intent", "nope"])
     assert out.exit_code == 1 and "--intent `nope`: not an intent" in out.output
     out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", "a=x", "--server", "y"])

@@ -52,7 +52,8 @@ def _log(name: str, arguments: dict, request, meta) -> None:
         with open(path, "a") as f:
             f.write(json.dumps({"tool": name, "arguments": arguments, "pid": os.getpid(),
                                 "authorization": headers.get("authorization"),
-                                "traceparent": meta.get("traceparent")}) + "\n")
+                                "traceparent": meta.get("traceparent"),
+                                "env": os.environ.get("ZC_TEST_SERVER_ENV")}) + "\n")
 
 
 async def list_tools(ctx, params):

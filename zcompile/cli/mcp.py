@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from ..errors import ZcError
@@ -34,6 +36,9 @@ from .common import fail, load_policy, main, read_json
               help="Tools per tools/list page (0: one page).")
 @click.option("--list-ttl-ms", default=0, show_default=True, type=click.IntRange(min=0),
               help="The ttlMs a tools/list result carries (cacheScope is always private).")
+@click.option("--server-env", "server_env", multiple=True, metavar="VAR",
+              help="Pass this environment variable on to the servers started over stdio (they get only "
+                   "HOME, PATH and a few others otherwise); repeatable.")
 @click.option("--auth-issuer", default=None, metavar="URL",
               help="With --http: act as an OAuth 2.1 resource server for tokens of this authorization server.")
 @click.option("--auth-resource", default=None, metavar="URL",
@@ -41,7 +46,8 @@ from .common import fail, load_policy, main, read_json
 @click.option("--auth-jwks", default=None, metavar="FILE|URL", help="The issuer's signing keys (a JWKS).")
 @click.option("--auth-scope", "auth_scopes", multiple=True, metavar="SCOPE", help="A scope every token needs (403 without).")
 def mcp_cmd(policy_path, servers, port, receipts_path, context_path, deny, log_only, state_key, intent,
-            extract_spec, timeout_s, page_size, list_ttl_ms, auth_issuer, auth_resource, auth_jwks, auth_scopes) -> None:
+            extract_spec, timeout_s, page_size, list_ttl_ms, server_env, auth_issuer, auth_resource, auth_jwks,
+            auth_scopes) -> None:
     """Serve MCP in front of MCP servers: tools/list answers the tools legal in this session's state,
     and every tools/call is judged by the policy before it reaches a server (docs/mcp.md)."""
     try:
@@ -70,7 +76,11 @@ def mcp_cmd(policy_path, servers, port, receipts_path, context_path, deny, log_o
         if context is not None and not isinstance(context, dict):
             raise ZcError(f"{context_path}: $: expected a JSON object of state fields")
         extract = load_extractor(extract_spec) if extract_spec else default_extract
-        gateway = McpGateway(policy, [ServerSpec.parse(s) for s in servers], extract=extract, context=context,
+        missing = [v for v in server_env if v not in os.environ]
+        if missing:
+            raise ZcError(f"--server-env {missing[0]}: not set in this environment")
+        env = {v: os.environ[v] for v in server_env} or None
+        gateway = McpGateway(policy, [ServerSpec.parse(s, env) for s in servers], extract=extract, context=context,
                              receipts=receipts_path, deny=deny, log_only=log_only, state_key=state_key,
                              timeout_s=timeout_s, page_size=page_size, list_ttl_ms=list_ttl_ms, intent=intent)
     except ZcError as exc:

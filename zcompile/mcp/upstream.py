@@ -37,8 +37,9 @@ class ServerSpec:
     env: dict[str, str] | None = None
 
     @classmethod
-    def parse(cls, text: str) -> ServerSpec:
-        """`[NAME=]COMMAND ARGS…` or `[NAME=]URL`; ZcError when malformed."""
+    def parse(cls, text: str, env: dict[str, str] | None = None) -> ServerSpec:
+        """`[NAME=]COMMAND ARGS…` or `[NAME=]URL` (`env`: variables a stdio server gets beside the
+        SDK's default few); ZcError when malformed."""
         name, sep, rest = text.partition("=")
         if sep and name and name.replace("_", "a").isalnum() and not name[0].isdigit() and " " not in name:
             text = rest
@@ -46,7 +47,7 @@ class ServerSpec:
             name = None
         if not text.strip():
             raise ZcError(f"--server `{name or ''}=`: expected a command or an http(s) URL after the name")
-        return cls(text.strip(), name)
+        return cls(text.strip(), name, env)
 
     @property
     def is_url(self) -> bool:
