@@ -51,6 +51,7 @@ bench: venv
 	$(PY) bench/routing_bench.py --write BENCHMARKS.md
 	$(PY) bench/gateway_bench.py --write BENCHMARKS.md
 	$(PY) bench/pdp_bench.py --write BENCHMARKS.md
+	$(PY) bench/mcp_bench.py --write BENCHMARKS.md
 
 clean:
 	rm -rf $(VENV) build .pytest_cache

@@ -535,13 +535,15 @@ def tools_file_diagnostics(problems: Sequence[Problem], file: str) -> list[Diagn
     return [Diagnostic("ZC0500", "error", str(p), None, path=file) for p in problems if p.severity == "error"]
 
 
-def check_tools(results: list[tuple[Any, Any, Sequence[Any]]], path: str | Path) -> list[tuple[Any, Any, Sequence[Any]]]:
+def check_tools(results: list[tuple[Any, Any, Sequence[Any]]], path: str | Path,
+                data: Any = None) -> list[tuple[Any, Any, Sequence[Any]]]:
     """`zc check --tools`: each checked policy's results with its drift from the tools of `path`
-    added, then the tools file's own errors as a result of its own when it has any."""
+    added, then the tools file's own errors as a result of its own when it has any. `data`: the
+    tools already decoded (`zc check --tools-server`: the servers' tools/list), `path` naming them."""
     from .driver import read_source
     from .parse import parse
 
-    tools, problems = load_tools_file(path)
+    tools, problems = load_tools_file(path) if data is None else read_tools(data)
     out = []
     for src_path, policy, diags in results:
         if policy is not None:

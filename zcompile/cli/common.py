@@ -157,3 +157,20 @@ def progress(iterable, label: str, length: int, every_s: float = 30.0):
             line(i)
     if not tenth or i % tenth:
         line(i)
+
+
+def server_tools(servers: tuple[str, ...]):
+    """MCP servers' tools/list as one result, names prefixed as `zc mcp` exposes them (for
+    `--server` / `--tools-server`; ZcError without the `mcp` extra or when a server fails)."""
+    try:
+        from ..mcp.upstream import fetch_tools_sync
+    except ImportError as exc:
+        raise ZcError(f"reading MCP servers needs the `mcp` extra ({exc.name} is not installed): "
+                      "pip install 'zcompile[mcp]'") from None
+    return fetch_tools_sync(list(servers))
+
+
+def servers_label(servers: tuple[str, ...]) -> str:
+    """How diagnostics and imported files name the servers' tools (no path separator in it)."""
+    names = [s.partition("=")[0] if "=" in s.split()[0] else f"#{i + 1}" for i, s in enumerate(servers)]
+    return f"MCP server{'s' if len(servers) > 1 else ''} {', '.join(names)}"

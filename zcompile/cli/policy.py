@@ -11,7 +11,8 @@ import msgspec
 from .. import ir
 from ..errors import ZcError
 from ..outdir import new_file, refuse_foreign_file
-from .common import check_all, fail, load_policy, main, parse_call, read_json, report_diagnostics, summary
+from .common import (check_all, fail, load_policy, main, parse_call, read_json, report_diagnostics, server_tools,
+                     servers_label, summary)
 
 
 @main.command("check")
@@ -21,14 +22,21 @@ from .common import check_all, fail, load_policy, main, parse_call, read_json, r
               show_default=True, help="json or sarif (2.1.0): the diagnostics on stdout, for tools.")
 @click.option("--tools", "tools_path", default=None, type=click.Path(dir_okay=False), metavar="FILE",
               help="Also report where the signatures drift from these tools (OpenAI tools or MCP tools/list).")
-def check_cmd(paths: tuple[str, ...], deny_warnings: bool, out_format: str, tools_path: str | None) -> None:
+@click.option("--tools-server", "tools_servers", multiple=True, metavar="[NAME=]COMMAND|URL",
+              help="Also report drift from these MCP servers' tools/list (as `zc mcp` exposes them; repeatable).")
+def check_cmd(paths: tuple[str, ...], deny_warnings: bool, out_format: str, tools_path: str | None,
+              tools_servers: tuple[str, ...]) -> None:
     """Parse and check policies (names, types, cycles, lints); print every diagnostic."""
+    if tools_path is not None and tools_servers:
+        raise click.UsageError("give --tools or --tools-server, not both")
     try:
         results = check_all(paths)
-        if tools_path is not None:
+        if tools_path is not None or tools_servers:
             from ..tools import check_tools
 
-            results = check_tools(results, tools_path)
+            data = server_tools(tools_servers) if tools_servers else None
+            label = servers_label(tools_servers) if tools_servers else tools_path
+            results = check_tools(results, label, data)
     except ZcError as exc:
         if out_format == "sarif":  # a code-scanning upload still gets a log, saying the run failed
             from ..sarif import sarif_report

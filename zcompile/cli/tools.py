@@ -10,7 +10,7 @@ import msgspec
 
 from ..errors import ZcError
 from ..outdir import new_file
-from .common import fail, load_policy, main
+from .common import fail, load_policy, main, server_tools, servers_label
 
 
 @main.group("tools")
@@ -19,17 +19,27 @@ def tools_group() -> None:
 
 
 @tools_group.command("import")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", required=False, type=click.Path(dir_okay=False))
+@click.option("--server", "servers", multiple=True, metavar="[NAME=]COMMAND|URL",
+              help="Read the tools from MCP servers' tools/list instead of FILE (names prefixed as `zc mcp` "
+                   "exposes them; repeatable).")
 @click.option("-o", "--out", "out", default=None, type=click.Path(dir_okay=False), metavar="FILE",
               help="Write the declarations here (default: stdout).")
 @click.option("--force", is_flag=True, help="Replace FILE given to -o when it exists.")
-def tools_import_cmd(file: str, out: str | None, force: bool) -> None:
+def tools_import_cmd(file: str | None, servers: tuple[str, ...], out: str | None, force: bool) -> None:
     """Write `action` declarations with typed signatures for an OpenAI `tools` array or an MCP
-    `tools/list` result; what the signatures cannot state is refused with its $.path."""
-    from ..tools import import_file
+    `tools/list` result (a FILE, or the servers' own); what the signatures cannot state is refused
+    with its $.path."""
+    from ..tools import import_file, import_tools
 
+    if (file is None) == (not servers):
+        raise click.UsageError("give a tools FILE or --server, not both")
     try:
-        text, warnings = import_file(file)
+        if servers:
+            file = servers_label(servers)
+            text, warnings = import_tools(server_tools(servers), file)
+        else:
+            text, warnings = import_file(file)
         for w in warnings:
             click.echo(f"warning: {file}: {w}", err=True)
         if out is None:

@@ -1,0 +1,97 @@
+"""Serving the gateway: MCP over stdio, or Streamable HTTP on 127.0.0.1 with uvicorn."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from .gateway import McpGateway
+
+HOST = "127.0.0.1"  # the HTTP door binds the loopback interface only
+
+
+async def run_stdio(gateway: McpGateway) -> None:
+    """Connect the servers, then serve one agent over this process's stdin and stdout."""
+    from mcp.server.stdio import stdio_server
+
+    async with gateway.connected(), stdio_server() as (read, write):
+        await gateway.server.run(Refusing(read, write), write, gateway.server.create_initialization_options())
+
+
+class Refusing:
+    """The read stream with every line that is not a JSON-RPC message answered, instead of the
+    SDK's silence: -32700 (not JSON) or -32600 (not a request, notification or response), with the
+    line's id when it has one."""
+
+    def __init__(self, read: Any, write: Any) -> None:
+        self._read, self._write = read, write
+
+    async def receive(self) -> Any:
+        from mcp.shared.message import SessionMessage
+        from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError
+
+        while True:
+            item = await self._read.receive()
+            if not isinstance(item, Exception):
+                return item
+            errors = item.errors() if hasattr(item, "errors") else []
+            rid, where = _request_id(errors)
+            if any(e.get("type") == "json_invalid" for e in errors):
+                code, text = PARSE_ERROR, "parse error: the line is not JSON"
+            else:
+                code, text = INVALID_REQUEST, "invalid request: " + (
+                    where or "not a JSON-RPC 2.0 request, notification or response")
+            await self._write.send(SessionMessage(JSONRPCError(jsonrpc="2.0", id=rid,
+                                                               error=ErrorData(code=code, message=text))))
+
+    def __aiter__(self) -> Refusing:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._read.aclose()
+
+    async def __aenter__(self) -> Refusing:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self._read, "last_context", None)
+
+
+def _request_id(errors: list[dict[str, Any]]) -> tuple[str | int | None, str | None]:
+    """The id of a malformed request, when the line has one (so the caller is not left waiting),
+    and the `$.path` of what is wrong with it as a request."""
+    obj = next((e["input"] for e in errors if isinstance(e.get("input"), dict)), None)
+    if obj is None or "result" in obj or "error" in obj:
+        return None, None
+    rid = obj.get("id")
+    if isinstance(rid, bool) or not isinstance(rid, (str, int)):
+        return None, None
+    bad = next((e for e in errors if e.get("loc", ())[:1] == ("JSONRPCRequest",) and len(e["loc"]) > 1), None)
+    where = f"$.{'.'.join(map(str, bad['loc'][1:]))}: {bad['msg'][0].lower()}{bad['msg'][1:]}" if bad else None
+    return rid, where
+
+
+def http_app(gateway: McpGateway, *, auth: Any = None, token_verifier: Any = None) -> Any:
+    """The Starlette app serving `/mcp` (both protocol revisions, the SDK's session manager)."""
+    return gateway.server.streamable_http_app(host=HOST, auth=auth, token_verifier=token_verifier)
+
+
+async def run_http(gateway: McpGateway, port: int, *, auth: Any = None, token_verifier: Any = None) -> None:
+    """Connect the servers, then serve `http://127.0.0.1:PORT/mcp` until stopped."""
+    import uvicorn
+
+    app = http_app(gateway, auth=auth, token_verifier=token_verifier)
+    server = uvicorn.Server(uvicorn.Config(app, host=HOST, port=port, log_level="warning", lifespan="on"))
+    async with gateway.connected():
+        await server.serve()
