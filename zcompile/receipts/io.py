@@ -18,6 +18,7 @@ from typing import Any, BinaryIO
 import msgspec
 
 from ..errors import ZcError, json_problem
+from ..inputs import files_under
 from ..outdir import new_file, refuse_foreign_file
 from .format import FORMAT_VERSION, Receipt, ReceiptError, newer_major
 
@@ -63,7 +64,7 @@ def expand(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            found = sorted(q for q in p.rglob("*") if q.is_file() and q.name.endswith(SUFFIXES))
+            found = files_under(p, lambda name: name.endswith(SUFFIXES))
             if not found:
                 raise ReceiptError(f"{p}: no receipt files (*.jsonl, *.jsonl.gz, *.parquet) in this directory")
             out.extend(found)
