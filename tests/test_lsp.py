@@ -157,6 +157,17 @@ def test_a_negative_position_names_the_bound(lsp):
                                        "range [0:2147483647], but was -1"), msg["error"]
 
 
+def test_a_notification_whose_params_fail_the_schema_is_ignored_and_logged(lsp):
+    """A notification gets no response: the client's log says why it was ignored, the document is
+    unchanged and the server goes on (the fixture checks that stderr holds no traceback)."""
+    lsp.notify("textDocument/didChange", {"textDocument": {"uri": URI, "version": 9}, "contentChanges": 5})
+    while (msg := lsp.messages.get(timeout=TIMEOUT)).get("method") != "window/logMessage":
+        pass
+    assert msg["params"] == {"type": 2, "message": "textDocument/didChange ignored: invalid params: "
+                                                   "$.params.contentChanges: invalid value for type, expected Sequence"}, msg
+    assert lsp.request("textDocument/hover", at(DESK, "get_order")) is not None
+
+
 def test_capabilities(lsp):
     for cap in ("hoverProvider", "definitionProvider", "completionProvider", "documentFormattingProvider"):
         assert lsp.caps.get(cap), cap

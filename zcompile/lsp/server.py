@@ -29,7 +29,7 @@ _COMPLETION_KIND = {"field": types.CompletionItemKind.Field, "action": types.Com
                     "tier": types.CompletionItemKind.EnumMember, "tag": types.CompletionItemKind.Constant}
 
 
-_ANSWERED = object()  # a request already answered with an error while it was decoded
+_HANDLED = object()  # a message whose params failed the schema, answered (a request) or logged (a notification)
 
 
 def _problem(exc: BaseException, type_: Any) -> str:
@@ -50,24 +50,29 @@ def _params_problem(exc: BaseException) -> str:
 
 class _Protocol(LanguageServerProtocol):
     """pygls's protocol, answering every request: pygls drops a request whose params fail the
-    schema (a negative position) without a response, which leaves the client waiting forever."""
+    schema (a negative position) without a response, which leaves the client waiting forever. A
+    notification whose params fail it is ignored, with one line in the client's log saying why
+    (pygls printed tracebacks on stderr)."""
 
     def structure_message(self, data: dict[str, Any]) -> Any:
-        request_type = (self.get_message_type(data["method"])
-                        if "jsonrpc" in data and "id" in data and isinstance(data.get("method"), str)
-                        and "error" not in data else None)
-        if request_type is None:
+        method = data.get("method") if "jsonrpc" in data and "error" not in data else None
+        message_type = self.get_message_type(method) if isinstance(method, str) else None
+        if message_type is None:
             return super().structure_message(data)
         try:
-            return self._converter.structure(data, request_type)
+            return self._converter.structure(data, message_type)
         except Exception as exc:  # noqa: BLE001 - cattrs raises validation errors and TypeErrors alike
+            problem = f"invalid params: {_params_problem(exc)}"
+        if "id" in data:
             msg_id = data["id"] if isinstance(data["id"], (int, str)) and not isinstance(data["id"], bool) else None
-            error = JsonRpcInvalidParams(f"invalid params: {_params_problem(exc)}")
-            self._send_response(msg_id, None, error.to_response_error())
-            return _ANSWERED
+            self._send_response(msg_id, None, JsonRpcInvalidParams(problem).to_response_error())
+        else:
+            self.notify(types.WINDOW_LOG_MESSAGE, types.LogMessageParams(types.MessageType.Warning,
+                                                                         f"{method} ignored: {problem}"))
+        return _HANDLED
 
     def handle_message(self, message: Any) -> None:
-        if message is not _ANSWERED:
+        if message is not _HANDLED:
             super().handle_message(message)
 
 
