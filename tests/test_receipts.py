@@ -421,6 +421,20 @@ def test_import_chat_refuses_an_unknown_role_naming_the_roles(tmp_path, role, pr
     assert not out.exists()
 
 
+@pytest.mark.parametrize("conv, problem", [
+    ({"id": "c", "messages": [{"role": "assistant", "tool_calls": [{"function": {"name": ""}}]}]},
+     "$.messages[0].tool_calls[0].function.name: expected `str` of length >= 1"),
+    ({"id": "", "messages": [{"role": "assistant", "content": "x"}]}, "$.id: expected `str` of length >= 1"),
+])
+def test_import_chat_refuses_an_empty_tool_name_or_conversation_id(tmp_path, conv, problem):
+    """A call without a name is no decision, and a conversation without an id gives receipts no
+    task to split by: both are refused where they are, not written as action "" or task ""."""
+    path = write_chat(tmp_path, CONVERSATION, conv)
+    with pytest.raises(ReceiptError) as exc:
+        list(import_chat(path))
+    assert str(exc.value) == f"{path}:2: {problem}"
+
+
 def test_import_chat_malformed_conversations(tmp_path, airline):
     bad_role = {**CONVERSATION, "messages": CONVERSATION["messages"][:3] + [{"role": "robot", "content": "x"}]}
     path = write_chat(tmp_path, CONVERSATION, bad_role)

@@ -10,7 +10,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 
@@ -245,8 +245,11 @@ def load_extractor(spec: str) -> Callable[[list[dict], int, dict], dict]:
     return fn  # type: ignore[return-value]
 
 
+NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]  # a tool's name, a conversation's id
+
+
 class _Function(msgspec.Struct):
-    name: str
+    name: NonEmpty
     arguments: Any = None
 
 
@@ -267,7 +270,7 @@ class ChatMessage(msgspec.Struct):
 
 
 class _Conversation(msgspec.Struct):
-    id: str
+    id: NonEmpty
     messages: list[ChatMessage]
     task: str | None = None
     trial: int | None = None
