@@ -243,6 +243,25 @@ def test_cli_errors(setup, tmp_path):
     assert res.exit_code == 1 and "not a specialist directory" in res.output
 
 
+def test_no_usable_receipts_says_what_became_of_them(setup, tmp_path):
+    """`zc eval` and `zc distill` with nothing to learn or replay say how many receipts were read and
+    why none was used, not a guess of three reasons."""
+    d, policy, _ = setup
+    s = {"phase": "start", "mood": "calm", "kind": "a"}
+    (tmp_path / "none.jsonl").write_text("\n")
+    write_file(tmp_path / "dropped.jsonl", [receipt("new", 0, s, None), receipt("new", 1, s, "greet", verified=False),
+                                            receipt("new", 2, s, None)])
+    (tmp_path / "bad.jsonl").write_text("[]\n")
+    base = ["eval", "--policy", str(d / "toy.zc"), "--specialists", str(d / "spec"), "--skip-invalid", "--receipts"]
+    for name, problem in (("none.jsonl", "the files hold none"),
+                          ("dropped.jsonl", "of 3 read, 2 abstained, 1 judged wrong"),
+                          ("bad.jsonl", "of 1 read, 1 invalid (skipped)")):
+        res = CliRunner().invoke(main, [*base, str(tmp_path / name)])
+        assert res.exit_code == 1 and res.stderr.endswith(f"error: no usable receipts: {problem}\n"), res.output
+    with pytest.raises(ZcError, match=r"^no usable receipts: of 3 read, 2 abstained, 1 judged wrong$"):
+        load_decisions([tmp_path / "dropped.jsonl"], policy)
+
+
 def test_configured_tiers_answer_in_the_replay(setup):
     """With tiers configured the replay is the router's with them on: a tier's answers are its own
     rung's, and a complete call it makes removes a teacher call."""

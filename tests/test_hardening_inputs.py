@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -223,6 +225,72 @@ def test_random_path_lengths_are_named_errors(tmp_path_factory, lengths, command
     assert result.exit_code == 1
     assert str(path)[:50] in result.output
     assert any(w in result.output for w in ("File name too long", "No such file", "no such file"))
+
+
+@contextlib.contextmanager
+def chain_of_directories(root: Path, levels: int, name: str, files: dict[str, str]):
+    """`root/name/name/…/name` (`levels` deep) holding `files` at the bottom, made and removed by
+    walking it with relative chdir (the whole path may be past PATH_MAX, and recursive removal
+    would exceed the interpreter's recursion limit)."""
+    cwd = os.getcwd()
+    try:
+        os.chdir(root)
+        for _ in range(levels):
+            os.mkdir(name)
+            os.chdir(name)
+        for f, text in files.items():
+            Path(f).write_text(text)
+    finally:
+        os.chdir(cwd)
+    try:
+        yield root / name
+    finally:
+        try:
+            os.chdir(root)
+            for _ in range(levels):
+                os.chdir(name)
+            for f in files:
+                os.unlink(f)
+            for _ in range(levels):
+                os.chdir("..")
+                os.rmdir(name)
+        finally:
+            os.chdir(cwd)
+
+
+RECEIPT_LINE = '{"id": "a", "task": "t", "tier": "x", "state": {}}\n'
+TESTS = "policy: deep\ncases:\n  - name: c\n    state: {flag: true}\n    legal: [go, stay]\n"
+
+
+@pytest.mark.parametrize("command, files", [
+    (["receipts", "check"], {"r.jsonl": RECEIPT_LINE}),
+    (["check"], {"p.zc": HEAD}),
+    (["test"], {"deep.test.yaml": TESTS, "deep.zc": HEAD}),
+])
+def test_a_directory_1200_levels_deep_is_read(tmp_path, command, files):
+    """Directories are walked without recursion: past the interpreter's recursion limit (about
+    1,000), the file at the bottom is found and read."""
+    with chain_of_directories(tmp_path, 1200, "d", files) as top:
+        result = run(*command, top)
+    assert "Traceback" not in result.output and "RecursionError" not in result.output, result.output[-2000:]
+    if command == ["receipts", "check"]:
+        assert result.exit_code == 0 and "receipts: 1 (valid 1, skipped 0)" in result.output, result.output
+    else:
+        assert "cannot list" not in result.output and "no `.zc`" not in result.output, result.output
+
+
+@pytest.mark.parametrize("command, files", [
+    (["receipts", "check"], {"r.jsonl": RECEIPT_LINE}),
+    (["check"], {"p.zc": HEAD}),
+    (["test"], {"deep.test.yaml": TESTS}),
+])
+def test_a_directory_past_the_path_length_limit_is_a_named_error(tmp_path, command, files):
+    """A directory whose path inside the tree is longer than the system allows (PATH_MAX, 4,096
+    bytes) is refused naming the directory and the system's reason, never a traceback."""
+    with chain_of_directories(tmp_path, 700, "dddddd", files) as top:
+        result = run(*command, top)
+    assert result.exit_code == 1, result.output[-2000:]
+    assert f"error: {top}/dddddd/" in result.output and ": File name too long" in result.output, result.output[-500:]
 
 
 def test_directory_as_a_state_or_artifact(tmp_path):

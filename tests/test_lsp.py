@@ -46,14 +46,19 @@ class Client:
     def notify(self, method: str, params: dict) -> None:
         self.send({"method": method, "params": params})
 
-    def request(self, method: str, params: dict):
+    def answer(self, method: str, params) -> dict:
+        """The server's response to a request (its `result` or its `error`)."""
         self.next_id += 1
         self.send({"id": self.next_id, "method": method, "params": params})
         while True:
             msg = self.messages.get(timeout=TIMEOUT)
             if msg.get("id") == self.next_id and "method" not in msg:
-                assert "error" not in msg, msg["error"]
-                return msg["result"]
+                return msg
+
+    def request(self, method: str, params: dict):
+        msg = self.answer(method, params)
+        assert "error" not in msg, msg["error"]
+        return msg["result"]
 
     def diagnostics(self, version: int, uri: str = URI) -> list[dict]:
         """The diagnostics published for `uri` at a document version (earlier ones are skipped)."""
@@ -125,6 +130,42 @@ def test_requests_about_a_document_never_opened_answer_empty(lsp):
     assert lsp.request("textDocument/formatting", {"textDocument": gone, "options": {
         "tabSize": 2, "insertSpaces": True}}) is None
     assert lsp.request("textDocument/hover", at(DESK, "get_order")) is not None  # still serving
+
+
+@pytest.mark.parametrize("params, where", [
+    ({"textDocument": {"uri": URI}, "position": {"line": -1, "character": 0}}, "$.params.position"),
+    ({"textDocument": {"uri": URI}, "position": {"line": 2**31, "character": 0}}, "$.params.position"),
+    ({"textDocument": {"uri": URI}, "position": {"line": "x", "character": 0}}, "$.params.position.line"),
+    ({"textDocument": {"uri": URI}}, "$.params.position"),
+    ({"position": {"line": 0, "character": 0}}, "$.params.textDocument"),
+    (None, "$.params"),
+    ([1, 2], "$.params.textDocument"),  # by position: the first is the document
+])
+@pytest.mark.parametrize("method", ["textDocument/hover", "textDocument/definition", "textDocument/completion"])
+def test_a_request_whose_params_fail_the_schema_is_answered_with_an_error(lsp, method, params, where):
+    """The protocol requires a response to every request: invalid params get InvalidParams (-32602)
+    naming where they are wrong, and the server goes on serving."""
+    msg = lsp.answer(method, params)
+    assert "result" not in msg and msg["error"]["code"] == -32602, msg
+    assert msg["error"]["message"].startswith(f"invalid params: {where}: "), msg["error"]
+    assert lsp.request("textDocument/hover", at(DESK, "get_order")) is not None  # still serving
+
+
+def test_a_negative_position_names_the_bound(lsp):
+    msg = lsp.answer("textDocument/hover", {"textDocument": {"uri": URI}, "position": {"line": -1, "character": 0}})
+    assert msg["error"]["message"] == ("invalid params: $.params.position: Position.line should be in "
+                                       "range [0:2147483647], but was -1"), msg["error"]
+
+
+def test_a_notification_whose_params_fail_the_schema_is_ignored_and_logged(lsp):
+    """A notification gets no response: the client's log says why it was ignored, the document is
+    unchanged and the server goes on (the fixture checks that stderr holds no traceback)."""
+    lsp.notify("textDocument/didChange", {"textDocument": {"uri": URI, "version": 9}, "contentChanges": 5})
+    while (msg := lsp.messages.get(timeout=TIMEOUT)).get("method") != "window/logMessage":
+        pass
+    assert msg["params"] == {"type": 2, "message": "textDocument/didChange ignored: invalid params: "
+                                                   "$.params.contentChanges: invalid value for type, expected Sequence"}, msg
+    assert lsp.request("textDocument/hover", at(DESK, "get_order")) is not None
 
 
 def test_capabilities(lsp):

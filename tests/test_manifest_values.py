@@ -263,3 +263,23 @@ def test_a_fifo_manifest_or_model_is_refused_not_waited_on(tmp_path, shipped):
 def test_a_model_file_outside_the_directory_is_refused_even_re_sealed(tmp_path, shipped, name):
     with pytest.raises(ZcError, match=r"\$\.model\.file: .* is not a plain file name"):
         load(copy(tmp_path, replace(shipped, "model.file", name)))
+
+
+def test_the_shipped_version_4_manifest_reads_and_encodes_byte_for_byte(policy):
+    """Version 5 added `model.text_probes`; a version 4 manifest is sealed, identified and written
+    without it, so the shipped specialist loads unchanged."""
+    from zcompile.qroute.manifest import decode, encode
+
+    data = (SHIPPED / "manifest.json").read_bytes()
+    m = decode(data, "manifest.json")
+    assert m.version == 4 and m.model.text_probes == () and encode(m) == data
+    assert load(SHIPPED, policy).manifest == m
+
+
+def test_text_probes_on_a_tabular_model_are_refused(shipped, policy, tmp_path):
+    from zcompile.qroute.manifest import TextProbe
+
+    probes = tuple(TextProbe("turn: 0", {c: 0.0 for c in shipped.model.classes}) for _ in shipped.model.classes)
+    d = copy(tmp_path, replace(shipped, "model.text_probes", probes))
+    with pytest.raises(ZcError, match=r"\$\.model\.text_probes: a model that reads feature rows has no text probes"):
+        load(d, policy)

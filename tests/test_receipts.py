@@ -401,12 +401,48 @@ def test_import_chat_receipts(tmp_path, airline):
     assert plain[0].legal is None and plain[0].policy == ""
 
 
+@pytest.mark.parametrize("role, problem", [
+    ("wizard", 'unknown role "wizard": expected one of system|developer|user|assistant|tool'),
+    ("Assistant", 'unknown role "Assistant": expected one of system|developer|user|assistant|tool '
+                  "(did you mean `assistant`?)"),
+    ("ro'b\"ot", 'unknown role "ro\'b\\"ot": expected one of system|developer|user|assistant|tool'),
+    (5, "expected a role (one of system|developer|user|assistant|tool), got `int`"),
+    (None, "expected a role (one of system|developer|user|assistant|tool), got `null`"),
+])
+def test_import_chat_refuses_an_unknown_role_naming_the_roles(tmp_path, role, problem):
+    """`zc receipts import --format chat`: a message of a role the importer does not know is refused
+    at `FILE:LINE: $.messages[i].role`, naming the roles it knows; nothing is written."""
+    conv = {**CONVERSATION, "messages": CONVERSATION["messages"][:2] + [{"role": role, "content": "x"}]
+            + CONVERSATION["messages"][2:3]}
+    path = write_chat(tmp_path, CONVERSATION, conv)
+    out = tmp_path / "out.jsonl"
+    res = CliRunner().invoke(main, ["receipts", "import", "--format", "chat", str(path), "-o", str(out)])
+    assert res.exit_code == 1, res.output
+    assert res.stderr.strip() == f"error: {path}:2: $.messages[2].role: {problem}"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("conv, problem", [
+    ({"id": "c", "messages": [{"role": "assistant", "tool_calls": [{"function": {"name": ""}}]}]},
+     "$.messages[0].tool_calls[0].function.name: expected `str` of length >= 1"),
+    ({"id": "", "messages": [{"role": "assistant", "content": "x"}]}, "$.id: expected `str` of length >= 1"),
+])
+def test_import_chat_refuses_an_empty_tool_name_or_conversation_id(tmp_path, conv, problem):
+    """A call without a name is no decision, and a conversation without an id gives receipts no
+    task to split by: both are refused where they are, not written as action "" or task ""."""
+    path = write_chat(tmp_path, CONVERSATION, conv)
+    with pytest.raises(ReceiptError) as exc:
+        list(import_chat(path))
+    assert str(exc.value) == f"{path}:2: {problem}"
+
+
 def test_import_chat_malformed_conversations(tmp_path, airline):
     bad_role = {**CONVERSATION, "messages": CONVERSATION["messages"][:3] + [{"role": "robot", "content": "x"}]}
     path = write_chat(tmp_path, CONVERSATION, bad_role)
     with pytest.raises(ReceiptError) as exc:
         list(import_chat(path))
-    assert str(exc.value).startswith(f"{path}:2: $.messages[3].role: invalid enum value 'robot'")
+    assert str(exc.value) == (f"{path}:2: $.messages[3].role: unknown role \"robot\": expected one of "
+                              "system|developer|user|assistant|tool")
     path = write_chat(tmp_path, {"id": "x"}, name="b.jsonl")
     with pytest.raises(ReceiptError, match=r"b\.jsonl:1: \$\.messages: required field is missing"):
         list(import_chat(path))

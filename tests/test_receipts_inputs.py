@@ -434,5 +434,42 @@ def test_receipts_given_to_the_chat_importer_say_so(tmp_path):
                                            r"check the file with `zc receipts check`"):
         list(import_chat(path))
     path.write_text('{"id": "c", "messages": [{"role": "robot"}]}\n')  # other problems are unchanged
-    with pytest.raises(ReceiptError, match=r"\$\.messages\[0\]\.role: invalid enum value 'robot'"):
+    with pytest.raises(ReceiptError, match=r'\$\.messages\[0\]\.role: unknown role "robot"'):
         list(import_chat(path))
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".parquet"])
+def test_an_output_of_no_receipts_is_ours_to_replace(tmp_path, suffix):
+    """`write_file` of zero receipts writes a gzip stream or a Parquet file with no rows: a later
+    `convert` or `import` to the same name replaces it (only a stranger's file is refused)."""
+    pytest.importorskip("pyarrow")
+    (tmp_path / "none.jsonl").write_text("")
+    one = tmp_path / "one.jsonl"
+    write_file(one, [Receipt(id="a", task="t", state={}, tier="x")])
+    out = tmp_path / f"out{suffix}"
+    for src, n in (("none.jsonl", 0), ("one.jsonl", 1)):
+        res = CliRunner().invoke(main, ["receipts", "convert", str(tmp_path / src), "-o", str(out)])
+        assert res.exit_code == 0, res.output
+        assert [r.id for r in read(out)] == ["a"] * n
+    notes = tmp_path / "notes.jsonl.gz"
+    notes.write_bytes(gzip.compress(b"my notes\n"))
+    res = CliRunner().invoke(main, ["receipts", "convert", str(one), "-o", str(notes)])
+    assert res.exit_code == 1 and "exists and is not a receipts file; refusing to overwrite it" in res.output
+    assert gzip.decompress(notes.read_bytes()) == b"my notes\n"
+
+
+def test_a_utf8_byte_order_mark_is_ignored(tmp_path, airline):
+    """Editors on Windows start UTF-8 files with a byte-order mark; JSON readers may ignore it (RFC
+    8259 §8.1), and every receipt, chat-log and function-calling reader does."""
+    bom = b"\xef\xbb\xbf"
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(bom + encode(Receipt(id="a", task="t", state={}, tier="x")))
+    res = CliRunner().invoke(main, ["receipts", "check", str(path)])
+    assert res.exit_code == 0 and "receipts: 1 (valid 1, skipped 0)" in res.output, res.output
+    chat = tmp_path / "c.jsonl"
+    chat.write_bytes(bom + json.dumps(conversation([{"role": "user", "content": "hi"},
+                                                    {"role": "assistant", "content": "hello"}])).encode() + b"\n")
+    assert [r.action for r in import_chat(chat, policy=airline)] == ["respond"]
+    path.write_bytes(encode(Receipt(id="a", task="t", state={}, tier="x")) + bom + b"{}\n")  # only at the start
+    with pytest.raises(ReceiptError, match=r"r\.jsonl:2: \$: invalid JSON"):
+        list(read(path))

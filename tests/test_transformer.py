@@ -175,6 +175,79 @@ def test_tampered_tokenizer_or_model_refused(trained, policy, tmp_path):
         Specialist(copy, policy)
 
 
+def _resealed(copy, edit) -> None:
+    """Edit `copy`'s manifest as JSON and seal it again, as someone re-sealing by hand would."""
+    from zcompile.qroute.manifest import Manifest, encode
+
+    raw = json.loads((copy / "manifest.json").read_text())
+    edit(raw)
+    (copy / "manifest.json").write_bytes(encode(msgspec.json.decode(json.dumps(raw), type=Manifest)))
+
+
+def test_text_probes_one_per_class_where_it_leads(trained):
+    m = trained.manifest
+    assert len(m.model.text_probes) == len(m.model.classes) == 4 and not m.model.probes
+    for c, probe in zip(m.model.classes, m.model.text_probes):
+        assert probe.text.startswith("channel: ") and set(probe.logits) == set(m.model.classes)
+        assert max(probe.logits, key=probe.logits.get) == c  # 40 steps: each class leads somewhere
+
+
+def test_every_swap_of_two_classes_is_refused_on_load(trained, policy, tmp_path):
+    """A re-ordered `$.model.classes` (re-sealed) is refused: on the probe of one of the two classes
+    it led the other by more than RANK_MARGIN, and the model now ranks them the other way."""
+    import itertools
+
+    copy = tmp_path / "swapped"
+    shutil.copytree(trained.directory, copy)
+    classes = list(trained.manifest.model.classes)
+    for i, j in itertools.combinations(range(len(classes)), 2):
+        order = classes.copy()
+        order[i], order[j] = order[j], order[i]
+
+        def swap(raw, order=order):
+            raw["model"]["classes"] = order
+            raw["model"]["text_probes"] = [{**p, "logits": {c: p["logits"][c] for c in order}}
+                                           for p in raw["model"].get("text_probes", [])]
+
+        _resealed(copy, swap)
+        with pytest.raises(ZcError, match=r"model\.onnx: on \$\.model\.text_probes\[\d\] the model ranks .* \(logits\): "
+                                          "the class order does not match the model's outputs"):
+            Specialist(copy, policy)
+
+
+def test_logits_of_another_cpu_still_load(trained, policy, tmp_path):
+    """The check is on rank order, not values: recorded logits off by up to 0.2 (far more than int8
+    kernels of another CPU move them) still load, and the specialist decides as before."""
+    rng = random.Random(3)
+    copy = tmp_path / "other_cpu"
+    shutil.copytree(trained.directory, copy)
+
+    def jitter(raw):
+        for p in raw["model"]["text_probes"]:
+            p["logits"] = {c: v + rng.uniform(-0.2, 0.2) for c, v in p["logits"].items()}
+
+    _resealed(copy, jitter)
+    state = {"channel": "chat", "verified": True, "request": "please cancel order #12"}
+    assert Specialist(copy, policy).decide(state, list(policy.actions)).best == "cancel_order"
+
+
+@pytest.mark.parametrize("edit, problem", [
+    (lambda raw: raw["model"].update(text_probes=[]), r"\$\.model\.text_probes: 0 probes for 4 classes"),
+    (lambda raw: raw["model"]["text_probes"][1]["logits"].pop("reply"),
+     r"\$\.model\.text_probes\[1\]\.logits: the classes differ from \$\.model\.classes"),
+    (lambda raw: raw["model"].update(probes=[{"row": {}, "probabilities": {}}]),
+     r"\$\.model\.probes: a model that reads text has no feature-row probes"),
+    (lambda raw: raw.update(version=4) or raw["model"].pop("text_probes"),
+     "a version 4 transformer specialist has no class-order probes \\(version 5 adds them\\); distil"),
+])
+def test_missing_or_malformed_text_probes_are_refused(trained, policy, tmp_path, edit, problem):
+    copy = tmp_path / "edited"
+    shutil.copytree(trained.directory, copy)
+    _resealed(copy, edit)
+    with pytest.raises(ZcError, match=problem):
+        Specialist(copy, policy)
+
+
 def test_decision_time_imports_no_torch_or_transformers(trained):
     code = f"""
 import sys, zcompile

@@ -7,7 +7,7 @@ from pathlib import Path
 from . import __version__, ir
 from .check import Checked, check
 from .errors import Diagnostic, ZcError
-from .inputs import path_kind, read_file
+from .inputs import files_under, path_kind, read_file
 from .lower import lower
 from .parse import MAX_POLICY_BYTES, decode, parse
 from .runtime import Policy
@@ -63,10 +63,7 @@ def policy_files(paths: list[str | Path]) -> list[Path]:
         p = Path(raw)
         kind = path_kind(p)
         if kind == "dir":
-            try:
-                found = sorted(p.rglob("*.zc"))
-            except OSError as exc:
-                raise ZcError(f"{p}: cannot list directory: {exc.strerror or exc}") from None
+            found = files_under(p, lambda name: name.endswith(".zc"))
             if not found:
                 raise ZcError(f"{p}: no `.zc` policy files in this directory")
             out.extend(found)  # a FIFO or device among them is refused when it is read

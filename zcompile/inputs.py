@@ -6,7 +6,7 @@ import contextlib
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,35 @@ def path_kind(path: str | Path) -> str:
     except OSError as exc:
         raise ZcError(f"{path}: {_reason(exc)}") from None
     return "dir" if stat.S_ISDIR(info.st_mode) else "file"
+
+
+def files_under(root: str | Path, wanted: Callable[[str], bool]) -> list[Path]:
+    """The entries below directory `root` that are not directories and whose names `wanted` takes,
+    sorted. Directories are walked without recursion, at any depth; links are not followed (a
+    FIFO or a link among them is listed: reading it refuses what is not a regular file).
+
+    Raises:
+        ZcError: `DIR: cannot list directory: reason` for a directory the system refuses to list
+            (permissions, a path past PATH_MAX), `FILE: reason` for an entry it refuses to stat.
+    """
+    found: list[Path] = []
+    pending = [str(root)]
+    while pending:
+        d = pending.pop()
+        try:
+            with os.scandir(d) as entries:
+                for e in entries:
+                    try:
+                        is_dir = e.is_dir(follow_symlinks=False)
+                    except OSError as exc:
+                        raise ZcError(f"{e.path}: {_reason(exc)}") from None
+                    if is_dir:
+                        pending.append(e.path)
+                    elif wanted(e.name):
+                        found.append(Path(e.path))
+        except OSError as exc:
+            raise ZcError(f"{d}: cannot list directory: {_reason(exc)}") from None
+    return sorted(found)
 
 
 def decode_json(data: bytes | str, type: Any = Any, what: str = "JSON",

@@ -14,7 +14,7 @@ import msgspec
 from . import ast as A
 from . import interp
 from .errors import ZcError, did_you_mean
-from .inputs import read_file
+from .inputs import files_under, read_file
 from .runtime import Policy
 from .state import StateError
 from .yamldoc import Refused, compose, locate
@@ -167,7 +167,7 @@ def suite_files(paths: Iterable[str | Path]) -> list[Path]:
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.name.endswith(SUFFIXES) and f.is_file())
+            found = files_under(p, lambda name: name.endswith(SUFFIXES))
             if not found:
                 raise ZcError(f"{p}: no test files (`*.test.yaml`, `*.test.json`) in this directory")
             out.extend(found)

@@ -39,7 +39,7 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
             legal actions), no usable decision, trained-on tasks under `split="all"` without
             `allow_trained`, nothing held out, an unknown split, a policy missing or given wrongly.
     """
-    from ..qroute.dataset import Report, rows_in, stream
+    from ..qroute.dataset import Report, no_usable, rows_in, stream
     from ..receipts.judge import LOOKAHEAD, RULE, conversation_of
 
     if split not in SPLITS:
@@ -80,7 +80,7 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
     for row in replays(held_out(), policy, specialist, tiers=tiers):
         led.add(row)
     if not counts["used"]:
-        raise ZcError("no usable receipts: every receipt was invalid, abstained or judged wrong")
+        raise no_usable(counts)
     sealing = sealer.info()
     n = led.n
     overall = led.overall()

@@ -3,11 +3,17 @@ hover, go-to-definition, completion, formatting. Start it with `zc lsp` (stdio).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
+from cattrs import transform_error
+from cattrs.v import format_exception
 from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
 
 from .. import __version__
 from ..errors import Diagnostic, ZcError
@@ -23,11 +29,59 @@ _COMPLETION_KIND = {"field": types.CompletionItemKind.Field, "action": types.Com
                     "tier": types.CompletionItemKind.EnumMember, "tag": types.CompletionItemKind.Constant}
 
 
+_HANDLED = object()  # a message whose params failed the schema, answered (a request) or logged (a notification)
+
+
+def _problem(exc: BaseException, type_: Any) -> str:
+    """cattrs' description of one invalid value, with a validator's own words (`Position.line
+    should be in range [0:2147483647], but was -1`) where it gave some."""
+    if isinstance(exc, ValueError) and type_ is None and str(exc):
+        return str(exc).rstrip(".")
+    return format_exception(exc, type_)
+
+
+def _params_problem(exc: BaseException) -> str:
+    """`$.params.path: problem` (the first one), with the protocol's field names (`textDocument`)."""
+    first = (transform_error(exc, "$", _problem) or [f"invalid value ({exc})"])[0]
+    problem, _, path = first.rpartition(" @ ")
+    path = re.sub(r"_([a-z])", lambda m: m.group(1).upper(), path or "$")
+    return f"{path}: {problem or first}"
+
+
+class _Protocol(LanguageServerProtocol):
+    """pygls's protocol, answering every request: pygls drops a request whose params fail the
+    schema (a negative position) without a response, which leaves the client waiting forever. A
+    notification whose params fail it is ignored, with one line in the client's log saying why
+    (pygls printed tracebacks on stderr)."""
+
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        method = data.get("method") if "jsonrpc" in data and "error" not in data else None
+        message_type = self.get_message_type(method) if isinstance(method, str) else None
+        if message_type is None:
+            return super().structure_message(data)
+        try:
+            return self._converter.structure(data, message_type)
+        except Exception as exc:  # noqa: BLE001 - cattrs raises validation errors and TypeErrors alike
+            problem = f"invalid params: {_params_problem(exc)}"
+        if "id" in data:
+            msg_id = data["id"] if isinstance(data["id"], (int, str)) and not isinstance(data["id"], bool) else None
+            self._send_response(msg_id, None, JsonRpcInvalidParams(problem).to_response_error())
+        else:
+            self.notify(types.WINDOW_LOG_MESSAGE, types.LogMessageParams(types.MessageType.Warning,
+                                                                         f"{method} ignored: {problem}"))
+        return _HANDLED
+
+    def handle_message(self, message: Any) -> None:
+        if message is not _HANDLED:
+            super().handle_message(message)
+
+
 class ZcServer(LanguageServer):
     """Keeps one Analysis per open document."""
 
     def __init__(self) -> None:
-        super().__init__("zc", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Full)
+        super().__init__("zc", __version__, protocol_cls=_Protocol,
+                         text_document_sync_kind=types.TextDocumentSyncKind.Full)
         self.analyses: dict[str, Analysis] = {}
 
 

@@ -81,7 +81,7 @@ def load(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid: bool 
     out = [d for r, d in judged(stream(paths, policy, counts, skip_invalid=skip_invalid, none_fits=none_fits,
                                        report=report), judge) if d is not None]
     if not out:
-        raise ZcError("no usable receipts: every receipt was invalid, abstained or judged wrong")
+        raise no_usable(counts)
     return Dataset([with_acceptable(d, judge) for d in out], counts, files)
 
 
@@ -108,6 +108,17 @@ def judged(pairs: Iterable[tuple[Any, Decision | None]], judge: Any) -> Iterator
 def with_acceptable(d: Decision, judge: Any) -> Decision:
     """`d` with its acceptable calls (keyed by its position in the stream, `order[1]`)."""
     return replace(d, acceptable=judge.acceptable(d.order[1]))
+
+
+def no_usable(counts: Counter) -> ZcError:
+    """The error when no receipt read is a decision, saying what became of them (`stream`'s counts)."""
+    seen = counts["receipts"] + counts["skipped_invalid"]
+    if not seen:
+        return ZcError("no usable receipts: the files hold none")
+    why = [f"{counts[k]} {what}" for k, what in (("skipped_invalid", "invalid (skipped)"),
+                                                 ("dropped_abstained", "abstained"),
+                                                 ("dropped_judged_wrong", "judged wrong")) if counts[k]]
+    return ZcError(f"no usable receipts: of {seen} read, " + ", ".join(why))
 
 
 def stream(paths: Sequence[str | Path], policy: Any, counts: Counter, *, skip_invalid: bool = False,
@@ -317,7 +328,8 @@ def load_split(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid:
         position.append(i)
     usable = len(task_of)
     if not usable:
-        raise ZcError("no usable receipts: every receipt was invalid, abstained or judged wrong")
+        counts["skipped_invalid"] = rstats.skipped
+        raise no_usable(counts)
     report.step("2/10 splitting by task (chronological, sealed over every task), then sampling")
     which = task_parts(first)
     names = list(tasks)

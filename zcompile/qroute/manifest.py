@@ -13,13 +13,19 @@ from .features import FeatureSpec
 
 # 3: cross-fitted τ with a named guarantee (`Threshold.guarantee`, `.statement`, `.n`), `ArgumentModel`,
 # and `sha256` over the whole manifest (any edit is refused). 4: `Model.probes` (a tabular model's class
-# order is checked for every class). Only version 4 is read: a version 3 has no probes to check with.
-MANIFEST_VERSION = 4
-READS = (4,)
+# order is checked for every class). 5: `Model.text_probes` (a transformer's, by the rank order of its
+# classes). Versions 4 and 5 are read, except a version-4 transformer (it has no probes to check with);
+# a version 3 has none at all.
+MANIFEST_VERSION = 5
+READS = (4, 5)
 NEVER = 2.0  # a τ above every confidence: the specialist abstains on everything
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")  # a file in the specialist directory itself
 PROBE_POOL = 20_000  # training rows (evenly spaced) searched for each class's probe at distillation
 PROBE_TOLERANCE = 1e-4  # |Δp| allowed between a probe's recorded and re-scored probabilities
+TEXT_PROBE_POOL = 512  # training texts (evenly spaced) searched for each class's text probe
+# logits: two classes recorded further apart than this on a text probe must keep their order on load
+# (int8 kernels of another CPU move logits by far less; probabilities within 1e-4 they do not keep)
+RANK_MARGIN = 0.5
 
 
 class Split(msgspec.Struct, frozen=True):
@@ -56,6 +62,14 @@ class Probe(msgspec.Struct, frozen=True):
     probabilities: dict[str, float]  # class -> the exported model's probability on the row
 
 
+class TextProbe(msgspec.Struct, frozen=True):
+    """A rendered training state with the exported model's logits on it by class (transformers):
+    loading scores the text again and checks the rank order of the classes (`check_text_probes`)."""
+
+    text: str
+    logits: dict[str, float]  # class -> the exported model's logit on the text
+
+
 class Model(msgspec.Struct, frozen=True):
     kind: str  # logistic | mlp | gbt | transformer | pairwise
     classes: tuple[str, ...]  # the model's output columns, a subset of the policy's actions
@@ -66,6 +80,8 @@ class Model(msgspec.Struct, frozen=True):
     text: TextInput | None = None  # set for models that read text (transformer); None: feature vectors
     # tabular models: one per class, the training row where that class is likeliest (`probes_for`)
     probes: tuple[Probe, ...] = ()
+    # text models (version 5): one per class, the training text where it leads the others most (`text_probes_for`)
+    text_probes: tuple[TextProbe, ...] = ()
 
 
 class Calibration(msgspec.Struct, frozen=True):
@@ -137,22 +153,33 @@ class Manifest(msgspec.Struct, frozen=True):
     sha256: str = ""  # of this manifest encoded with sha256 = "": any edit is refused on load
 
 
+def _json(m: Manifest) -> bytes:
+    """`m` as JSON, as its version writes it: a version 4 manifest has no `model.text_probes`, so
+    its seal and identity are what they were when it was written."""
+    body = msgspec.json.encode(m)
+    if m.version >= 5:
+        return body
+    raw = msgspec.json.decode(body)
+    del raw["model"]["text_probes"]
+    return msgspec.json.encode(raw)
+
+
 def seal_manifest(m: Manifest) -> Manifest:
     """`m` with its sha256 set."""
     m = msgspec.structs.replace(m, sha256="")
-    return msgspec.structs.replace(m, sha256=hashlib.sha256(msgspec.json.encode(m)).hexdigest())
+    return msgspec.structs.replace(m, sha256=hashlib.sha256(_json(m)).hexdigest())
 
 
 def identity(m: Manifest) -> str:
     """The sha256 of what decides (the manifest without its gate, metrics and seal): unchanged when
     `zc promote` re-gates the specialist, so its shadow records stay evidence for it."""
     m = msgspec.structs.replace(m, gate=Gate(False, (), ()), metrics={}, sha256="")
-    return hashlib.sha256(msgspec.json.encode(m)).hexdigest()
+    return hashlib.sha256(_json(m)).hexdigest()
 
 
 def encode(m: Manifest) -> bytes:
     """The manifest file's bytes, sealed (sha256 set)."""
-    return msgspec.json.format(msgspec.json.encode(seal_manifest(m)), indent=2) + b"\n"
+    return msgspec.json.format(_json(seal_manifest(m)), indent=2) + b"\n"
 
 
 def decode(data: bytes, path: str) -> Manifest:
@@ -178,6 +205,9 @@ def decode(data: bytes, path: str) -> Manifest:
         m = msgspec.json.decode(data, type=Manifest)
     except msgspec.ValidationError as exc:
         raise ZcError(f"{path}: corrupt specialist manifest: {exc}") from None
+    if version < 5 and m.model.kind == "transformer":
+        raise ZcError(f"{path}: a version {version} transformer specialist has no class-order probes "
+                      "(version 5 adds them); distil the specialist again")
     if not m.sha256 or seal_manifest(m).sha256 != m.sha256:
         raise ZcError(f"{path}: manifest does not match its sha256 (edited, tampered or corrupt); distil the "
                       "specialist again")
@@ -251,8 +281,8 @@ def validate(m: Manifest) -> str | None:
     text = m.model.text
     if text is not None and (text.max_length < 1 or text.threads < 1):
         return "$.model.text: max_length and threads must be at least 1"
-    if m.model.kind != "pairwise" and text is None:
-        problem = _probes_problem(m.model)
+    if m.model.kind != "pairwise":
+        problem = _probes_problem(m.model) if text is None else _text_probes_problem(m.model)
         if problem:
             return problem
     c = m.calls
@@ -271,6 +301,8 @@ def validate(m: Manifest) -> str | None:
 def _probes_problem(model: Model) -> str | None:
     """A tabular model's probes: one per class, finite rows, probabilities of exactly its classes (that
     the rows are as wide as the features is checked with the model, `check_session`)."""
+    if model.text_probes:
+        return "$.model.text_probes: a model that reads feature rows has no text probes (its are $.model.probes)"
     if len(model.probes) != len(model.classes):
         return (f"$.model.probes: {len(model.probes)} probes for {len(model.classes)} classes "
                 "(distillation records one per class)")
@@ -283,6 +315,24 @@ def _probes_problem(model: Model) -> str | None:
             return f"{where}.probabilities: the classes differ from $.model.classes"
         if (c := next((c for c, p in probe.probabilities.items() if not 0.0 <= p <= 1.0), None)) is not None:
             return f"{where}.probabilities.{c}: {probe.probabilities[c]!r} is not a probability"
+    return None
+
+
+def _text_probes_problem(model: Model) -> str | None:
+    """A text model's probes: one per class, each with a finite logit for exactly its classes, and
+    no feature-row probes (it reads no feature rows)."""
+    if model.probes:
+        return "$.model.probes: a model that reads text has no feature-row probes (its are $.model.text_probes)"
+    if len(model.text_probes) != len(model.classes):
+        return (f"$.model.text_probes: {len(model.text_probes)} probes for {len(model.classes)} classes "
+                "(distillation records one per class)")
+    classes = set(model.classes)
+    for i, probe in enumerate(model.text_probes):
+        where = f"$.model.text_probes[{i}]"
+        if set(probe.logits) != classes:
+            return f"{where}.logits: the classes differ from $.model.classes"
+        if (c := next((c for c, v in probe.logits.items() if not math.isfinite(v)), None)) is not None:
+            return f"{where}.logits.{c}: {probe.logits[c]!r} is not finite"
     return None
 
 
@@ -395,3 +445,42 @@ def probes_for(session: Any, pool: Any, classes: tuple[str, ...]) -> tuple[Probe
         row = {int(k): float(pool[i, k]) for k in np.flatnonzero(pool[i])}
         out.append(Probe(row, {c: float(p) for c, p in zip(classes, probs[i])}))
     return tuple(out)
+
+
+def text_probes_for(logits: Any, texts: list[str], classes: tuple[str, ...]) -> tuple[TextProbe, ...]:
+    """Distillation's text probes (`Model.text_probes`): for each class, the text of `texts` on which the
+    exported model's logit for it leads the best other class's by the most (the earliest on a tie), with
+    the model's logits there (`logits`: (len(texts), K), columns in `classes` order)."""
+    import numpy as np
+
+    out = []
+    for j in range(len(classes)):
+        others = np.delete(logits, j, axis=1)
+        lead = logits[:, j] - (others.max(axis=1) if others.shape[1] else 0.0)
+        i = int(np.argmax(lead))
+        out.append(TextProbe(texts[i], {c: float(v) for c, v in zip(classes, logits[i])}))
+    return tuple(out)
+
+
+def check_text_probes(m: Manifest, logits: Any, path: str) -> None:
+    """ZcError unless the model ranks the classes on each text probe as distillation recorded, for every
+    pair recorded more than RANK_MARGIN apart (`logits`: the model's on the probes' texts, in
+    `$.model.classes` order). A swapped `$.model.classes` reverses every pair it moves apart: a swap
+    of two classes is refused whenever one of them led the other by more than RANK_MARGIN on a probe."""
+    import numpy as np
+
+    from ..errors import ZcError
+
+    classes = m.model.classes
+    for i, probe in enumerate(m.model.text_probes):
+        recorded = np.array([probe.logits[c] for c in classes])
+        got = logits[i]
+        ahead, behind = np.nonzero((recorded[:, None] - recorded[None, :] > RANK_MARGIN) & (got[:, None] <= got[None, :]))
+        if len(ahead):
+            a, b = int(ahead[0]), int(behind[0])
+            moved = np.allclose(np.sort(got), np.sort(recorded), rtol=0.0, atol=RANK_MARGIN)
+            raise ZcError(f"{path}: on $.model.text_probes[{i}] the model ranks `{classes[b]}` ({float(got[b]):.3f}) "
+                          f"at or above `{classes[a]}` ({float(got[a]):.3f}) where distillation recorded `{classes[a]}` "
+                          f"{recorded[a]:.3f} above `{classes[b]}` {recorded[b]:.3f} (logits): "
+                          + ("the class order does not match the model's outputs" if moved
+                             else "not this specialist's model"))

@@ -28,7 +28,7 @@ from ..receipts.judge import accepts
 from . import features as F
 from .calibrate import fit_platt, fit_temperature
 from .dataset import Decision, Report, plain
-from .manifest import PROBE_POOL, Calibration, Model, TextInput, probes_for
+from .manifest import PROBE_POOL, TEXT_PROBE_POOL, Calibration, Model, TextInput, probes_for, text_probes_for
 from .specialist import masked_confidence, session_options
 
 PARITY_TOLERANCE = 1e-4  # max |Δp|, tabular models
@@ -227,7 +227,9 @@ class TransformerRecipe(ClassifierRecipe):
             clf = transformer_model(self.seed, self.options)
         except TypeError as exc:
             raise ZcError(f"unknown transformer option: {exc}") from None
-        return clf.fit(x, y, bar=report.bar)
+        clf = clf.fit(x, y, bar=report.bar)
+        clf.probe_pool_ = x[::max(1, -(-len(x) // TEXT_PROBE_POOL))]  # evenly spaced, for the text probes
+        return clf
 
     def reference(self, clf: Any, x: list[str]) -> tuple[np.ndarray, np.ndarray]:
         return self._on_actions(clf.predict_proba(x), [str(c) for c in clf.classes_])
@@ -236,16 +238,23 @@ class TransformerRecipe(ClassifierRecipe):
         return self._on_actions(sp.text_probabilities(x), sp.model_classes)
 
     def export(self, clf: Any, work: Path, report: Report, quantization: str) -> Model:
+        import onnxruntime as ort
+
         from .render import VERSION as RENDER_VERSION
-        from .specialist import TOKENIZER_FILE
+        from .specialist import TOKENIZER_FILE, load_tokenizer, text_logits
 
         files = clf.export(work, report.step, quantization)
         model_sha = files.pop("model.onnx")
         params = plain(clf.get_params()) | {
             "train_seconds": clf.train_seconds_, "steps": clf.steps_, "final_loss": clf.final_loss_,
             "quantization": quantization}
-        return Model("transformer", tuple(str(c) for c in clf.classes_), "model.onnx", model_sha, params, files,
-                     TextInput(RENDER_VERSION, clf.max_length, TOKENIZER_FILE, DECIDE_THREADS))
+        classes = tuple(str(c) for c in clf.classes_)
+        session = ort.InferenceSession(str(work / "model.onnx"), sess_options=session_options(1),
+                                       providers=["CPUExecutionProvider"])
+        logits = text_logits(session, load_tokenizer(work / TOKENIZER_FILE, clf.max_length), clf.probe_pool_)
+        return Model("transformer", classes, "model.onnx", model_sha, params, files,
+                     TextInput(RENDER_VERSION, clf.max_length, TOKENIZER_FILE, DECIDE_THREADS),
+                     text_probes=text_probes_for(logits, clf.probe_pool_, classes))
 
     specialist = TabularRecipe.specialist
     ask = TabularRecipe.ask

@@ -22,7 +22,7 @@ from ..errors import ZcError
 from ..inputs import path_kind, read_file
 from ..receipts.candidates import as_candidates
 from .features import Featurizer
-from .manifest import NEVER, Manifest, check_against, check_session, decode
+from .manifest import NEVER, Manifest, check_against, check_session, check_text_probes, decode
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +116,17 @@ def encode_batch(ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]]
     return {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": types}
 
 
+def text_logits(session: Any, tokenizer: Any, texts: Sequence[str]) -> np.ndarray:
+    """A text model's logits (n, K) on texts, TEXT_BATCH at a time: the one scoring of rendered
+    states, at decision time and for the text probes distillation records."""
+    names = [i.name for i in session.get_inputs()]
+    out = []
+    for i in range(0, len(texts), TEXT_BATCH):
+        enc = encode_batch([e.ids for e in tokenizer.encode_batch(list(texts[i:i + TEXT_BATCH]))])
+        out.append(session.run(["logits"], {k: enc[k] for k in names})[0])
+    return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+
+
 def call_confidence(c: float, temperature: float, bias: float) -> float:
     """A call's calibrated confidence: Platt scaling of the log of its raw confidence (monotone)."""
     if c <= 0:
@@ -207,6 +218,8 @@ class Specialist:
             self.featurizer = None
             self.renderer = Renderer(m.features.fields, m.features.actions, text.render_version)
             self.tokenizer = load_tokenizer(Path(directory) / text.tokenizer, text.max_length)
+            probes = [p.text for p in m.model.text_probes]
+            check_text_probes(m, text_logits(self._session, self.tokenizer, probes), str(Path(directory) / m.model.file))
         self._outputs = [self._output]
         self.actions = m.features.actions
         self._index = {a: i for i, a in enumerate(self.actions)}
@@ -238,11 +251,9 @@ class Specialist:
 
     def text_probabilities(self, texts: Sequence[str]) -> np.ndarray:
         """Class probabilities (n, K) of rendered states (transformer models), in batches."""
-        out = []
-        for i in range(0, len(texts), TEXT_BATCH):
-            enc = encode_batch([e.ids for e in self.tokenizer.encode_batch(list(texts[i:i + TEXT_BATCH]))])
-            out.append(softmax(self._session.run([self._output], {k: enc[k] for k in self._inputs})[0]))
-        return np.concatenate(out) if out else np.zeros((0, len(self.model_classes)), np.float32)
+        if not texts:
+            return np.zeros((0, len(self.model_classes)), np.float32)
+        return softmax(text_logits(self._session, self.tokenizer, texts))
 
     def state_probabilities(self, states: Sequence[Any], legals: Sequence[Sequence[str]]) -> np.ndarray:
         """Class probabilities (n, K) of states with their legal sets, whatever the model kind."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import itertools
 import os
@@ -9,11 +10,11 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 
-from ..errors import ZcError, json_problem
+from ..errors import ZcError, did_you_mean, json_problem
 from .candidates import extract_candidates
 from .format import Receipt, ReceiptError
 from .io import decoded_lines
@@ -255,8 +256,11 @@ def load_extractor(spec: str) -> Callable[[list[dict], int, dict], dict]:
     return fn  # type: ignore[return-value]
 
 
+NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]  # a tool's name, a conversation's id
+
+
 class _Function(msgspec.Struct):
-    name: str
+    name: NonEmpty
     arguments: Any = None
 
 
@@ -264,17 +268,20 @@ class _ToolCall(msgspec.Struct):
     function: _Function
 
 
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+
+
 class ChatMessage(msgspec.Struct):
     """One message of an OpenAI-format conversation, as the chat importer and the gateway validate it."""
 
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    role: Role
     content: str | list[Any] | None = None
     tool_calls: list[_ToolCall] | None = None
     name: str | None = None
 
 
 class _Conversation(msgspec.Struct):
-    id: str
+    id: NonEmpty
     messages: list[ChatMessage]
     task: str | None = None
     trial: int | None = None
@@ -296,10 +303,33 @@ class _ReceiptHead(msgspec.Struct):
     state: msgspec.Raw = msgspec.Raw(b"")
 
 
+def _role_error(exc: msgspec.ValidationError) -> msgspec.ValidationError | None:
+    """The error of a message whose role is not one of Role's, naming them (None: another error)."""
+    msg, _, where = str(exc).rpartition(" - at `")
+    if not re.fullmatch(r"\$\.messages\[\d+\]\.role`", where):
+        return None
+    roles = get_args(Role)
+    known = "|".join(roles)
+    if m := re.fullmatch(r"Invalid enum value (.*)", msg, re.S):
+        try:
+            value = ast.literal_eval(m.group(1))  # msgspec shows the value as Python's repr
+        except (ValueError, SyntaxError):
+            value = m.group(1)
+        hint = did_you_mean(str(value), roles)
+        problem = (f"unknown role {msgspec.json.encode(str(value)).decode()}: expected one of {known}"
+                   + (f" ({hint})" if hint else ""))
+    else:
+        got = re.search(r"got (`[a-z]+`)", msg)
+        problem = f"expected a role (one of {known}), got {got.group(1) if got else 'another value'}"
+    return msgspec.ValidationError(f"{problem} - at `{where}")
+
+
 def _decode(body: bytes) -> tuple[_Conversation, dict]:
     try:
         conv = _CHAT_DECODER.decode(body)
-    except msgspec.ValidationError:
+    except msgspec.ValidationError as exc:
+        if (role := _role_error(exc)) is not None:
+            raise role from None
         head = msgspec.json.decode(body, type=_ReceiptHead)  # a receipt given as a chat log?
         if not head.messages and head.tier and head.state:
             raise msgspec.ValidationError("this line is a receipt already, not a chat log: check the "

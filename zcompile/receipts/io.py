@@ -18,6 +18,7 @@ from typing import Any, BinaryIO
 import msgspec
 
 from ..errors import ZcError, json_problem
+from ..inputs import files_under
 from ..outdir import new_file, refuse_foreign_file
 from .format import FORMAT_VERSION, Receipt, ReceiptError, newer_major
 
@@ -26,6 +27,7 @@ __all__ = ["GZIP_MAGIC", "PROBLEMS_KEPT", "SUFFIXES", "ReadStats", "ReceiptWrite
 
 PROBLEMS_KEPT = 100  # problems kept in ReadStats.problems (all are counted)
 GZIP_MAGIC = b"\x1f\x8b"
+BOM = b"\xef\xbb\xbf"
 TORN_LAST = "$: torn last line (the writer stopped mid-line)"
 TORN = "$: torn line (a writer stopped mid-line; the next append started a new line after it)"
 SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet")  # what a directory is expanded to
@@ -63,7 +65,7 @@ def expand(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            found = sorted(q for q in p.rglob("*") if q.is_file() and q.name.endswith(SUFFIXES))
+            found = files_under(p, lambda name: name.endswith(SUFFIXES))
             if not found:
                 raise ReceiptError(f"{p}: no receipt files (*.jsonl, *.jsonl.gz, *.parquet) in this directory")
             out.extend(found)
@@ -102,7 +104,8 @@ def iter_lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
     """Yield (line number, line without its newline, whether the line lacks its newline).
 
     Streams one line at a time; gzip is detected by its magic bytes, not by the file name. Blank
-    lines are skipped (they still count in line numbers).
+    lines are skipped (they still count in line numbers); a UTF-8 byte-order mark starting the file
+    is dropped.
     """
     with _open_regular(path) as raw:
         fh: BinaryIO = gzip.GzipFile(fileobj=raw, mode="rb") if raw.peek(2)[:2] == GZIP_MAGIC else raw
@@ -116,6 +119,8 @@ def iter_lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
                 raise _CorruptStream(f"{path}:{lineno + 1}: $: {what}") from None
             if not line:
                 return
+            if not lineno and line.startswith(BOM):  # JSON readers may ignore it (RFC 8259 §8.1)
+                line = line[len(BOM):]
             lineno += 1
             complete = line.endswith(b"\n")
             body = line.rstrip(b"\r\n") if complete else line
@@ -440,11 +445,13 @@ class ReceiptWriter:
 
 
 def is_receipts_file(path: Path) -> bool:
-    """Whether `path` holds receipts (its first receipt reads): what `write_file` may replace."""
+    """Whether `path` holds receipts (its first receipt reads, or it holds none: `write_file` of no
+    receipts writes an empty gzip stream or a Parquet file without rows): what `write_file` may replace."""
     try:
-        return next(iter(read([path])), None) is not None
+        next(iter(read([path])), None)
     except (ZcError, OSError):
         return False
+    return True
 
 
 def write_file(path: str | os.PathLike, receipts: Iterable[Receipt]) -> int:
