@@ -67,7 +67,7 @@ class NoiseFloor:
         n = sum(len(s) for s, _ in per_state)
         out: dict[str, Any] = {"states": len(per_state), "decisions": n, "pairs": pairs,
                                "state": "every non-text field of the policy and history, within one task",
-                               "interval": f"95% bootstrap over the states ({BOOTSTRAP} resamples, seed {SEED})"}
+                               "interval": f"95% bootstrap interval over the states, {BOOTSTRAP} resamples, seed {SEED}"}
         for k, name in enumerate(("strict", "acceptable")):
             if not n:
                 out[name] = {"rate": None, "ci": [0.0, 1.0]}

@@ -139,13 +139,13 @@ def _floor_line(rep: dict[str, Any]) -> str | None:
     if not f["decisions"]:
         return ("noise floor: no state of a task was met in two or more conversations (trials), so the "
                 "teacher's consistency with itself is not measured here")
-    s, a = f["strict"], f["acceptable"]
-    sp = rep["tiers"]["specialist"]
+    s, a, o = f["strict"], f["acceptable"], rep["off_teacher"]
     return (f"noise floor: at {f['states']} states met in several trials ({f['decisions']} decisions, "
             f"{f['pairs']} pairs) the teacher agrees with itself {_num(s['rate'])} [{s['ci'][0]:.3f}, "
             f"{s['ci'][1]:.3f}] strictly, {_num(a['rate'])} [{a['ci'][0]:.3f}, {a['ci'][1]:.3f}] acceptably "
-            f"({f['interval']}); the specialist answers {sp['coverage']:.1%} of all decisions at acceptable "
-            f"precision {_num(sp['acceptable']['precision'])}, strict {_num(sp['precision'])}")
+            f"(the {f['interval']}); against it, the ladder takes {o['share']:.1%} of all decisions off the "
+            f"teacher at precision {_num(o['acceptable']['precision'])} acceptable, "
+            f"{_num(o['strict']['precision'])} strict")
 
 
 def _power_line(name: str, p: dict[str, Any]) -> str:
