@@ -15,9 +15,10 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 venv: $(VENV)/.installed
 
-# the whole suite on every core (pytest-xdist), the 25 slowest tests listed at the end
+# the whole suite on every core (pytest-xdist; a module's tests on one worker, so that its fixtures
+# are built once; modules with a `slow` test first, tests/conftest.py), the 25 slowest listed at the end
 test: venv
-	$(PY) -m pytest -n auto --durations=25
+	$(PY) -m pytest -n auto --dist loadfile --durations=25
 
 # the documentation site, built as the tests build it: every warning is an error
 docs: venv
