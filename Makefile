@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 ZC     := $(VENV)/bin/zc
 
-.PHONY: venv test docs demo bench clean
+.PHONY: venv test docs demo distill bench clean
 
 # one environment for everything the Makefile runs: the core, the tests and the docs site, training
 # (`distill`) and the transformer extra (torch pinned to the 2.13.0 CPU build by constraints.txt)
@@ -15,8 +15,10 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 venv: $(VENV)/.installed
 
+# the whole suite on every core (pytest-xdist; a module's tests on one worker, so that its fixtures
+# are built once; modules with a `slow` test first, tests/conftest.py), the 25 slowest listed at the end
 test: venv
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist loadfile --durations=25
 
 # the documentation site, built as the tests build it: every warning is an error
 docs: venv
@@ -39,10 +41,22 @@ demo: venv
 	  echo "re-imported $(CHAT): identical to the bundled receipts/"; \
 	else echo "($(CHAT) is not here: using the bundled receipts/)"; fi
 	$(ZC) receipts check receipts/ --policy build/airline_chat.zcp
-	@# conformal selection: Learn-then-Test certifies nothing on these 1,368 decisions (docs/results.md)
-	$(ZC) distill --from receipts/ --policy build/airline_chat.zcp --guarantee conformal -o build/specialists/airline_chat
-	$(ZC) eval --policy build/airline_chat.zcp --specialists build/specialists/airline_chat --receipts receipts/ \
+	@# the shipped specialist: verified as the router loads it, evaluated on its sealed test split,
+	@# asked once through `zc route` and once through `zc serve` (a local stub stands in for the model)
+	$(PY) -m examples.demo verify
+	$(ZC) eval --policy build/airline_chat.zcp --specialists specialists/airline_chat --receipts receipts/ \
 	  --json build/eval.json --html build/eval.html
+	$(ZC) route --policy build/airline_chat.zcp --specialists specialists/airline_chat --state examples/airline_chat_state.json
+	$(PY) -m examples.demo serve
+	@echo "(to distil specialists/airline_chat again from receipts/ and check it is the same, about 90 s: make distill)"
+
+# the shipped specialist distilled again from the bundled receipts, then compared with it: every
+# file byte for byte but for the times it measured (zcompile/qroute/reproduce.py)
+# conformal selection: Learn-then-Test certifies nothing on these 1,368 decisions (docs/results.md)
+distill: venv
+	$(ZC) compile -q policies/airline_chat.zc -o build/
+	$(ZC) distill --from receipts/ --policy build/airline_chat.zcp --guarantee conformal -o build/specialists/airline_chat
+	$(PY) -m zcompile.qroute.reproduce build/specialists/airline_chat specialists/airline_chat
 
 bench: venv
 	$(PY) bench/legal_bench.py --write BENCHMARKS.md

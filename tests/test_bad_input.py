@@ -214,6 +214,7 @@ N_OK = 33_000   # 33,000 actions + 33,000 rules is a 5.1 MB file: compiles in ab
 N_ERR = 6_600   # about 1 MB, with an error at the end
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [N_OK])
 def test_large_policy_compiles_or_fails_cleanly(tmp_path, n):
     path = tmp_path / "big.zc"

@@ -120,13 +120,28 @@ def test_python_dash_m(tmp_path):
     assert res.returncode == 0 and "2 warnings" in res.stderr
 
 
-def test_progress_without_a_terminal_prints_lines(capsys):
-    """In a log (stderr not a terminal) long loops report every tenth and at the end, and pass every item."""
-    from zcompile.cli import progress
+def test_progress_without_a_terminal_prints_lines(capsys, monkeypatch):
+    """In a log (stderr not a terminal) a long loop says what it does as it starts, how far it is
+    with an estimate of the time left every `every_s` seconds, and what it took at the end; every
+    item is passed through."""
+    from zcompile.cli import common
 
-    assert list(progress(range(25), "fine-tuning", 25)) == list(range(25))
-    err = [re.sub(r"\(\d+ s\)$", "(s)", x) for x in capsys.readouterr().err.splitlines()]
-    assert err == ["  fine-tuning"] + [f"  fine-tuning: {i}/25 (s)" for i in (2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 25)]
-    assert list(progress(iter("abc"), "reading", 0)) == ["a", "b", "c"]
-    err = [re.sub(r"\(\d+ s\)$", "(s)", x) for x in capsys.readouterr().err.splitlines()]
-    assert err == ["  reading", "  reading: 3 (s)"]
+    clock = iter(range(0, 1000, 4))  # each reading of the clock is 4 s after the last
+    monkeypatch.setattr(common.time, "monotonic", lambda: float(next(clock)))
+    assert list(common.progress(range(5), "fine-tuning", 5, every_s=10)) == list(range(5))
+    assert capsys.readouterr().err.splitlines() == [
+        "  fine-tuning (5)",
+        "  fine-tuning: 3/5 (60%), 12 s, about 8.0 s left",  # 12 s for 3: 4 s each, 2 to go
+        "  fine-tuning: 5/5 done in 24 s"]
+    assert list(common.progress(iter("abc"), "reading", 0, every_s=6)) == ["a", "b", "c"]
+    assert capsys.readouterr().err.splitlines() == ["  reading", "  reading: 2 so far, 8.0 s",
+                                                    "  reading: 3 done in 16 s"]
+
+
+def test_durations_read_as_a_person_reads_them():
+    from zcompile.cli.common import how_far, seconds
+
+    assert [seconds(s) for s in (0.04, 9.96, 12.4, 59.4, 61, 3599)] == [
+        "0.0 s", "10.0 s", "12 s", "59 s", "1 min 01 s", "59 min 59 s"]
+    assert how_far(1, 4, 30.0) == "1/4 (25%), 30 s, about 1 min 30 s left"
+    assert how_far(4, 4, 2.0) == "4/4 (100%), 2.0 s"

@@ -70,6 +70,7 @@ print(json.dumps(sorted(set(seen))))
 """
 
 
+@pytest.mark.slow  # a fresh virtual environment and the core's install
 def test_core_wheel_in_a_fresh_venv(wheel, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)

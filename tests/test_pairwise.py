@@ -93,6 +93,7 @@ def pairwise(**kw):
     return Settings(model="pairwise", **kw)
 
 
+@pytest.mark.slow  # the module's fine-tune (its fixture) runs here first
 def test_pairwise_learns_and_chooses_among_unseen_tools(trained):
     res, parts = trained
     m = res.manifest

@@ -82,6 +82,7 @@ def trained(policy, tmp_path_factory):
                      options={"max_steps": 40, "max_length": 32, "batch_size": 16}))
 
 
+@pytest.mark.slow  # the module's fine-tune (its fixture) runs here first
 def test_fine_tune_export_int8_parity_and_decide(trained, policy):
     m = trained.manifest
     t = m.metrics

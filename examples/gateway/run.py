@@ -76,14 +76,16 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
-def _serve(receipts: Path, upstream: str, specialist: Path | None = None) -> tuple[subprocess.Popen, str]:
+def start_serve(receipts: Path, upstream: str, specialist: Path | None = None, *, policy: Path = POLICY,
+                quiet: bool = False) -> tuple[subprocess.Popen, str]:
     """`zc serve` in its own process, on a free port; returns it and its base URL once healthy."""
     port = free_port()
     extra = ["--specialists", str(specialist)] if specialist is not None else []
-    cmd = [sys.executable, "-m", "zcompile", "serve", "--policy", str(POLICY), "--upstream", upstream,
+    cmd = [sys.executable, "-m", "zcompile", "serve", "--policy", str(policy), "--upstream", upstream,
            "--model", "stub-model", "--receipts", str(receipts), "--port", str(port), "--timeout-ms", "5000", *extra]
-    _say("$ zc serve --policy examples/gateway/desk.zc --upstream " + upstream + " --model stub-model "
-         f"--receipts {receipts} --port {port}" + (f" --specialists {specialist}" if extra else ""))
+    if not quiet:
+        _say(f"$ zc serve --policy {policy.relative_to(ROOT)} --upstream {upstream} --model stub-model "
+             f"--receipts {receipts} --port {port}" + (f" --specialists {specialist}" if extra else ""))
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -158,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     zc = [sys.executable, "-m", "zcompile"]
     with OpenAIStub() as stub:
         stub.script = [dict(e) for e in UPSTREAM]
-        proc, base_url = _serve(receipts, stub.base_url)
+        proc, base_url = start_serve(receipts, stub.base_url)
         try:
             client = OpenAI(base_url=base_url, api_key="unused-by-zc", max_retries=0)
             _say("\n== 1. one conversation")
@@ -203,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         stub.reset()
         stub.script = [{"content": "Reservation Q7X2KD is JFK to LAX. Shall I cancel it? (yes/no)"},
                        {"content": "Done: Q7X2KD is cancelled and will be refunded."}]
-        proc, base_url = _serve(out / "receipts-2.jsonl", stub.base_url, specialist)
+        proc, base_url = start_serve(out / "receipts-2.jsonl", stub.base_url, specialist)
         try:
             agent(OpenAI(base_url=base_url, api_key="unused-by-zc", max_retries=0),
                   ["Hi, I'm noah_kim_1234. Please cancel my reservation Q7X2KD.", "yes"])

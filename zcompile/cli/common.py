@@ -134,29 +134,56 @@ def parse_call(text: str, actions: tuple[str, ...], where: str = "--call") -> tu
     return name, args
 
 
-def progress(iterable, label: str, length: int, every_s: float = 30.0):
-    """Progress of a long loop on stderr: a bar on a terminal; otherwise (a log, CI) a line at every
-    tenth of `length` or every `every_s` seconds, whichever comes first, and one at the end."""
+def seconds(s: float) -> str:
+    """A duration as a person reads it: 0.4 s, 12 s, 3 min 05 s."""
+    if s < 10:
+        return f"{s:.1f} s"
+    if s < 60:
+        return f"{s:.0f} s"
+    return f"{int(s // 60)} min {int(s % 60):02d} s"
+
+
+def how_far(i: int, length: int, elapsed: float) -> str:
+    """`i` of `length` items after `elapsed` seconds: the share, the time so far and, from the rate
+    so far, an estimate of the time left (without a length: the count and the time)."""
+    if not length:
+        return f"{i} so far, {seconds(elapsed)}"
+    left = elapsed / i * (length - i) if i else float("nan")
+    estimate = f", about {seconds(left)} left" if i and i < length else ""
+    return f"{i}/{length} ({i / length:.0%}), {seconds(elapsed)}{estimate}"
+
+
+def timed_steps():
+    """A `Report.step` for long commands: each stage's line on stderr after the time since the first
+    one (`[1:05] 4/10 training gbt …`), so a log says where the time went."""
+    started = time.monotonic()
+
+    def step(text: str) -> None:
+        e = int(time.monotonic() - started)
+        click.echo(f"[{e // 60}:{e % 60:02d}] {text}", err=True)
+
+    return step
+
+
+def progress(iterable, label: str, length: int, every_s: float = 10.0):
+    """Progress of a long loop on stderr: a bar with the position and an estimate of the time left on
+    a terminal; otherwise (a log, CI) a plain line as it starts, one every `every_s` seconds with how
+    far it is and the estimate, and one at the end with what it took."""
     if sys.stderr.isatty():
         with click.progressbar(iterable, length=length or None, label=f"  {label}", file=sys.stderr,
-                               show_pos=True) as it:
+                               show_pos=True, show_eta=True) as it:
             yield from it
         return
     started = last = time.monotonic()
-    tenth = max(1, length // 10) if length else 0
-
-    def line(i: int) -> None:
-        click.echo(f"  {label}: {i}{f'/{length}' if length else ''} ({time.monotonic() - started:.0f} s)", err=True)
-
-    click.echo(f"  {label}", err=True)
+    click.echo(f"  {label}" + (f" ({length})" if length else ""), err=True)
     i = 0
     for i, x in enumerate(iterable, 1):
         yield x
-        if (tenth and i % tenth == 0) or time.monotonic() - last >= every_s:
-            last = time.monotonic()
-            line(i)
-    if not tenth or i % tenth:
-        line(i)
+        if (now := time.monotonic()) - last >= every_s:
+            last = now
+            click.echo(f"  {label}: {how_far(i, length, now - started)}", err=True)
+    total = f"{i}/{length}" if length else f"{i}"
+    click.echo(f"  {label}: {total} done in {seconds(time.monotonic() - started)}", err=True)
 
 
 def server_tools(servers: tuple[str, ...]):

@@ -10,7 +10,7 @@ import msgspec
 
 from ..errors import ZcError
 from ..outdir import refuse_foreign_file, write_output
-from .common import fail, load_policy, main, progress, read_json
+from .common import fail, load_policy, main, progress, read_json, timed_steps
 
 
 @main.command("distill")
@@ -91,7 +91,7 @@ def distill_cmd(sources, policy_path, out, model, guarantee, folds, negatives, t
                         target_abstention=target_abstention, min_coverage=min_coverage, seed=seed, folds=folds,
                         negatives=negatives, skip_invalid=skip_invalid, options=options, engine=engine,
                         max_decisions=max_decisions)
-    report = Report(step=lambda text: click.echo(text, err=True), bar=progress)
+    report = Report(step=timed_steps(), bar=progress)
     try:
         policy = load_policy(policy_path) if policy_path else None
         result = distill(list(sources), policy, out, settings, report=report, name=Path(out).name)

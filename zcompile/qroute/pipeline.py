@@ -36,7 +36,7 @@ from .calls import Signatures, argument_examples, call_outputs, fit_arguments
 from .gate import gate, selection_key
 from .manifest import MANIFEST_VERSION, Calibration, Calls, Gate, Manifest, Model, Threshold, decode, encode
 from .metrics import answer_right, call_figures, evaluate, risky_actions
-from .recipes import AUTO, ClassifierRecipe, recipe
+from .recipes import AUTO, ClassifierRecipe, fit_in_threads, recipe
 from ..receipts.candidates import as_candidates
 from ..receipts.judge import strict
 from .specialist import call_confidence
@@ -126,7 +126,7 @@ def distill(paths: Sequence[str | Path], policy: Any, out: str | Path, settings:
                 counts=dict(counts), splits=splits, seed=s.seed)
     with staged(out, "specialist directory", is_specialist_dir) as work:
         candidates = []
-        shared: dict[bytes, Arguments] = {}  # argument models by folds: every candidate reuses them
+        shared: dict[Any, Any] = {}  # argument models by folds, inputs by feature spec: every candidate reuses them
         for kind in kinds:
             if len(kinds) > 1:
                 report.step(f"== {kind}")
@@ -191,14 +191,21 @@ def _warn_thin(parts: dict[str, list[D.Decision]], pairwise: bool, report: D.Rep
 def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.Decision]], policy: Any, spec: F.FeatureSpec,
                s: Settings, head: dict[str, Any], n_candidates: int, report: D.Report,
                shared: dict[bytes, Any], engine: Any = None) -> Candidate:
-    """Steps 3–8 for one recipe (`shared`: argument models already fit on the same folds; `engine`:
-    the featurisation engine, local by default)."""
+    """Steps 3–8 for one recipe (`shared`: argument models already fit on the same folds and inputs
+    already computed with the same feature spec; `engine`: the featurisation engine, local by default)."""
     rec = recipe(kind, s.seed, spec, policy, s.options, s.negatives)
     sig = Signatures(policy)
     pool = parts["train"] + parts["calibration"]
     report.step(f"3/10 {rec.reading} ({kind})")
     rec.prepare(pool if rec.crossfit else parts["train"])
-    x = (engine or E.Local()).inputs(rec, parts, cdir, report)
+    key = ("inputs", msgspec.msgpack.encode(rec.spec)) if hasattr(rec, "fz") else None  # tabular: same spec, same rows
+    x = shared.get(key) if key else None
+    if x is None:  # scratch files beside the candidates' directories, removed with them
+        x = (engine or E.Local()).inputs(rec, parts, cdir.parent, report)
+        if key:
+            shared[key] = x
+    else:
+        report.step("   the features computed for the candidate before (the same scaling, the same rows)")
     model, oof_raw, oof, folds = _train(rec, parts, x, s, report)
     with_calls = policy is not None and isinstance(rec, ClassifierRecipe) and sig.any
     arguments = None
@@ -250,7 +257,8 @@ def _train(rec: Any, parts: dict[str, list[D.Decision]], x: dict[str, Any], s: S
                     "decisions, then a refit on all of them")
         xp = _concat(x["train"], x["calibration"])
         folds = np.array(D.task_folds(pool, k))
-        return rec.fit(xp, pool, report), crossfit(rec, xp, pool, folds, report), pool, folds
+        raw, model = crossfit(rec, xp, pool, folds, report, refit=True)
+        return model, raw, pool, folds
     report.step(f"4/10 training {rec.kind} on {len(parts['train'])} decisions (calibrated on the calibration split)")
     model = rec.fit(x["train"], parts["train"], report)
     # the holdout as a fold: the calibration split (-1) is scored by what the train split (0) fits
@@ -262,18 +270,22 @@ def _concat(a: Any, b: Any) -> Any:
     return np.concatenate([a, b]) if isinstance(a, np.ndarray) else list(a) + list(b)
 
 
-def crossfit(rec: Any, x: Any, pool: Sequence[D.Decision], folds: np.ndarray, report: D.Report) -> Any:
+def crossfit(rec: Any, x: Any, pool: Sequence[D.Decision], folds: np.ndarray, report: D.Report,
+             refit: bool = False) -> tuple[Any, Any]:
     """Out-of-fold raw scores: fold j's decisions are scored by a model fit on the other folds'
     tasks only (grouped K-fold by task, `dataset.task_folds`), so every decision has a score from a
-    model that never saw its task."""
+    model that never saw its task. With `refit`, the model fit on all of `pool` as well (else None),
+    beside the folds' fits (`recipes.fit_in_threads`). Returns (raw scores, that model)."""
     k = int(folds.max()) + 1
+    subsets = [np.flatnonzero(folds != j) for j in range(k)] + ([np.arange(len(pool))] if refit else [])
+    models = fit_in_threads(lambda idx: rec.fit(rec.take(x, idx), [pool[i] for i in idx], report), subsets,
+                            report, f"fits: {k} folds" + (" and the refit" if refit else ""))
     p = np.zeros((len(pool), len(rec.actions)))
     seen = np.zeros((len(pool), len(rec.actions)), dtype=bool)
-    for j in report.bar(range(k), "folds", k):
-        held, fit_on = np.flatnonzero(folds == j), np.flatnonzero(folds != j)
-        model = rec.fit(rec.take(x, fit_on), [pool[i] for i in fit_on], report)
-        p[held], seen[held] = rec.reference(model, rec.take(x, held))
-    return p, seen
+    for j in range(k):
+        held = np.flatnonzero(folds == j)
+        p[held], seen[held] = rec.reference(models[j], rec.take(x, held))
+    return (p, seen), (models[k] if refit else None)
 
 
 @dataclass
@@ -283,6 +295,7 @@ class Arguments:
     final: Any
     by_fold: dict[int, Any]
     folds: np.ndarray  # fold of each scored decision (-1: the calibration split of a holdout recipe)
+    proposed: dict[tuple[int, str], Any] = field(default_factory=dict)  # (decision, action): every candidate's
 
 
 def _arguments(pool: list[D.Decision], folds: np.ndarray, sig: Signatures, seed: int,
@@ -298,9 +311,10 @@ def _arguments(pool: list[D.Decision], folds: np.ndarray, sig: Signatures, seed:
     report.step(f"  argument model: {n_rows} teacher arguments, {n_cands:,} candidates"
                 + (sampled if n_cands > A.MAX_ROWS else "") + ("" if n_rows else " (none: names only)"))
     scored = sorted(set(folds.tolist())) if folds.min() >= 0 else [-1]
-    fits: dict[int | None, Any] = {}
-    for j in report.bar([*scored, None], "argument model fits", len(scored) + 1):  # None: the shipped one
-        fits[j] = fit_arguments([e for es, f in zip(per, folds) if j is None or f != j for e in es], seed)
+    jobs = [*scored, None]  # None: the shipped one
+    fits = dict(zip(jobs, fit_in_threads(
+        lambda j: fit_arguments([e for es, f in zip(per, folds) if j is None or f != j for e in es], seed),
+        jobs, report, "argument model fits")))
     final = fits.pop(None)
     return Arguments(final, fits, folds[np.isin(folds, scored)])
 
@@ -345,9 +359,12 @@ def _call_thresholds(best: list[str | None], conf: np.ndarray, oof: list[D.Decis
     call confidence calibrated as a whole; one τ for calls, one for calls of risky actions and one
     for replies, each certified at δ / 3 (Bonferroni over the three and over `--model auto`'s
     candidates)."""
-    def propose(i: int, action: str):
-        model = arguments.by_fold.get(int(arguments.folds[i]))
-        return None if model is None else model.propose(action, sig.params[action], as_candidates(oof[i].candidates))
+    def propose(i: int, action: str):  # the same decision and action: the same proposal, whichever candidate asks
+        if (i, action) not in arguments.proposed:
+            model = arguments.by_fold.get(int(arguments.folds[i]))
+            arguments.proposed[i, action] = None if model is None else model.propose(
+                action, sig.params[action], as_candidates(oof[i].candidates))
+        return arguments.proposed[i, action]
 
     out = call_outputs(best, conf, oof, sig, propose)
     kind = np.array([k or "" for k in out.kind])

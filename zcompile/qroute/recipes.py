@@ -15,9 +15,10 @@ and the best candidate per decision.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,26 @@ ARGMAX_AGREEMENT = 0.995  # share of test decisions an int8 model must decide li
 DECIDE_THREADS = 2  # onnxruntime threads of a transformer specialist at decision time (DESIGN.md §8)
 TABULAR = ("logistic", "mlp", "gbt")
 AUTO = TABULAR  # what `--model auto` trains and compares
+WORKERS = 2  # fits run at a time (the 2 cores of DESIGN.md §8); each is seeded, so no model depends on it
+
+
+def fit_in_threads(fit: Callable[[Any], Any], jobs: Sequence[Any], report: Report, label: str) -> list[Any]:
+    """`fit(job)` for every job, `WORKERS` at a time in threads (scikit-learn's solvers and tree
+    builders release the GIL), BLAS held to one thread per fit so that fits do not fight over the
+    cores; the results in the order of `jobs`, the same as fitting one after another (every fit is
+    seeded). The first failure is raised once the fits under way end; those not started are dropped."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from threadpoolctl import threadpool_limits
+
+    workers = max(1, min(WORKERS, os.cpu_count() or 1, len(jobs)))
+    with threadpool_limits(1), ThreadPoolExecutor(workers) as pool:
+        futures = [pool.submit(fit, job) for job in jobs]
+        try:
+            return [f.result() for f in report.bar(futures, label, len(futures))]
+        except BaseException:
+            pool.shutdown(cancel_futures=True)
+            raise
 
 
 def _legal_mask(decisions: Sequence[Decision], index: dict[str, int]) -> np.ndarray:
