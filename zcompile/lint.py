@@ -12,17 +12,15 @@ import dataclasses
 import itertools
 import math
 import re
-from typing import TYPE_CHECKING
 
 from . import ast as A
 from . import codegen, interp, ir
 from .ast import walk
+from .checked import Checked
 from .errors import Diagnostic
 from .lower import expr as lower_expr
 from .source import Span
 
-if TYPE_CHECKING:
-    from .check import Checked
 
 RISKY_TAGS = ("destructive", "publish", "money", "credential")
 LINT_BUDGET = 1 << 16  # most states enumerated to decide one lint; beyond it the lint stays silent
