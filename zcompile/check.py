@@ -58,6 +58,7 @@ class _Checker:
         self.rule_targets: frozenset[str] = frozenset()
         self.reads_args = False
         self.arg_rules: set[str] = set()
+        self.order: dict[str, int] = {}
 
     def err(self, code: str, msg: str, span: Span | None, help: str | None = None) -> None:
         self.diags.append(Diagnostic(code, "error", msg, span, help, path=self.src.path))
@@ -80,6 +81,7 @@ class _Checker:
                 if t.text not in seen_tags:
                     seen_tags.add(t.text)
                     self.tags.setdefault(t.text, []).append(a.name.text)
+        self.order = {name: i for i, name in enumerate(self.actions)}  # declaration order
         self._fields()
         fallback = self._fallback()
         self._unique("ZC0103", "intent", p.intents)
@@ -438,8 +440,7 @@ class _Checker:
                      "a route is chosen before any call is proposed")
             return e, T_ERR
         self.reads_args = True
-        order = list(self.actions)
-        targets = sorted(self.rule_targets, key=order.index)
+        targets = sorted(self.rule_targets, key=self.order.__getitem__)
         missing = [t for t in targets if name not in (self.params.get(t) or {})]
         if missing:
             first = missing[0]
