@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 import threading
 from importlib import resources
 
 import lark
+import lark.grammar
+import lark.lexer
+import msgspec
 from lark import Token
 from lark.lexer import Lexer
 
@@ -18,6 +22,7 @@ from .ir import MAX_DEPTH
 from .source import Source, Span
 from .transform import Builder
 
+TABLES = "zc.tables"  # the parser's LALR tables, made from zc.lark by `tables()`
 MAX_SYNTAX_ERRORS = 20
 MAX_POLICY_BYTES = 8 * 1024 * 1024  # larger policies are refused (about 50,000 rules, a minute to compile)
 RECOVER_BYTES = 1 << 20  # larger files report their first syntax error only (each retry re-parses)
@@ -43,12 +48,49 @@ def _grammar() -> str:
     return resources.files("zcompile.grammar").joinpath("zc.lark").read_text("utf-8")
 
 
+def _tables_key() -> str:
+    """What the packaged tables were made from: the grammar's text and lark's version."""
+    return hashlib.sha256(f"lark {lark.__version__}\n{_grammar()}".encode()).hexdigest()
+
+
 @functools.cache
 def _parser() -> lark.Lark:
     """The parser: its reductions call _BUILDER, which makes the AST nodes (no parse tree); every token
-    is kept for them, so spans run from a rule's first token to its last."""
-    return lark.Lark(_grammar(), parser="lalr", lexer=_Lexer, keep_all_tokens=True, cache=True,
+    is kept for them, so spans run from a rule's first token to its last.
+
+    Its LALR tables come from grammar/zc.tables when that file was made from this grammar by this
+    version of lark (`make tables` writes it; a test keeps it current), so a fresh process skips the
+    grammar analysis without any cache directory or pickle; otherwise they are built from the grammar.
+    """
+    try:
+        data = msgspec.msgpack.decode(resources.files("zcompile.grammar").joinpath(TABLES).read_bytes())
+    except (OSError, msgspec.DecodeError):
+        data = None
+    if isinstance(data, dict) and data.get("key") == _tables_key():
+        data["data"]["options"]["lexer"] = data["data"]["parser"]["lexer_conf"]["lexer_type"] = _Lexer
+        return lark.Lark._load_from_dict(data["data"], data["memo"], transformer=_BUILDER)
+    return _build_parser()
+
+
+def _build_parser() -> lark.Lark:
+    return lark.Lark(_grammar(), parser="lalr", lexer=_Lexer, keep_all_tokens=True,
                      maybe_placeholders=False, transformer=_BUILDER)
+
+
+def tables() -> bytes:
+    """The parser's tables, built from the grammar, as msgpack: the contents of grammar/zc.tables.
+
+    Lark's own serialisation (what its standalone parser generator writes) without the two
+    Python objects it holds, the lexer class and the transformer (set again on load), and without
+    the cached widths of regular expressions (recomputed on use; lark marks "unbounded" as 2**64,
+    past msgpack's integers)."""
+    data, memo = _build_parser().memo_serialize([lark.lexer.TerminalDef, lark.grammar.Rule])
+    data["options"] = {k: v for k, v in data["options"].items() if k not in ("lexer", "transformer")}
+    del data["parser"]["lexer_conf"]["lexer_type"]
+    for m in memo.values():
+        if m.get("__type__") == "TerminalDef" and "_width" in m["pattern"]:
+            m["pattern"]["_width"] = None
+    return msgspec.msgpack.encode({"key": _tables_key(), "data": data, "memo": memo})
 
 
 class _Lexer(Lexer):
@@ -99,7 +141,7 @@ class _Lexer(Lexer):
 @functools.cache
 def _tree_parser() -> lark.Lark:
     """The same grammar building lark's parse tree: only to locate a ZC0006 nesting error."""
-    return lark.Lark(_grammar(), parser="lalr", lexer="basic", propagate_positions=True, cache=True,
+    return lark.Lark(_grammar(), parser="lalr", lexer="basic", propagate_positions=True,
                      maybe_placeholders=False)
 
 
