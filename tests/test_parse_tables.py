@@ -74,3 +74,29 @@ def test_syntax_errors_are_the_same_from_either(monkeypatch, text, message):
         monkeypatch.undo()
         parse._parser.cache_clear()
     assert any(message in e for e in loaded), loaded
+
+
+def test_the_one_loop_parses_as_lark_does():
+    """The flattened loop (`_Loop`) against lark's own LALR parser, on the same tables and reductions:
+    the same AST for every valid policy (spans included), and None exactly where lark raises."""
+    loop = parse._loop(parse._parser())
+    checked = 0
+    for p in POLICIES:
+        try:
+            source = parse.decode(str(p), p.read_bytes())
+        except parse.ZcError:
+            continue
+        with parse._LOCK:
+            parse._BUILDER.reset(source)
+            ours = loop.parse(source.text)
+            parse._BUILDER.reset(source)
+            try:
+                theirs = parse._parser().parse(source.text)
+            except parse.lark.exceptions.UnexpectedInput:
+                theirs = None
+            parse._BUILDER.reset(None)
+        assert ours == theirs, p
+        if ours is not None:
+            assert [n.span for n in parse.A.walk(ours)] == [n.span for n in parse.A.walk(theirs)], p
+            checked += 1
+    assert checked >= 10

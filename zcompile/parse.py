@@ -13,6 +13,8 @@ import lark.grammar
 import lark.lexer
 import msgspec
 from lark import Token
+from lark.parse_tree_builder import ExpandSingleChild
+from lark.parsers.lalr_analysis import Shift
 from lark.lexer import Lexer
 
 from . import ast as A
@@ -138,6 +140,79 @@ class _Lexer(Lexer):
                                                        allowed=self.allowed)
 
 
+class _Loop:
+    """The parser's LALR tables flattened for one loop that lexes and parses a valid policy together:
+    the same tables, lexer and reductions as `_parser()` (so the same AST), without lark's per-token
+    calls, and with its single-child rules (`?rule` inlined by lark) reduced in the loop."""
+
+    def __init__(self, parser: lark.Lark) -> None:
+        inner = parser.parser.parser.parser
+        table, callbacks = inner.parse_table, inner.callbacks
+        self.lexer = _Lexer(parser.lexer_conf)
+        self.rules: list[tuple[int, str, object]] = []  # (symbols, the rule's name, its reduction)
+        index: dict[object, int] = {}
+        self.actions: dict[int, dict[str, int]] = {}  # state -> symbol -> next state, or ~rule
+        for state, row in table.states.items():
+            out = {}
+            for symbol, (action, arg) in row.items():
+                if action is Shift:
+                    out[symbol] = arg
+                    continue
+                if arg not in index:
+                    index[arg] = len(self.rules)
+                    reduce = callbacks[arg]
+                    single = isinstance(reduce, ExpandSingleChild) and len(arg.expansion) == 1
+                    self.rules.append((len(arg.expansion), arg.origin.name, None if single else reduce))
+                out[symbol] = ~index[arg]
+            self.actions[state] = out
+        self.start, self.end = table.start_states["start"], table.end_states["start"]
+
+    def parse(self, text: str) -> A.Policy | None:
+        """The policy, or None when `text` has a syntax error (lark's parser then reports it)."""
+        match, keywords, actions, rules = self.lexer.token.match, self.lexer.keywords, self.actions, self.rules
+        states, values, pos, token = [self.start], [], 0, None
+        while True:
+            m = match(text, pos)
+            if m is not None:
+                kind = m.lastgroup
+                start, pos = m.start(kind), m.end()
+                value = text[start:pos]
+                if kind in keywords:
+                    kind = keywords[kind].get(value, kind)
+                token = Token(kind, value, start, None, None, None, None, pos)
+            elif self.lexer.skip.match(text, pos).end() < len(text):
+                return None
+            else:
+                kind = "$END"
+            while True:
+                act = actions[states[-1]].get(kind)
+                if act is None:
+                    return None
+                if act >= 0:
+                    states.append(act)
+                    values.append(token)
+                    break
+                size, name, reduce = rules[~act]
+                if reduce is None:
+                    node = values.pop()
+                    states.pop()
+                elif size:
+                    node = reduce(values[-size:])
+                    del states[-size:], values[-size:]
+                else:
+                    node = reduce([])
+                goto = actions[states[-1]][name]
+                if goto == self.end and kind == "$END":
+                    return node
+                states.append(goto)
+                values.append(node)
+
+
+@functools.cache
+def _loop(parser: lark.Lark) -> _Loop:
+    return _Loop(parser)
+
+
 @functools.cache
 def _tree_parser() -> lark.Lark:
     """The same grammar building lark's parse tree: only to locate a ZC0006 nesting error."""
@@ -232,6 +307,10 @@ def _parse_locked(source: Source) -> A.Policy:
     work = source.text
     while True:
         _BUILDER.reset(source)
+        policy = _loop(_parser()).parse(work)
+        if policy is not None:
+            break
+        _BUILDER.reset(source)  # a syntax error: lark's own parser says where and what it expected
         try:
             policy = _parser().parse(work)
             break
