@@ -24,7 +24,7 @@ from .common import check_all, fail, load_policy, main, parse_call, read_json, r
 def check_cmd(paths: tuple[str, ...], deny_warnings: bool, out_format: str, tools_path: str | None) -> None:
     """Parse and check policies (names, types, cycles, lints); print every diagnostic."""
     try:
-        results = check_all(paths)
+        results = check_all(paths, lower=tools_path is not None)  # the drift check reads the IR
         if tools_path is not None:
             from ..tools import check_tools
 
