@@ -26,7 +26,7 @@ from .transform import Builder
 
 TABLES = "zc.tables"  # the parser's LALR tables, made from zc.lark by `tables()`
 MAX_SYNTAX_ERRORS = 20
-MAX_POLICY_BYTES = 8 * 1024 * 1024  # larger policies are refused (about 50,000 rules, a minute to compile)
+MAX_POLICY_BYTES = 8 * 1024 * 1024  # larger policies are refused (50,000 to 100,000 rules, 20 s to compile)
 RECOVER_BYTES = 1 << 20  # larger files report their first syntax error only (each retry re-parses)
 _DECL = re.compile(r"^[ \t]*(state(?=\s*\{)|action|fallback|intent|rule|tier|route)\b", re.M)
 # the grammar's expression operators: each is one level of nesting (MAX_DEPTH, ZC0006)
