@@ -80,6 +80,7 @@ def test_the_one_loop_parses_as_lark_does():
     """The flattened loop (`_Loop`) against lark's own LALR parser, on the same tables and reductions:
     the same AST for every valid policy (spans included), and None exactly where lark raises."""
     loop = parse._loop(parse._parser())
+    assert loop is not None, "the parser's loop cannot read this lark's tables"
     checked = 0
     for p in POLICIES:
         try:

@@ -209,8 +209,13 @@ class _Loop:
 
 
 @functools.cache
-def _loop(parser: lark.Lark) -> _Loop:
-    return _Loop(parser)
+def _loop(parser: lark.Lark) -> _Loop | None:
+    """The loop over `parser`'s tables; None when this lark keeps its tables otherwise (it reads lark's
+    internals, checked on the pinned version by tests/test_parse_tables.py): lark then parses alone."""
+    try:
+        return _Loop(parser)
+    except (AttributeError, KeyError, TypeError):
+        return None
 
 
 @functools.cache
@@ -307,7 +312,8 @@ def _parse_locked(source: Source) -> A.Policy:
     work = source.text
     while True:
         _BUILDER.reset(source)
-        policy = _loop(_parser()).parse(work)
+        loop = _loop(_parser())
+        policy = loop.parse(work) if loop is not None else None
         if policy is not None:
             break
         _BUILDER.reset(source)  # a syntax error: lark's own parser says where and what it expected
