@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 ZC     := $(VENV)/bin/zc
 
-.PHONY: venv test docs demo distill bench clean
+.PHONY: venv test docs demo distill bench tables clean
 
 # one environment for everything the Makefile runs: the core, the tests and the docs site, training
 # (`distill`) and the transformer extra (torch pinned to the 2.13.0 CPU build by constraints.txt)
@@ -66,6 +66,12 @@ bench: venv
 	$(PY) bench/gateway_bench.py --write BENCHMARKS.md
 	$(PY) bench/pdp_bench.py --write BENCHMARKS.md
 	$(PY) bench/mcp_bench.py --write BENCHMARKS.md
+	$(PY) bench/compile_bench.py --write BENCHMARKS.md
+	$(PY) bench/growth_bench.py --write BENCHMARKS.md
+
+# the parser's LALR tables, packaged beside the grammar (tests/test_parse_tables.py keeps them current)
+tables: venv
+	$(PY) -c "from pathlib import Path; from zcompile.parse import tables; Path('grammar/zc.tables').write_bytes(tables())"
 
 clean:
 	rm -rf $(VENV) build .pytest_cache

@@ -6,7 +6,8 @@ import subprocess
 import sys
 
 # the compiler's modules, which the runtime must never import (besides lark itself)
-COMPILER = ("zcompile.parse", "zcompile.ast", "zcompile.check", "zcompile.lower", "zcompile.interp",
+COMPILER = ("zcompile.parse", "zcompile.transform", "zcompile.ast", "zcompile.check", "zcompile.checked",
+            "zcompile.lint", "zcompile.lower", "zcompile.interp",
             "zcompile.driver", "zcompile.cli", "click")
 # what the `distill` extra brings: the core install (and so every decision) must work without it
 DISTILL = ("sklearn", "scipy", "skl2onnx", "onnx", "mapie")

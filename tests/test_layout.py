@@ -20,15 +20,12 @@ def _modules() -> dict[str, Path]:
 
 
 def _imports(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[str, list[str]]]:
-    """(imported zcompile module, names taken from it) for every import in the file, lazy ones included."""
+    """(imported zcompile module, names taken from it) for every import in the file: at the top, inside
+    functions and under `if TYPE_CHECKING:` (an annotation-only import is still a dependency, and a cycle
+    through one is a cycle hidden from the interpreter, not one that is absent)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    tree = ast.parse(path.read_text())
-    typing_only = {id(n) for i in ast.walk(tree) if isinstance(i, ast.If) and "TYPE_CHECKING" in ast.unparse(i.test)
-                   for b in i.body for n in ast.walk(b)}  # annotations only: no import at run time
     out = []
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -104,10 +101,25 @@ with gzip.open({str(root / "receipts" / "tau-airline-gpt4o.jsonl.gz")!r}, "rt") 
         outcomes += [s["outcome"] for s in d.receipt.meta["rungs"] if s["tier"] == "specialist"]
         router.record_outcome(d, action=r["action"])
 assert "handed_on" in outcomes and "abstained" in outcomes, outcomes
-# the live demotion rule (a one-sided Clopper–Pearson bound) over a window of judged answers
-why = [router.monitor.add("airline_chat", right, 0.95) for right in (True, True, True, True, False)]
+# the live demotion rule (a one-sided Clopper–Pearson bound) over a window of judged answers (a fresh
+# window: the answers above filled the router's own)
+fresh = Monitor(window=5)
+why = [fresh.add("airline_chat", right, 0.95) for right in (True, True, True, True, False)]
 assert why[:4] == [None] * 4 and "lower bound 0.343 < target 0.950" in why[4], why
 """
     loaded = modules_after(code, blocked=DISTILL)
     assert "zcompile.stats" in loaded and "onnxruntime" in loaded
     assert not {m.partition(".")[0] for m in loaded} & set(DISTILL)
+
+
+MAX_MODULE_LINES = 600
+# modules still past the bound, each with the issue that splits it; the test fails once one fits,
+# so the exception is removed with it
+KNOWN_LONG = {"tiers.py": "issue 25 (the text tier) rewrites it"}
+
+
+def test_no_module_past_600_lines():
+    lines = {str(p.relative_to(PKG)): len(p.read_text().splitlines()) for p in PKG.rglob("*.py")}
+    long = {m for m, n in lines.items() if n > MAX_MODULE_LINES}
+    assert long <= set(KNOWN_LONG), {m: lines[m] for m in long - set(KNOWN_LONG)}
+    assert set(KNOWN_LONG) <= long, f"now within {MAX_MODULE_LINES} lines: drop from KNOWN_LONG"

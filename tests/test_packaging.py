@@ -32,6 +32,7 @@ def wheel(tmp_path_factory) -> Path:
 def test_wheel_contains_packages_grammar_and_license(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     assert "zcompile/grammar/zc.lark" in names
+    assert "zcompile/grammar/zc.tables" in names  # the parser's packaged LALR tables
     assert "zcompile/evals/templates/report.html" in names
     for module in sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "zcompile").rglob("*.py")):
         assert module in names

@@ -8,48 +8,11 @@ from dataclasses import dataclass
 from . import ast as A
 from . import interp
 from .ast import walk
+from .checked import HISTORY, Checked, FieldInfo
 from .errors import Diagnostic, ZcError, did_you_mean
 from .ir import MAX_FLOAT
 from .lint import allowed, lint
 from .source import Source, Span
-
-HISTORY = "history"
-
-
-@dataclass(frozen=True, slots=True)
-class FieldInfo:
-    """A state field as the runtime sees it."""
-
-    path: str
-    kind: str  # enum | bool | int | float | text | set
-    members: tuple[str, ...] = ()
-    optional: bool = False
-    default: object = None  # python value; frozenset for sets
-    has_default: bool = False
-
-    @property
-    def may_be_absent(self) -> bool:
-        return self.optional and not self.has_default
-
-
-@dataclass(frozen=True, slots=True)
-class Checked:
-    """A policy that passed checking: names resolved, fields typed, diagnostics (warnings) kept."""
-
-    policy: A.Policy
-    fields: dict[str, FieldInfo]  # declaration order; `history` last
-    actions: tuple[A.ActionDecl, ...]
-    costs: dict[str, float]
-    targets: dict[str, frozenset[str]]  # rule name -> target action names
-    fallback: str
-    diagnostics: tuple[Diagnostic, ...]
-    params: dict[str, dict[str, FieldInfo] | None] = dataclasses.field(default_factory=dict)
-    arg_rules: frozenset[str] = frozenset()  # rules whose condition reads `args.*`
-
-    @property
-    def name(self) -> str:
-        return self.policy.name.text
-
 
 # Expression types. Enums carry their member tuple; "name" is a bare name awaiting context.
 T_BOOL, T_NUM, T_ACTION, T_SET, T_TEXT, T_ERR = "bool", "number", "action", "set[action]", "text", "?"
@@ -95,6 +58,7 @@ class _Checker:
         self.rule_targets: frozenset[str] = frozenset()
         self.reads_args = False
         self.arg_rules: set[str] = set()
+        self.order: dict[str, int] = {}
 
     def err(self, code: str, msg: str, span: Span | None, help: str | None = None) -> None:
         self.diags.append(Diagnostic(code, "error", msg, span, help, path=self.src.path))
@@ -117,6 +81,7 @@ class _Checker:
                 if t.text not in seen_tags:
                     seen_tags.add(t.text)
                     self.tags.setdefault(t.text, []).append(a.name.text)
+        self.order = {name: i for i, name in enumerate(self.actions)}  # declaration order
         self._fields()
         fallback = self._fallback()
         self._unique("ZC0103", "intent", p.intents)
@@ -490,8 +455,7 @@ class _Checker:
                      "a route is chosen before any call is proposed")
             return e, T_ERR
         self.reads_args = True
-        order = list(self.actions)
-        targets = sorted(self.rule_targets, key=order.index)
+        targets = sorted(self.rule_targets, key=self.order.__getitem__)
         missing = [t for t in targets if name not in (self.params.get(t) or {})]
         if missing:
             first = missing[0]

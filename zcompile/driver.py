@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import __version__, ir
-from .check import Checked, check
+from .check import check
+from .checked import Checked
 from .errors import Diagnostic, ZcError
 from .inputs import files_under, path_kind, read_file
 from .lower import lower

@@ -12,21 +12,20 @@ import dataclasses
 import itertools
 import math
 import re
-from typing import TYPE_CHECKING
 
 from . import ast as A
 from . import codegen, interp, ir
 from .ast import walk
+from .checked import Checked
 from .errors import Diagnostic
 from .lower import expr as lower_expr
 from .source import Span
 
-if TYPE_CHECKING:
-    from .check import Checked
 
 RISKY_TAGS = ("destructive", "publish", "money", "credential")
 LINT_BUDGET = 1 << 16  # most states enumerated to decide one lint; beyond it the lint stays silent
 LINT_WORK = 5_000_000  # most rule evaluations for all lints of a file; beyond it they stay silent
+PREFETCH = 256  # questions whose predicates are compiled ahead, with those of the one being asked
 ALLOW = re.compile(r"#.*?\bzc:\s*allow\(([^)]*)\)")  # `# zc: allow(ZC1004, …)` on a warning's line
 
 
@@ -78,6 +77,9 @@ class Linter:
         self._guarding: dict[int, bool] = {}  # id(rule) -> it reads an enum, bool or set field
         self._cache: dict[tuple, bool | None] = {}
         self._facts_cache: dict[tuple, tuple | None] = {}
+        self._charged: set[tuple] = set()  # cases whose facts' work was counted
+        self._upcoming: list[tuple[A.RuleDecl, str]] = []  # the cases in the order run() asks them
+        self._ahead = 0  # how far into _upcoming predicates were compiled ahead
         self.work = 0
         self.exhausted = False
         self._keeps: dict[tuple, tuple] | None = None  # question key -> (predicate, fields it reads)
@@ -94,6 +96,8 @@ class Linter:
         for r in rules:
             for t in k.targets[r.name.text]:
                 by_action[t].append(r)
+        self._upcoming = [(r, a.name.text) for a in k.actions for r in by_action[a.name.text]] + [
+            (r, t) for r in rules for t in sorted(k.targets[r.name.text])]
         for a in k.actions:
             name = a.name.text
             cases = [(r, name) for r in by_action[name]]
@@ -203,7 +207,14 @@ class Linter:
             key = self._key(rule, action)
             if key not in self._keeps and key not in new:
                 new[key] = self._source(rule, action)
-        if new:
+        if new:  # compile the next questions' predicates with these: one compile() for many
+            ahead = self._upcoming[self._ahead:self._ahead + PREFETCH]
+            self._ahead += len(ahead)
+            for rule, action in ahead:
+                key = self._key(rule, action)
+                if key not in self._keeps and key not in new \
+                        and self._case_facts(key, rule, action) is not None:
+                    new[key] = self._source(rule, action)
             names, fresh = {}, {}
             for key, (text, reads) in new.items():  # equal predicates share one function
                 if text not in self._sources:
@@ -228,15 +239,27 @@ class Linter:
             if cond is None:
                 cond = self._lowered[id(rule)] = lower_expr(rule.cond)
             test = gen.test(cond, ir.ActionDef(action, cost=self.k.costs[action]))
-            reads = tuple(sorted(self._facts(rule, action)[0]))  # every field it reads has an entry
+            facts = self._case_facts(self._key(rule, action), rule, action)
+            reads = tuple(sorted(facts[0]))  # every field it reads has an entry
             keep = "False" if rule.kind == "forbid_when" else "True"
             text = f"({test.code.text}) is {keep}"
         body = "".join(f"    {line}\n" for line in test.setup) + f"    return {text}\n"
         return f"({', '.join(gen.var(p) for p in reads)}):\n{body}", reads
 
     def _facts(self, rule: A.RuleDecl, action: str):
-        """(constants per field, action names per set field) one case mentions; None if undecidable."""
+        """(constants per field, action names per set field) one case mentions; None if undecidable.
+        The first question about a case charges the work of walking its condition."""
         key = self._key(rule, action)
+        if key not in self._charged:
+            self._charged.add(key)
+            if rule.name.text not in self.k.arg_rules and rule.kind != "after":
+                self.work += len(rule.cond.span.text)  # rough cost of walking it
+            if self.work > LINT_WORK:
+                self.exhausted = True
+        return self._case_facts(key, rule, action)
+
+    def _case_facts(self, key: tuple, rule: A.RuleDecl, action: str):
+        """`_facts` without charging any work (for predicates compiled ahead of their question)."""
         if key in self._facts_cache:
             return self._facts_cache[key]
         if rule.name.text in self.k.arg_rules:
@@ -247,9 +270,6 @@ class Linter:
             expr = rule.cond if self._uses[id(rule)] == (False, False) \
                 else substitute(rule.cond, action, self.k.costs[action])
             facts = self._expr_facts(expr)
-            self.work += len(rule.cond.span.text)  # rough cost of walking it
-        if self.work > LINT_WORK:
-            self.exhausted = True
         self._facts_cache[key] = facts
         return facts
 

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import TYPE_CHECKING
 
 from . import ast as A
 from . import ir
 from .ast import walk
+from .checked import Checked
 from .source import Source, Span
-
-if TYPE_CHECKING:
-    from .check import Checked
 
 
 def lower(checked: Checked, source: Source) -> ir.PolicyIR:

@@ -133,11 +133,10 @@ class Policy:
             self._arg_rules)
         self._groups = self._program.groups
         # per intent (None: all actions): 1 for each action removed before any rule is evaluated,
-        # because it is outside the intent or a constant rule removes it; copied per evaluation
-        self._base = {name: _flags(len(self.actions), self._program.static
-                                   | (set(range(len(self.actions))) - allowed))
-                      for name, allowed in [(None, frozenset(range(len(self.actions)))),
-                                            *self._intents.items()]}
+        # because it is outside the intent or a constant rule removes it; copied per evaluation.
+        # An intent's flags are made on its first use: n bytes each, so making all of them at load
+        # would cost actions x intents
+        self._base = {None: _flags(len(self.actions), self._program.static)}
         namespace = codegen.load(self._program.source, self._program.gen.consts, self._label())
         self._eval, self._route = namespace["_eval"], namespace["_route"]
         self._params = {a.name: ({p.name: p for p in a.params} if a.params is not None else None)
@@ -304,13 +303,22 @@ class Policy:
             return self._base[None]
         if not isinstance(intent, str):
             raise ZcError(f"intent must be a string naming an intent, got {_json_type(intent)}")
-        try:
-            return self._base[intent]
-        except KeyError:
+        base = self._base.get(intent)
+        if base is not None:
+            return base
+        allowed = self._intents.get(intent)
+        if allowed is None:
             hint = did_you_mean(intent, self._intents) or (
                 f"declared intents: {', '.join(self._intents)}" if self._intents else
                 "this policy declares no intents")
-            raise ZcError(f"unknown intent `{intent}` ({hint})") from None
+            raise ZcError(f"unknown intent `{intent}` ({hint})")
+        flags = bytearray(b"\x01") * len(self.actions)
+        for i in allowed:
+            flags[i] = 0
+        for i in self._program.static:
+            flags[i] = 1
+        base = self._base[intent] = bytes(flags)  # two threads may both make it: the same bytes
+        return base
 
     # ---- reasons -------------------------------------------------------------------------------
     def _explain(self, root: Any, fired: list[int], intent: str | None,

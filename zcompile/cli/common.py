@@ -21,14 +21,18 @@ def summary(errors: int, warnings: int, files: int) -> str:
     return f"{plural(errors, 'error')}, {plural(warnings, 'warning')} in {plural(files, 'file')}"
 
 
-def check_all(paths: tuple[str, ...]):
-    """Check every file; return [(path, IR or None, diagnostics)] having printed nothing."""
-    from ..driver import compile_source, policy_files, read_source
+def check_all(paths: tuple[str, ...], lower: bool = True):
+    """Check every file; return [(path, IR or None, diagnostics)] having printed nothing. Without
+    `lower`, only parse and check (the IR is None): the diagnostics are the same."""
+    from ..driver import check_source, compile_source, policy_files, read_source
 
     results = []
     for path in policy_files(list(paths)):
         try:
-            policy, diags = compile_source(read_source(path))
+            if lower:
+                policy, diags = compile_source(read_source(path))
+            else:
+                policy, diags = None, check_source(read_source(path)).diagnostics
         except ZcError as exc:
             diags = exc.diagnostics or (Diagnostic("ZC0000", "error", str(exc), None, path=str(path)),)
             policy = None

@@ -30,7 +30,7 @@ def check_cmd(paths: tuple[str, ...], deny_warnings: bool, out_format: str, tool
     if tools_path is not None and tools_servers:
         raise click.UsageError("give --tools or --tools-server, not both")
     try:
-        results = check_all(paths)
+        results = check_all(paths, lower=tools_path is not None or bool(tools_servers))  # the drift check reads the IR
         if tools_path is not None or tools_servers:
             from ..tools import check_tools
 

@@ -1,0 +1,391 @@
+"""The post-parse transformer: lark's LALR reductions to the frozen AST, spans and literals checked."""
+
+from __future__ import annotations
+
+import re
+
+import lark
+from lark import Token, Transformer
+
+from . import ast as A
+from .errors import Diagnostic
+from .ir import MAX_DEPTH, MAX_FLOAT, MAX_INT
+from .source import Source, Span
+
+_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+_STRING_PART = re.compile(r'\\u([0-9a-fA-F]{4})|\\(.)|([\x00-\x1f\x7f])', re.S)
+
+
+class _Part:
+    """A value on its way into a node, with the text it came from: a clause, a list, or a
+    parenthesised expression (whose parentheses belong to the enclosing node's span, not its own)."""
+
+    __slots__ = ("value", "start", "end")
+
+    def __init__(self, value, start: int, end: int) -> None:
+        self.value, self.start, self.end = value, start, end
+
+
+class _Params(_Part):
+    """An action's signature (told apart from the tags tuple)."""
+
+    __slots__ = ()
+
+
+def _lo(v) -> int:
+    if type(v) is Token:
+        return v.start_pos
+    return v.start if isinstance(v, _Part) else v.span.start
+
+
+def _hi(v) -> int:
+    if type(v) is Token:
+        return v.end_pos
+    return v.end if isinstance(v, _Part) else v.span.end
+
+
+def _items(children) -> tuple:
+    """The values of a list, without its punctuation tokens."""
+    return tuple(c for c in children if type(c) is not Token)
+
+
+class Builder(Transformer):
+    """The AST built as the LALR parser reduces (lark's `transformer=`): each method gets a rule's
+    children, every token kept, and a node's span runs from its first token to its last."""
+
+    def __init__(self) -> None:
+        super().__init__(visit_tokens=False)
+        self.reset(None)
+
+    def reset(self, source: Source | None) -> None:
+        self.src = source
+        self.diags: list[Diagnostic] = []  # bad literals: reported together after the parse
+        self.depths: dict[int, tuple[int, object]] = {}  # id(node) -> (operators nested in it, node)
+        self.too_deep = False
+
+    def __default__(self, data, children, meta):  # noqa: D105
+        if data.startswith("_"):  # lark's own rules for `*` and `+`, spliced into their parent
+            return lark.Tree(data, children)
+        raise AssertionError(f"grammar rule {data!r} has no AST transform")  # guard against leaking trees
+
+    def _span(self, c) -> Span:
+        return Span(self.src, _lo(c[0]), _hi(c[-1]))
+
+    def _tok(self, tok: Token) -> Span:
+        return Span(self.src, tok.start_pos, tok.end_pos)
+
+    def _depth(self, node, operands):
+        """Record how many operators nest in `node` (an operator): ZC0006 past MAX_DEPTH."""
+        depths = self.depths
+        most = 0
+        for o in operands:
+            if type(o) is _Part:
+                o = o.value
+            d = depths.get(id(o))
+            if d is not None and d[0] > most:
+                most = d[0]
+        depths[id(node)] = (most + 1, node)  # the node is kept alive so its id stays its own
+        if most >= MAX_DEPTH:
+            self.too_deep = True
+        return node
+
+    def _bad(self, code: str, msg: str, tok: Token, help: str) -> None:
+        self.diags.append(Diagnostic(code, "error", msg, self._tok(tok), help))
+
+    def _number(self, tok: Token, value):
+        if isinstance(value, float) and not -MAX_FLOAT <= value <= MAX_FLOAT:
+            self._bad("ZC0008", "number literal is out of range", tok,
+                      f"numbers are finite, at most {MAX_FLOAT:.6g} in magnitude")
+            return 0
+        if isinstance(value, int) and value > MAX_INT:
+            self._bad("ZC0008", "integer literal is out of range", tok,
+                      f"integers fit in 64 bits (at most {MAX_INT})")
+            return 0
+        return value
+
+    def _unquote(self, tok: Token) -> str:
+        """The value of a string literal (JSON escapes); ZC0007 for a bad escape or character."""
+        body = str(tok)[1:-1]
+        out: list[str] = []
+        pos = 0
+        for m in _STRING_PART.finditer(body):
+            out.append(body[pos:m.start()])
+            pos = m.end()
+            hexa, esc, raw = m.groups()
+            if hexa is not None:
+                out.append(chr(int(hexa, 16)))
+            elif esc is not None and esc in _ESCAPES:
+                out.append(_ESCAPES[esc])
+            else:
+                shown = f"\\{esc}" if esc is not None else f"U+{ord(raw):04X}"
+                what = "escape" if esc is not None else "control character"
+                self._bad("ZC0007", f"invalid {what} `{shown}` in a string", tok,
+                          "escapes are \\\" \\\\ \\/ \\b \\f \\n \\r \\t and \\uXXXX; "
+                          "write control characters as \\uXXXX")
+                return ""
+        out.append(body[pos:])
+        try:  # joins escaped surrogate pairs; refuses an unpaired one
+            return "".join(out).encode("utf-16", "surrogatepass").decode("utf-16")
+        except UnicodeDecodeError:
+            self._bad("ZC0007", "unpaired surrogate escape in a string", tok,
+                      "a `\\uD800`-`\\uDBFF` escape must be followed by a `\\uDC00`-`\\uDFFF` one")
+            return ""
+
+    # names and literals
+    def name(self, c):  # a NAME, or a soft keyword used as one
+        tok = c[0]
+        return A.Ident(text=str(tok), span=Span(self.src, tok.start_pos, tok.end_pos))
+
+    path = name
+
+    def ref(self, c):
+        ident = c[0]
+        return A.Name(path=ident.text, span=ident.span)
+
+    def int_(self, c):
+        tok = c[0]
+        value = int(tok) if len(tok) <= 20 else MAX_INT + 1  # no 4,300-digit conversion
+        return A.LitNum(value=self._number(tok, value), span=self._tok(tok))
+
+    def float_(self, c):
+        tok = c[0]
+        return A.LitNum(value=self._number(tok, float(tok)), span=self._tok(tok))
+
+    def true(self, c):
+        return A.LitBool(value=True, span=self._tok(c[0]))
+
+    def false(self, c):
+        return A.LitBool(value=False, span=self._tok(c[0]))
+
+    def member(self, c):
+        ident = c[0]
+        return A.LitMember(name=ident, span=ident.span)
+
+    def string(self, c):
+        return A.LitString(value=self._unquote(c[0]), span=self._tok(c[0]))
+
+    def neg(self, c):  # "-" operand
+        operand = c[1].value if type(c[1]) is _Part else c[1]
+        if isinstance(operand, A.LitNum):
+            node = A.LitNum(value=-operand.value, span=self._span(c))
+        else:
+            node = A.Neg(operand=_expr(operand), span=self._span(c))
+        return self._depth(node, (operand,))
+
+    def set_lit(self, c):  # "{" items "}"
+        node = A.LitSet(items=_items(c[1:-1]), span=self._span(c))
+        if any(id(i) in self.depths for i in node.items):  # a negated number: one operator deep
+            self.depths[id(node)] = (1, node)
+        return node
+
+    def atom(self, c):  # "(" expr ")": parentheses are no node
+        inner = c[1].value if type(c[1]) is _Part else c[1]
+        return _Part(inner, c[0].start_pos, c[2].end_pos)
+
+    # state
+    def start(self, c):  # policy_decl item*
+        by = {k: [] for k in ("fields", "actions", "fallbacks", "intents", "rules", "tiers", "routes")}
+        for item in c[1:]:
+            if type(item) is _Part:  # a state block
+                by["fields"].extend(item.value)
+            else:
+                by[_KIND[type(item)]].append(item)
+        return A.Policy(name=c[0].value, span=self._span(c), **{k: tuple(v) for k, v in by.items()})
+
+    def policy_decl(self, c):
+        return _Part(c[1], c[0].start_pos, _hi(c[1]))
+
+    def state_block(self, c):  # "state" "{" field_decl* "}"
+        return _Part(tuple(c[2:-1]), c[0].start_pos, c[-1].end_pos)
+
+    def field_decl(self, c):  # path ":" type_ref OPTIONAL? default?
+        rest = c[3:]
+        optional = any(type(r) is Token for r in rest)
+        default = next((r.value for r in rest if type(r) is not Token), None)
+        return A.FieldDecl(path=c[0], type=c[2], optional=optional, default=default, span=self._span(c))
+
+    def default(self, c):  # "=" literal
+        return _Part(c[1], c[0].start_pos, _hi(c[1]))
+
+    def enum_type(self, c):  # "enum" "(" names ")"
+        return A.EnumType(members=_items(c[2:-1]), span=self._span(c))
+
+    def scalar_type(self, c):
+        return A.ScalarType(kind=str(c[0]), span=self._tok(c[0]))
+
+    def set_type(self, c):
+        return A.SetType(span=self._span(c))
+
+    # actions, fallback, intents
+    def action_decl(self, c):  # "action" path params? tags? cost? description?
+        tags, cost, desc, params = (), None, None, None
+        for r in c[2:]:
+            if type(r) is _Params:
+                params = r.value
+            elif type(r) is A.LitString:
+                desc = r.value
+            elif type(r.value) is tuple:
+                tags = r.value
+            else:
+                cost = r.value
+        return A.ActionDecl(name=c[1], params=params, tags=tags, cost=cost, description=desc,
+                            span=self._span(c))
+
+    def params(self, c):  # "(" params ")"
+        return _Params(_items(c[1:-1]), c[0].start_pos, c[-1].end_pos)
+
+    def param_name(self, c):
+        tok = c[0]
+        if isinstance(tok, A.Ident):
+            return tok
+        return A.Ident(text=str(tok), span=self._tok(tok))
+
+    def param(self, c):  # param_name ":" arg_type OPTIONAL?
+        return A.Param(name=c[0], type=c[2], optional=len(c) == 4, span=self._span(c))
+
+    def list_type(self, c):
+        return A.ListType(span=self._span(c))
+
+    def tags(self, c):  # "tags" "(" names ")"
+        return _Part(_items(c[2:-1]), c[0].start_pos, c[-1].end_pos)
+
+    def cost(self, c):  # "cost" number
+        return _Part(c[1], c[0].start_pos, _hi(c[1]))
+
+    def description(self, c):
+        return A.LitString(value=self._unquote(c[0]), span=self._tok(c[0]))
+
+    def fallback_decl(self, c):
+        return A.FallbackDecl(action=c[1], span=self._span(c))
+
+    def intent_decl(self, c):  # "intent" name STRING? "{" "allow" path_list "}"
+        desc = self._unquote(c[2]) if len(c) == 7 else None
+        return A.IntentDecl(name=c[1], description=desc, allow=c[-2].value, span=self._span(c))
+
+    def path_list(self, c):
+        return _Part(_items(c), _lo(c[0]), _hi(c[-1]))
+
+    name_list = path_list
+
+    # rules
+    def rule_decl(self, c):  # "rule" name ":" rule_body
+        kind, target, cond, after = c[3].value
+        return A.RuleDecl(name=c[1], kind=kind, target=target, cond=cond, after=after,
+                          span=self._span(c))
+
+    def requires(self, c):  # target "requires" expr
+        return _Part(("requires", c[0], _expr(c[2]), ()), _lo(c[0]), _hi(c[2]))
+
+    def forbid_when(self, c):  # "forbid" target "when" expr
+        return _Part(("forbid_when", c[1], _expr(c[3]), ()), c[0].start_pos, _hi(c[3]))
+
+    def forbid_unless(self, c):  # "forbid" target "unless" expr
+        return _Part(("forbid_unless", c[1], _expr(c[3]), ()), c[0].start_pos, _hi(c[3]))
+
+    def after(self, c):  # target "after" path_list
+        return _Part(("after", c[0], None, c[2].value), _lo(c[0]), _hi(c[2]))
+
+    def target_actions(self, c):
+        part = c[0]
+        return A.TargetActions(names=part.value, span=Span(self.src, part.start, part.end))
+
+    def target_tags(self, c):
+        part = c[0]
+        return A.TargetTags(tags=part.value, span=Span(self.src, part.start, part.end))
+
+    def target_all(self, c):
+        return A.TargetAll(span=self._tok(c[0]))
+
+    # tiers and routes
+    def tier_decl(self, c):  # "tier" name tier_opt*
+        values = dict(opt.value for opt in c[2:])
+        return A.TierDecl(name=c[1], max_ms=values.get("max_ms"), cost=values.get("cost"),
+                          text=values.get("text"), span=self._span(c))
+
+    def max_ms(self, c):
+        return _Part(("max_ms", c[1]), c[0].start_pos, _hi(c[1]))
+
+    def tier_cost(self, c):
+        return _Part(("cost", c[1]), c[0].start_pos, _hi(c[1]))
+
+    def tier_text(self, c):
+        return _Part(("text", A.LitBool(value=True, span=self._tok(c[0]))), c[0].start_pos, c[0].end_pos)
+
+    def route_decl(self, c):  # "route" name ":" ("when" expr)? "use" name_list
+        when = _expr(c[4]) if len(c) == 7 else None
+        return A.RouteDecl(name=c[1], when=when, tiers=c[-1].value, span=self._span(c))
+
+    # expressions
+    def or_(self, c):  # operand ("or" operand)+
+        operands = c[::2]
+        return self._depth(A.Or(operands=tuple(map(_expr, operands)), span=self._span(c)), operands)
+
+    def and_(self, c):
+        operands = c[::2]
+        return self._depth(A.And(operands=tuple(map(_expr, operands)), span=self._span(c)), operands)
+
+    def not_(self, c):
+        return self._depth(A.Not(operand=_expr(c[1]), span=self._span(c)), c[1:])
+
+    def compare(self, c):  # left CMP right
+        node = A.Compare(op=str(c[1]), left=_expr(c[0]), right=_expr(c[2]), span=self._span(c))
+        return self._depth(node, (c[0], c[2]))
+
+    def in_lit(self, c):  # operand "not"? "in" set_lit
+        items = c[-1]
+        node = A.InLit(operand=_expr(c[0]), items=tuple(map(_expr, items.items)),
+                       negated=len(c) == 4, span=self._span(c))
+        return self._depth(node, (c[0], items))
+
+    not_in_lit = in_lit
+
+    def in_field(self, c):  # operand "not"? "in" path
+        path = c[-1]
+        node = A.InField(operand=_expr(c[0]), field=A.Name(path=path.text, span=path.span),
+                         negated=len(c) == 4, span=self._span(c))
+        return self._depth(node, (c[0],))
+
+    not_in_field = in_field
+
+    def _arith(self, op, c):
+        node = A.Arith(op=op, left=_expr(c[0]), right=_expr(c[2]), span=self._span(c))
+        return self._depth(node, (c[0], c[2]))
+
+    def add(self, c):
+        return self._arith("+", c)
+
+    def sub(self, c):
+        return self._arith("-", c)
+
+    def mul(self, c):
+        return self._arith("*", c)
+
+    def self_(self, c):
+        return A.SelfRef(span=self._tok(c[0]))
+
+    def cost_ref(self, c):
+        return A.CostRef(span=self._tok(c[0]))
+
+    def call(self, c):  # path "(" expr ")"
+        return self._depth(A.Call(func=c[0], operand=_expr(c[2]), span=self._span(c)), (c[2],))
+
+
+
+_KIND = {
+    A.ActionDecl: "actions", A.FallbackDecl: "fallbacks", A.IntentDecl: "intents",
+    A.RuleDecl: "rules", A.TierDecl: "tiers", A.RouteDecl: "routes",
+}
+
+
+def _expr(node):
+    """Literals in expression position become expression nodes; parentheses are dropped."""
+    if type(node) is _Part:
+        node = node.value
+    if isinstance(node, A.LitNum):
+        return A.Num(value=node.value, span=node.span)
+    if isinstance(node, A.LitBool):
+        return A.Bool(value=node.value, span=node.span)
+    if isinstance(node, (A.Ident, A.LitMember)):
+        ident = node if isinstance(node, A.Ident) else node.name
+        return A.Name(path=ident.text, span=ident.span)
+    return node
