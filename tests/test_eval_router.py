@@ -259,3 +259,4 @@ def test_acceptable_figures_equal_the_judge_over_router_decisions(policy):
     assert "noise floor: " in text and "the judge: " in text
     html = evals.render_html(rep)
     assert "taken off the expensive model" in html and "The noise floor" in html
+    assert "reply-recognition precision" in html
