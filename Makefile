@@ -48,7 +48,7 @@ demo: venv
 	  --json build/eval.json --html build/eval.html
 	$(ZC) route --policy build/airline_chat.zcp --specialists specialists/airline_chat --state examples/airline_chat_state.json
 	$(PY) -m examples.demo serve
-	@echo "(to distil specialists/airline_chat again from receipts/ and check it is the same, about 90 s: make distill)"
+	@echo "(to distil specialists/airline_chat again from receipts/ and check it is the same, 2-4 minutes: make distill)"
 
 # the shipped specialist distilled again from the bundled receipts, then compared with it: every
 # file byte for byte but for the times it measured (zcompile/qroute/reproduce.py)

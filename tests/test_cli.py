@@ -130,7 +130,7 @@ def test_progress_without_a_terminal_prints_lines(capsys, monkeypatch):
     monkeypatch.setattr(common.time, "monotonic", lambda: float(next(clock)))
     assert list(common.progress(range(5), "fine-tuning", 5, every_s=10)) == list(range(5))
     assert capsys.readouterr().err.splitlines() == [
-        "  fine-tuning (5)",
+        "  fine-tuning: 0/5",
         "  fine-tuning: 3/5 (60%), 12 s, about 8.0 s left",  # 12 s for 3: 4 s each, 2 to go
         "  fine-tuning: 5/5 done in 24 s"]
     assert list(common.progress(iter("abc"), "reading", 0, every_s=6)) == ["a", "b", "c"]

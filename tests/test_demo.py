@@ -34,7 +34,7 @@ def test_make_demo_in_a_fresh_clone_leaves_the_tree_clean(tmp_path):
     assert "split test: held-out" in out  # eval on the sealed test split
     assert "action: " in out and "legal: " in out  # zc route
     assert "zc serve: 1 request in " in out and "1 receipt in build/serve-receipts.jsonl" in out
-    assert "make distill)" in out  # the one line that says how to distil it again
+    assert ": make distill)" in out  # the one line that says how to distil it again
     status = subprocess.run(["git", "-C", str(clone), "status", "--porcelain"], capture_output=True, text=True,
                             check=True)
     assert status.stdout == "", status.stdout

@@ -179,7 +179,7 @@ def progress(iterable, label: str, length: int, every_s: float = 10.0):
             yield from it
         return
     started = last = time.monotonic()
-    click.echo(f"  {label}" + (f" ({length})" if length else ""), err=True)
+    click.echo(f"  {label}" + (f": 0/{length}" if length else ""), err=True)
     i = 0
     for i, x in enumerate(iterable, 1):
         yield x

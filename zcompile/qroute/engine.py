@@ -70,8 +70,8 @@ class Local:
         for p in D.PARTS:
             ds = parts[p]
             x = _matrix(scratch(cdir), p, len(ds), rec.fz.dim)
-            for start in report.bar(range(0, len(ds), BATCH), f"{rec.reading} {p} ({BATCH} a batch)",
-                                    -(-len(ds) // BATCH)):
+            for start in report.bar(range(0, len(ds), BATCH), f"{rec.reading} {p}: {len(ds)} decisions, batches "
+                                    f"of {BATCH}", -(-len(ds) // BATCH)):
                 x[start:start + BATCH] = np.stack([rec.fz.row(d.root, d.legal) for d in ds[start:start + BATCH]])
             out[p] = x
         return out
