@@ -1,6 +1,6 @@
 """One call equality for training, eval, shadow promotion and demotion: canonical JSON arguments."""
 
-from zcompile.qroute.calls import same_call as training_same_call
+from zcompile.receipts.candidates import same_call as training_same_call
 from zcompile.receipts import Receipt
 from zcompile.receipts.candidates import same_call
 from zcompile.router.shadow import Monitor, record_right

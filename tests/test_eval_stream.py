@@ -62,7 +62,9 @@ def test_bundled_reports_equal_the_in_memory_evaluation(airline):
     the timings left out: the bundled specialist on the sealed test split, and a rule specialist that
     answers calls and names on every decision (its per-decision outcomes by digest). The first was
     recorded again when a call that cannot reach τ stopped proposing arguments: only the
-    specialist's confidences on such calls (its risk–coverage curve) moved."""
+    specialist's confidences on such calls (its risk–coverage curve) moved; and again when the
+    specialist was distilled on the judge's targets and the report gained the judge's figures
+    (issue 25)."""
     rep = evals.run(airline, ROOT / "specialists" / "airline_chat", [ROOT / "receipts"])
     rep["receipts"] = ["receipts"]
     same(masked(rep), msgspec.json.decode((FIXTURES / "bundled_test.json").read_bytes()))

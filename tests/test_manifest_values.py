@@ -188,8 +188,8 @@ def test_probes_a_distillation_does_not_write_are_refused(tmp_path, shipped):
         ((), r"0 probes for 15 classes"),
         ((msgspec.structs.replace(first, row={**first.row, -1: 1.0}),) + probes[1:],
          r"probes\[0\]\.row\.-1: not a feature index with a finite value"),
-        ((msgspec.structs.replace(first, row={**first.row, 514: 1.0}),) + probes[1:],
-         r"probes\[0\]\.row\.514: outside the 514 features"),
+        ((msgspec.structs.replace(first, row={**first.row, 528: 1.0}),) + probes[1:],
+         r"probes\[0\]\.row\.528: outside the 528 features"),
         ((msgspec.structs.replace(first, probabilities={k: v for k, v in first.probabilities.items() if k != c}),)
          + probes[1:], r"probes\[0\]\.probabilities: the classes differ"),
         ((msgspec.structs.replace(first, probabilities={**first.probabilities, c: 1.5}),) + probes[1:],
@@ -217,11 +217,11 @@ def _onnx_model(width, classes: int, symbolic: bool = False) -> bytes:
 
 
 @pytest.mark.parametrize("width, classes, symbolic, words", [
-    (10, 15, False, "the features are 514 wide"),
-    (514, 3, False, "the model gives 3 classes"),
-    (10, 15, True, "cannot score rows of the 514 features"),
-    (514, 4, True, "the model gives 4 classes"),
-    (514, 15, False, "where distillation recorded .*: not this specialist's model"),  # fits, scores otherwise
+    (10, 15, False, "the features are 528 wide"),
+    (528, 3, False, "the model gives 3 classes"),
+    (10, 15, True, "cannot score rows of the 528 features"),
+    (528, 4, True, "the model gives 4 classes"),
+    (528, 15, False, "where distillation recorded .*: not this specialist's model"),  # fits, scores otherwise
 ])
 def test_another_model_behind_a_re_sealed_manifest_is_refused(tmp_path, policy, shipped, width, classes,
                                                               symbolic, words):
@@ -265,14 +265,25 @@ def test_a_model_file_outside_the_directory_is_refused_even_re_sealed(tmp_path, 
         load(copy(tmp_path, replace(shipped, "model.file", name)))
 
 
-def test_the_shipped_version_4_manifest_reads_and_encodes_byte_for_byte(policy):
+def test_a_version_4_manifest_reads_and_encodes_byte_for_byte():
     """Version 5 added `model.text_probes`; a version 4 manifest is sealed, identified and written
-    without it, so the shipped specialist loads unchanged."""
+    without it, so a specialist distilled before reads unchanged (the fixture: the manifest shipped
+    before issue 25, its seal checked on decode)."""
+    import gzip
+
     from zcompile.qroute.manifest import decode, encode
+
+    data = gzip.decompress((Path(__file__).parent / "fixtures" / "manifest_v4.json.gz").read_bytes())
+    m = decode(data, "manifest.json")
+    assert m.version == 4 and m.model.text_probes == () and encode(m) == data
+
+
+def test_the_shipped_manifest_is_version_5(policy):
+    from zcompile.qroute.manifest import MANIFEST_VERSION, decode, encode
 
     data = (SHIPPED / "manifest.json").read_bytes()
     m = decode(data, "manifest.json")
-    assert m.version == 4 and m.model.text_probes == () and encode(m) == data
+    assert m.version == MANIFEST_VERSION == 5 and encode(m) == data
     assert load(SHIPPED, policy).manifest == m
 
 

@@ -491,7 +491,8 @@ def test_cli_eval_pairwise_without_policy(trained, tmp_path):
     assert sp["agreement_teacher"] == ag  # these receipts' teacher is their gold
     # the scores are those of `decide` with the offered tools (names alone score differently)
     assert rep["risk_coverage"]["n"] == n and rep["risk_coverage"]["aurc"] == pytest.approx(want["aurc"], abs=1e-9)
-    lines = r.stdout.splitlines()
+    head, *lines = r.stdout.splitlines()
+    assert head.startswith("taken off the expensive model: ") and "no text tier is declared" in head
     assert lines[0].startswith("no policy (legal sets from the receipts), specialist spec (pairwise")
     assert "abstained where none fits [Wilson 95%] (k/n)" in lines[3]
     assert [ln.split()[0] for ln in lines[4:7]] == ["specialist", "remote", "overall"]

@@ -20,7 +20,7 @@ from zcompile.qroute.manifest import encode
 from zcompile.qroute.promote import Evidence, evidence, promote, regate
 from zcompile.receipts import read, write_file
 from zcompile.router import Router
-from zcompile.tiers import TierAnswer
+from zcompile.router.rung import settle
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "specialists" / "airline_chat"
@@ -45,12 +45,17 @@ def policy():
 
 
 class Teacher:
-    """The remote rung answering as the logged teacher did (the receipt being replayed)."""
+    """The remote rung answering as the logged teacher did (the receipt being replayed): its call with
+    its arguments, or its reply, so live shadow calls are judged against whole calls."""
 
+    name = "remote"
+    writes_text = True
     receipt = None
 
-    def propose(self, state, legal, timeout_s=None, intent=None, descriptions=None, **kw):
-        return TierAnswer("answered", self.receipt.action, 1.0, "", 0.1, "teacher")
+    def answer(self, step, timeout_s):
+        r = self.receipt
+        return settle(step, r.action, r.arguments, "(the teacher's reply)" if r.arguments is None else None,
+                      confidence=1.0, model="teacher")
 
 
 def live(policy, path: Path, windows: int, relabel=None) -> Path:
@@ -81,9 +86,9 @@ def test_one_window_is_too_small_to_promote(policy, tmp_path):
     before = read_manifest(d)
     m, ev = promote(d, policy, [live(policy, tmp_path / "live.jsonl", 1)])
     assert ev.asked == before.splits.test.decisions  # one shadow record per decision
-    assert ev.answered == ev.right > 0 and ev.illegal == ev.dangerous == 0
+    assert ev.answered >= ev.right > 0 and ev.illegal == ev.dangerous == 0
     p = m.metrics["promotion"]
-    assert p["lower_bound"] == pytest.approx(0.05 ** (1 / ev.answered))  # all right: alpha ** (1 / n)
+    assert p["lower_bound"] == pytest.approx(stats.lower_bound(ev.right, ev.answered))  # one-sided Clopper–Pearson
     assert ev.answered < 59 and not m.gate.promoted
     assert any("Clopper–Pearson lower bound" in r and "59 answers" in r for r in m.gate.reasons)
     assert p["previous_gate"]["promoted"] is True
@@ -95,18 +100,30 @@ def test_one_window_is_too_small_to_promote(policy, tmp_path):
     assert Router(policy, specialists=load_specialist(d, policy)).specialists  # a loaded one: the caller's choice
 
 
+def agreeing(r):
+    """The receipt of a teacher that made the call its shadow specialist answered (synthetic: the
+    shipped specialist's 2 wrong calls of 30 answers on its test tasks keep the live bound below
+    0.95 however many windows; what is tested here is the promotion rule)."""
+    for s in r.meta.get("shadow") or []:
+        if s.get("outcome") == "answered" and s.get("action") is not None:
+            return msgspec.structs.replace(r, action=s["action"], arguments=s.get("arguments"))
+    return r
+
+
 def test_enough_right_shadow_answers_promote_and_wrong_ones_demote(policy, tmp_path):
     d = copy(tmp_path)
-    path = live(policy, tmp_path / "live.jsonl", 3)
+    path = live(policy, tmp_path / "live.jsonl", 3, relabel=agreeing)
     m, ev = promote(d, policy, [path])
     assert ev.answered == ev.right >= 59, ev
     assert m.gate.promoted and m.gate.reasons == ()
     assert Router(policy, specialists=d).specialists  # the directory now earns its rung
 
-    def wrong(r):  # gold says every reply the specialist recognised should have been a lookup
+    def wrong(r):  # gold says every reply the specialist recognised should have been a lookup, every call a reply
         shadow = r.meta.get("shadow") or []
         if any(s.get("outcome") == "handed_on" for s in shadow):
             return msgspec.structs.replace(r, gold="get_user_details")
+        if any(s.get("outcome") == "answered" for s in shadow):
+            return msgspec.structs.replace(r, gold="respond")
         return r
 
     bad = live(policy, tmp_path / "bad.jsonl", 1, relabel=wrong)

@@ -109,7 +109,7 @@ def headline(rep: dict[str, Any]) -> str:
     o = rep["off_teacher"]
     lo, hi = o["share_ci"]
     tier = (f", {o['handed_to_text_tier']} of them replies handed to the text tier `{o['text_tier']}`"
-            if o["text_tier"] else " (the policy declares no text tier: handed-on replies still reach the teacher)")
+            if o["text_tier"] else " (no text tier is declared: handed-on replies still reach the teacher)")
     return (f"taken off the expensive model: {o['taken']} of {o['n']} decisions ({o['share']:.1%} [{lo:.3f}, "
             f"{hi:.3f}]){tier}; precision acceptable {_p(o['acceptable'])}, strict {_p(o['strict'])}")
 
