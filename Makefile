@@ -49,6 +49,8 @@ demo: venv
 	$(ZC) route --policy build/airline_chat.zcp --specialists specialists/airline_chat --state examples/airline_chat_state.json
 	$(PY) -m examples.demo serve
 	@echo "(to distil specialists/airline_chat again from receipts/ and check it is the same, 2-4 minutes: make distill)"
+	@# the headline of the evaluation above, last: what the shipped specialist takes off the expensive model
+	@$(PY) -c "import json; from zcompile.evals.render import headline; print(headline(json.load(open('build/eval.json'))))"
 
 # the shipped specialist distilled again from the bundled receipts, then compared with it: every
 # file byte for byte but for the times it measured (zcompile/qroute/reproduce.py)
