@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from ..receipts.judge import accepts
@@ -58,7 +59,7 @@ class NoiseFloor:
                 others = [acc_j for j, (cj, acc_j) in enumerate(members) if j != i and cj != ci]
                 action, canon = acc_i[0]
                 same = [acc_j[0] == acc_i[0] for acc_j in others]
-                fine = [accepts(acc_j, action, None if canon is None else _decode(canon), frozenset(),
+                fine = [accepts(acc_j, action, None if canon is None else msgspec.json.decode(canon), frozenset(),
                                 names=canon is None) for acc_j in others]
                 strict_rates.append(float(np.mean(same)))
                 ok_rates.append(float(np.mean(fine)))
@@ -80,9 +81,3 @@ class NoiseFloor:
             out[name] = {"rate": float(sums.sum() / sizes.sum()),
                          "ci": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))]}
         return out
-
-
-def _decode(canon: str) -> Any:
-    import msgspec
-
-    return msgspec.json.decode(canon)

@@ -49,6 +49,11 @@ def call_acceptable(r: Replay) -> bool:
                                                       names=r.kind == "reply"))
 
 
+def handed_right(r: Replay) -> bool:
+    """A reply the specialist handed on where the teacher replied with that action."""
+    return r.handed_on and r.best is not None and r.best == r.label
+
+
 def name_acceptable(r: Replay) -> bool:
     """The answer's action is the label's, or that of an acceptable call (name level)."""
     return r.action is not None and (r.action == r.label or accepts(r.acceptable, r.action, None, frozenset(),
@@ -98,7 +103,7 @@ class Tally:
         right = r.action == r.label
         self.no_label += r.label is None
         self.handed_on += r.handed_on
-        self.handed_right += r.handed_on and r.best is not None and r.best == r.label
+        self.handed_right += handed_right(r)
         self.exposed += r.exposed
         self.correct += right
         self.acceptable += name_acceptable(r)
@@ -237,7 +242,7 @@ class Ledger:
                 self.off[1] += call_correct(r)
                 self.off[2] += call_acceptable(r)
         if r.rung == "remote" and r.handed_on and self.text_tier is not None:  # the text tier writes it live
-            right = r.best is not None and r.best == r.label
+            right = handed_right(r)
             self.off[0] += 1
             self.off[1] += right
             self.off[2] += right

@@ -123,14 +123,12 @@ def _judge(paths: Sequence[str], policy: Policy | None, progress: Any, length: i
     line is left out here; the second pass refuses it, or skips it too under --skip-invalid)."""
     from ..qroute.dataset import make_judge
     from ..receipts import ReceiptError, read
-    from ..receipts.judge import conversation_of
 
     judge = make_judge(policy)
     seen: Counter = Counter()
     try:
         for i, r in enumerate(progress.bar(read(paths, skip_invalid=True), "judging receipts", length)):
-            judge.add(conversation_of(r), (r.ts if r.ts is not None else float("inf"), i), (r.id, seen[r.id]),
-                      r.action, receipt_arguments(r), r.gold)
+            judge.add_receipt(r, i, (r.id, seen[r.id]), receipt_arguments(r))
             seen[r.id] += 1
     except (ReceiptError, OSError):  # the second pass refuses it, naming its place, before any figure
         pass

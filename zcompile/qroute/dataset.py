@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import ZcError
 from ..receipts.candidates import Candidate, normalize
+from ..receipts.judge import Judge, canonical, lenient_actions
 from .manifest import DataFile, Split, Splits
 
 SPLIT = (0.70, 0.15, 0.15)  # train / calibration / test, by task
@@ -87,7 +88,6 @@ def load(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid: bool 
 
 def make_judge(policy: Any) -> Any:
     """The judge of `policy`'s decisions: its side-effect-free and reply actions (strict without one)."""
-    from ..receipts.judge import Judge, lenient_actions
     from ..tools import REPLY_TAG
 
     replies = [a.name for a in policy.ir.actions if REPLY_TAG in a.tags] if policy is not None else ()
@@ -97,11 +97,8 @@ def make_judge(policy: Any) -> Any:
 def judged(pairs: Iterable[tuple[Any, Decision | None]], judge: Any) -> Iterator[tuple[Any, Decision | None]]:
     """`stream`'s pairs, unchanged, each receipt given to `judge` on the way (dropped ones too: a
     call judged wrong was still made, and ends a run of reads)."""
-    from ..receipts.judge import conversation_of
-
     for i, (r, d) in enumerate(pairs):
-        judge.add(conversation_of(r), (r.ts if r.ts is not None else math.inf, i), i, r.action,
-                  getattr(r, "arguments", None), r.gold)
+        judge.add_receipt(r, i, i, getattr(r, "arguments", None))
         yield r, d
 
 
@@ -178,17 +175,11 @@ def _decision(r: Any, i: int, policy: Any, described: dict, counts: Counter) -> 
             raise ZcError(f"receipt `{r.id}`: $.meta.offer: expected an array of action names")
         offer = frozenset(offer)
     arguments = getattr(r, "arguments", None)
-    own = (label, _canonical(arguments if arguments is not None else {})) if label is not None else None
+    own = (label, canonical(arguments if arguments is not None else {})) if label is not None else None
     return Decision(r.id, r.task, (r.ts if r.ts is not None else math.inf, i), r.state, root, r.intent,
                     tuple(legal), label, r.action, r.gold, arguments,
                     _shared(getattr(r, "candidates", None) or ()), tools, r.verified, offer,
                     (own,) if own is not None else (), label, arguments)
-
-
-def _canonical(arguments: Any) -> str | None:
-    from ..receipts.judge import canonical
-
-    return canonical(arguments)
 
 
 def _shared(candidates: Any) -> tuple:
@@ -493,8 +484,6 @@ def targets(pool: Sequence[Decision], replies: frozenset[str]) -> tuple[list[Dec
     acceptable at the most decisions of the pool (ties: the one the teacher makes first), so a reply
     the teacher gave before a lookup it then made becomes that lookup; otherwise the teacher's own
     step. Returns the decisions (targets set) and how many of them changed."""
-    from ..receipts.judge import canonical
-
     at = Counter(a for d in pool for a in {a for a, _ in d.acceptable})
     out, changed = [], 0
     for d in pool:

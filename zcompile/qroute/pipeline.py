@@ -38,7 +38,7 @@ from .manifest import MANIFEST_VERSION, Calibration, Calls, Gate, Manifest, Mode
 from .metrics import answer_right, call_figures, evaluate, risky_actions
 from .recipes import AUTO, ClassifierRecipe, fit_in_threads, recipe
 from ..receipts.candidates import as_candidates
-from ..receipts.judge import strict
+from ..receipts.judge import LOOKAHEAD, RULE, lenient_actions, strict
 from .specialist import call_confidence
 from .report import render
 from .threshold import DELTA, GUARANTEES, NEVER, abstention_floor, choose
@@ -148,8 +148,6 @@ def _targets(parts: dict[str, list[D.Decision]], policy: Any, engine: Any,
     """Training targets from the judge (`dataset.targets`) for train and calibration, and what the
     report says of the judge. Test decisions keep the teacher's step as their label: the judge
     scores answers there, never chooses what they are."""
-    from ..receipts.judge import LOOKAHEAD, RULE, lenient_actions
-
     n_train = len(parts["train"])
     pool, changed = D.targets(parts["train"] + parts["calibration"], Signatures(policy).replies)
     every = [d for p in D.PARTS for d in parts[p]]

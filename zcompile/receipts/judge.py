@@ -12,6 +12,7 @@ teacher's step and allows nothing else.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -78,6 +79,12 @@ class Judge:
         known = None if reply else canonical(arguments)
         self._steps.setdefault(conversation, []).append((order, key, action, own, known, gold is not None))
         self._done = None
+
+    def add_receipt(self, r: Any, position: int, key: Any, arguments: Any) -> None:
+        """`add` for receipt `r`, the `position`-th read: its conversation (`conversation_of`), its
+        place (timestamp, else position), its action, `arguments` and gold."""
+        self.add(conversation_of(r), (r.ts if r.ts is not None else math.inf, position), key, r.action,
+                 arguments, r.gold)
 
     def acceptable(self, key: Any) -> tuple[Call, ...]:
         """The calls acceptable at step `key`, the teacher's own first; () for an unknown key."""
