@@ -12,6 +12,7 @@ import pytest
 from isolation import modules_after
 
 from zcompile.receipts.candidates import extract_candidates
+from zcompile.qroute import arguments as A
 from zcompile.qroute.arguments import (
     ArgumentModel,
     ArgumentModelSpec,
@@ -214,14 +215,26 @@ def test_the_model_abstains_when_no_candidate_fits(fitted):
 
 
 def test_the_model_abstains_when_two_values_fit_equally(fitted):
+    """A rival order named in the same breath: the model never picks it with confidence, abstains
+    when the rival is named first (in training the first order the user names is the one), and its
+    confidence is the best value's probability discounted by the rival's: p_best * (1 - p_second)."""
     scorer = ArgumentScorer(fitted["gbt"].spec())
-    _, _, cands, args, _ = dataset(5, 1)[0]
-    clear = scorer.propose("lookup", LOOKUP, cands)
-    assert clear.arguments == args and clear.confidence >= 0.5
-    # the user names a second order in the same breath: the same features, a rival as strong
-    rival = [msgspec.structs.replace(c, value="ZZ99ZZ") for c in cands if c.value == args["order_id"]]
-    unsure = scorer.propose("lookup", LOOKUP, cands + rival)
-    assert unsure.arguments is None and unsure.confidences["order_id"] == 0.0
+    for seed in range(5, 10):
+        _, _, cands, args, _ = dataset(seed, 1)[0]
+        clear = scorer.propose("lookup", LOOKUP, cands)
+        assert clear.arguments == args and clear.confidence >= 0.5
+        rival = [msgspec.structs.replace(c, value="ZZ99ZZ") for c in cands if c.value == args["order_id"]]
+        after = scorer.propose("lookup", LOOKUP, cands + rival)
+        assert after.arguments in (None, args) and after.confidences["order_id"] <= clear.confidence
+        first = scorer.propose("lookup", LOOKUP, rival + cands)
+        assert first.arguments is None and first.confidences["order_id"] == 0.0
+        values, norms, rows = A._rows("lookup", "order_id", {"type": "string"}, rival + cands,
+                                      scorer.stats("lookup", "order_id"))
+        best: dict[str, float] = {}
+        for key, p in zip(norms, scorer.predict_proba(rows)):
+            best[key] = max(best.get(key, 0.0), float(p))
+        top, second = sorted(best.values(), reverse=True)[:2]
+        assert scorer.choose("lookup", "order_id", {"type": "string"}, rival + cands)[1] == pytest.approx(top * (1 - second))
 
 
 def test_numpy_scoring_equals_sklearn(fitted):

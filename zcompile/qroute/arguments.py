@@ -13,8 +13,8 @@ import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from functools import lru_cache
-from typing import Any
+from functools import cached_property, lru_cache
+from typing import Any, Literal
 
 import msgspec
 import numpy as np
@@ -83,10 +83,12 @@ class Linear(msgspec.Struct, frozen=True, tag="logistic"):
 
 
 class Trees(msgspec.Struct, frozen=True, tag="gbt"):
-    """Gradient-boosted regression trees on the log-odds, starting at 0: p = sigmoid(rate * sum of leaves).
+    """Gradient-boosted regression trees on the log-odds: p = sigmoid(base + rate * sum of leaves).
 
-    Tree t's node i tests `x[feature] <= threshold` (x as float32, like scikit-learn) and goes to
-    `left[i]`, else `right[i]`; a node with `left[i] == -1` is a leaf worth `value[i]`.
+    Tree t's node i tests `x[feature] <= threshold` (x as `precision`: float32 for scikit-learn's
+    GradientBoostingClassifier, which older specialists ship, float64 for its
+    HistGradientBoostingClassifier) and goes to `left[i]`, else `right[i]`; a node with
+    `left[i] == -1` is a leaf worth `value[i]`.
     """
 
     learning_rate: float
@@ -95,6 +97,8 @@ class Trees(msgspec.Struct, frozen=True, tag="gbt"):
     left: tuple[tuple[int, ...], ...]
     right: tuple[tuple[int, ...], ...]
     value: tuple[tuple[float, ...], ...]
+    base: float = 0.0
+    precision: Literal["float32", "float64"] = "float32"
 
 
 class ArgumentModelSpec(msgspec.Struct, frozen=True):
@@ -330,7 +334,8 @@ class ArgumentModel:
     shapes, reach, key match), so rare actions borrow from common ones.
 
     Args:
-        kind: `gbt` (gradient-boosted trees, scikit-learn's GradientBoostingClassifier) or `logistic`.
+        kind: `gbt` (gradient-boosted trees, scikit-learn's HistGradientBoostingClassifier: features
+            binned once, so a fit over 250,000 rows takes seconds) or `logistic`.
         n_estimators, max_depth, learning_rate: the trees' size (gbt).
         C: inverse regularisation strength (logistic).
         min_confidence: an argument whose best value scores below this abstains.
@@ -357,6 +362,7 @@ class ArgumentModel:
         if self.kind not in ("gbt", "logistic"):
             raise ValueError(f"argument model kind {self.kind!r}: expected 'gbt' or 'logistic'")
         examples = list(examples)
+        self.__dict__.pop("scorer_", None)  # a refit's scorer is made anew
         by_action: dict[tuple[str, str], _Stats] = defaultdict(_Stats)
         by_name: dict[str, _Stats] = defaultdict(_Stats)
         for e in examples:
@@ -397,10 +403,12 @@ class ArgumentModel:
             from sklearn.preprocessing import StandardScaler
 
             return make_pipeline(StandardScaler(), LogisticRegression(C=self.C, max_iter=2000))
-        from sklearn.ensemble import GradientBoostingClassifier
+        from sklearn.ensemble import HistGradientBoostingClassifier
 
-        return GradientBoostingClassifier(n_estimators=self.n_estimators, max_depth=self.max_depth,
-                                          learning_rate=self.learning_rate, init="zero", random_state=self.seed)
+        # every tree grown to max_depth (no leaf cap), all rows (no early-stopping holdout): seeded and whole
+        return HistGradientBoostingClassifier(max_iter=self.n_estimators, max_depth=self.max_depth,
+                                              max_leaf_nodes=None, learning_rate=self.learning_rate,
+                                              early_stopping=False, random_state=self.seed)
 
     def predict_proba(self, x: np.ndarray) -> np.ndarray:
         """The probability that each feature row's candidate is the teacher's value (scikit-learn)."""
@@ -414,20 +422,30 @@ class ArgumentModel:
                 mean=tuple(map(float, scaler.mean_)), scale=tuple(map(float, scaler.scale_)),
                 coef=tuple(map(float, lr.coef_[0])), intercept=float(lr.intercept_[0]))
         else:
-            trees = [est[0].tree_ for est in self.classifier_.estimators_]
+            # scikit-learn's fitted predictors (leaf values already scaled by the learning rate)
+            nodes = [p[0].nodes for p in self.classifier_._predictors]
+            leaf = [n["is_leaf"].astype(bool) for n in nodes]
             model = Trees(
-                learning_rate=float(self.learning_rate),
-                feature=tuple(tuple(map(int, t.feature)) for t in trees),
-                threshold=tuple(tuple(map(float, t.threshold)) for t in trees),
-                left=tuple(tuple(map(int, t.children_left)) for t in trees),
-                right=tuple(tuple(map(int, t.children_right)) for t in trees),
-                value=tuple(tuple(float(v) for v in t.value[:, 0, 0]) for t in trees))
+                learning_rate=1.0, base=float(np.ravel(self.classifier_._baseline_prediction)[0]),
+                precision="float64",
+                feature=tuple(tuple(int(f) if not l else -2 for f, l in zip(n["feature_idx"], lf))
+                              for n, lf in zip(nodes, leaf)),
+                threshold=tuple(tuple(float(t) if not l else 0.0 for t, l in zip(n["num_threshold"], lf))
+                                for n, lf in zip(nodes, leaf)),
+                left=tuple(tuple(int(c) if not l else -1 for c, l in zip(n["left"], lf)) for n, lf in zip(nodes, leaf)),
+                right=tuple(tuple(int(c) if not l else -1 for c, l in zip(n["right"], lf)) for n, lf in zip(nodes, leaf)),
+                value=tuple(tuple(float(v) if l else 0.0 for v, l in zip(n["value"], lf)) for n, lf in zip(nodes, leaf)))
         return ArgumentModelSpec(version=SPEC_VERSION, features=FEATURES, model=model,
                                  min_confidence=self.min_confidence, actions=self.actions_, names=self.names_)
 
+    @cached_property
+    def scorer_(self) -> ArgumentScorer:
+        """`ArgumentScorer(self.spec())`, made once."""
+        return ArgumentScorer(self.spec())
+
     def propose(self, action: str, params: Mapping[str, Any], candidates: Sequence[Candidate]) -> Proposal:
         """`ArgumentScorer(self.spec()).propose(...)`."""
-        return ArgumentScorer(self.spec()).propose(action, params, candidates)
+        return self.scorer_.propose(action, params, candidates)
 
 
 def _check_trees(m: Trees) -> int:
@@ -494,15 +512,15 @@ class ArgumentScorer:
             mean, scale, coef = self._linear
             z = ((x - mean) / scale) @ coef + m.intercept
         else:
-            x32 = np.asarray(x, dtype=np.float32)
-            flat_x, width = x32.ravel(), x32.shape[1]
-            rows = np.arange(len(x32), dtype=np.int64)[:, None] * width
-            at = np.broadcast_to(self._base, (len(x32), len(self._base))).copy()  # rows x trees: flat node index
+            xs = np.asarray(x, dtype=np.float32 if m.precision == "float32" else np.float64)
+            flat_x, width = xs.ravel(), xs.shape[1]
+            rows = np.arange(len(xs), dtype=np.int64)[:, None] * width
+            at = np.broadcast_to(self._base, (len(xs), len(self._base))).copy()  # rows x trees: flat node index
             for _ in range(self._depth):
                 left = self._left.take(at)
                 go_left = flat_x.take(rows + self._feature.take(at)) <= self._threshold.take(at)
                 at = np.where(left == -1, at, self._base + np.where(go_left, left, self._right.take(at)))
-            z = m.learning_rate * self._value.take(at).sum(axis=1)
+            z = m.base + m.learning_rate * self._value.take(at).sum(axis=1)
         return 1.0 / (1.0 + np.exp(-z))
 
     def stats(self, action: str, argument: str) -> ArgumentStats:
