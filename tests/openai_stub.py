@@ -21,14 +21,15 @@ Behaviours:
     malformed  200 with JSON that has no "choices"
     refuse     content {"action": null}
     trickle    answer as "correct", but send the whole response (status line and headers first) one
-               byte every `delay_ms`
+               byte every `delay_ms`; with `trickle_body`, the status line and headers at once and
+               only the body a byte at a time; a stream sends one event every `delay_ms`
 
 A request with `"stream": true` gets its well-formed reply as server-sent events (`chat.completion.chunk`
 deltas: the text in pieces, each tool call's arguments in two fragments, then `[DONE]`); behaviour
 `cut` (streams only) sends the first half of those events, then closes the connection.
 
 `script`, a list of dicts of these settings (`behaviour`, `answer`, `arguments`, `content`,
-`illegal_action`, `delay_ms`, `calls`), plays one entry per request, then the settings take over
+`illegal_action`, `delay_ms`, `calls`, `trickle_body`), plays one entry per request, then the settings take over
 again; `calls`, a list of (name, arguments), answers several tool calls at once.
 """
 
@@ -123,7 +124,8 @@ class _Handler(BaseHTTPRequestHandler):
         with stub._lock:
             turn = {"behaviour": stub.behaviour, "answer": stub.answer, "arguments": stub.arguments,
                     "content": stub.content, "illegal_action": stub.illegal_action, "delay_ms": stub.delay_ms,
-                    "calls": stub.calls, **(stub.script.pop(0) if stub.script else {})}
+                    "calls": stub.calls, "trickle_body": stub.trickle_body,
+                    **(stub.script.pop(0) if stub.script else {})}
         behaviour, delay_ms = turn["behaviour"], turn["delay_ms"]
         if self.path.rstrip("/") != stub.path:
             return self._send(404, json.dumps({"error": {"message": f"no route {self.path}"}}).encode())
@@ -140,12 +142,13 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(stub.status, json.dumps(err).encode())
         if behaviour == "malformed":
             return self._send(200, json.dumps({"id": "chatcmpl-stub", "object": "chat.completion"}).encode())
+        trickle_s = delay_ms / 1000.0 if behaviour == "trickle" else 0.0
         if body.get("stream") is True:
-            return self._stream(_sse(stub.reply(body, behaviour, turn)), cut=behaviour == "cut")
-        self._send(200, json.dumps(stub.reply(body, behaviour, turn)).encode(),
-                   trickle_s=delay_ms / 1000.0 if behaviour == "trickle" else 0.0)
+            return self._stream(_sse(stub.reply(body, behaviour, turn)), cut=behaviour == "cut", every_s=trickle_s)
+        self._send(200, json.dumps(stub.reply(body, behaviour, turn)).encode(), trickle_s=trickle_s,
+                   head_at_once=bool(turn["trickle_body"]))
 
-    def _stream(self, events: list[bytes], cut: bool) -> None:
+    def _stream(self, events: list[bytes], cut: bool, every_s: float = 0.0) -> None:
         try:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -154,13 +157,15 @@ class _Handler(BaseHTTPRequestHandler):
             for e in events[:len(events) // 2] if cut else events:
                 self.wfile.write(e)
                 self.wfile.flush()
+                time.sleep(every_s)
             if cut:
                 self.connection.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
         self.close_connection = True
 
-    def _send(self, status: int, payload: bytes, ctype: str = "application/json", trickle_s: float = 0.0) -> None:
+    def _send(self, status: int, payload: bytes, ctype: str = "application/json", trickle_s: float = 0.0,
+              head_at_once: bool = False) -> None:
         try:
             self.send_response(status)
             self.send_header("Content-Type", ctype)
@@ -171,7 +176,11 @@ class _Handler(BaseHTTPRequestHandler):
             if not trickle_s:
                 self.wfile.write(data)
                 return
-            for i in range(len(data)):  # one byte at a time: headers never complete in time
+            start = len(data) - len(payload) if head_at_once else 0
+            if start:
+                self.wfile.write(data[:start])
+                self.wfile.flush()
+            for i in range(start, len(data)):  # one byte at a time: headers (or the body) never complete in time
                 self.wfile.write(data[i:i + 1])
                 self.wfile.flush()
                 time.sleep(trickle_s)
@@ -199,6 +208,7 @@ class OpenAIStub:
         self.arguments: dict | str | None = None
         self.content: str | None = None
         self.calls: list[tuple[str, dict | str]] | None = None
+        self.trickle_body = False
         self.script: list[dict] = []
         self.delay_ms = 500.0
         self.status = 500
@@ -254,7 +264,7 @@ class OpenAIStub:
         """Back to answering correctly, with nothing recorded (connections are still counted)."""
         with self._lock:
             self.behaviour, self.answer, self.illegal_action = behaviour, None, None
-            self.arguments, self.content, self.calls = None, None, None
+            self.arguments, self.content, self.calls, self.trickle_body = None, None, None, False
             self.script.clear()
             self.delay_ms, self.status = 500.0, 500
             self.requests.clear()

@@ -113,13 +113,9 @@ assert why[:4] == [None] * 4 and "lower bound 0.343 < target 0.950" in why[4], w
 
 
 MAX_MODULE_LINES = 600
-# modules still past the bound, each with the issue that splits it; the test fails once one fits,
-# so the exception is removed with it
-KNOWN_LONG = {"tiers.py": "issue 25 (the text tier) rewrites it"}
 
 
 def test_no_module_past_600_lines():
     lines = {str(p.relative_to(PKG)): len(p.read_text().splitlines()) for p in PKG.rglob("*.py")}
-    long = {m for m, n in lines.items() if n > MAX_MODULE_LINES}
-    assert long <= set(KNOWN_LONG), {m: lines[m] for m in long - set(KNOWN_LONG)}
-    assert set(KNOWN_LONG) <= long, f"now within {MAX_MODULE_LINES} lines: drop from KNOWN_LONG"
+    long = {m: n for m, n in lines.items() if n > MAX_MODULE_LINES}
+    assert not long, long

@@ -1,16 +1,19 @@
-"""The router over real HTTP: a local OpenAI-compatible stub in every behaviour, random legal sets."""
+"""The router over real HTTP: a local OpenAI-compatible stub in every behaviour, random legal sets; the
+deadline against trickling servers, kept connections, every failure an abstention with its cause."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from openai_stub import FAST_BEHAVIOURS, OpenAIStub
+from openai_stub import FAST_BEHAVIOURS, OpenAIStub, free_port
 
 import zcompile
 from zcompile.router import Router
+from zcompile.tiers import OpenAITier
 
 ACTIONS = ["fs.read", "fs.write", "fetch", "json.extract", "deploy", "ask_user", "stop", "escalate"]
 POLICY = "policy open\nstate {\n  allowed: set[action] = {}\n  mode: enum(normal, fault) = normal\n}\n" + "".join(
@@ -87,10 +90,12 @@ def test_overall_deadline_over_http(policy):
 
 
 @pytest.mark.parametrize("deadline_ms", [300, 600])
-def test_deadline_bounds_the_whole_call_against_a_trickling_server(policy, deadline_ms):
-    # the server sends its status line and headers one byte every 100 ms: per-read timeouts never fire
+@pytest.mark.parametrize("trickle_body", [False, True], ids=["head", "body"])
+def test_deadline_bounds_the_whole_call_against_a_trickling_server(policy, deadline_ms, trickle_body):
+    # the server sends its status line and headers (or, with `trickle_body`, the headers at once and
+    # then its body) one byte every 100 ms: per-read timeouts never fire
     with OpenAIStub("trickle") as small:
-        small.delay_ms = 100
+        small.delay_ms, small.trickle_body = 100, trickle_body
         tier = zcompile.OpenAITier(small.base_url, "s", timeout_ms=30_000)
         started = time.perf_counter()
         d = Router(policy, tiers={"small": tier}, deadline_ms=deadline_ms).decide(
@@ -137,3 +142,82 @@ def test_deadline_bounds_a_server_that_never_accepts(policy):
         for c in (*fill, srv):
             c.close()
     assert d.rungs[0].outcome == "timeout" and took < 450, (d.rungs, took)
+
+
+ALLOWED = {"allowed": ["fs.read", "stop", "escalate"]}
+SLACK_S = 0.25  # what a loaded machine may add past a deadline; a per-read timeout would add seconds
+
+
+@pytest.fixture
+def stub(servers):
+    small, _ = servers
+    small.reset()
+    yield small
+    small.reset()
+
+
+def test_connections_are_kept_across_decisions(policy, stub):
+    before = stub.connections
+    with OpenAITier(stub.base_url, "m") as t:
+        router = Router(policy, tiers={"small": t})
+        decisions = [router.decide(ALLOWED) for _ in range(30)]
+    assert all((d.tier, d.action) == ("small", "fs.read") for d in decisions)
+    assert len(stub.requests) == 30 and stub.connections - before == 1
+
+
+def test_adecide_over_http_shares_the_tiers_connections(policy, stub):
+    before = stub.connections
+    with OpenAITier(stub.base_url, "m") as t:
+        router = Router(policy, tiers={"small": t})
+
+        async def eight():
+            return await asyncio.gather(*(router.adecide(ALLOWED) for _ in range(8)))
+
+        decisions = asyncio.run(eight()) + asyncio.run(eight())
+    assert all((d.tier, d.action) == ("small", "fs.read") for d in decisions)
+    assert len(stub.requests) == 16 and stub.connections - before <= 8
+
+
+FAILURES = [  # stub settings -> the rung's cause and the start of its detail
+    ({"behaviour": "http_error"}, "error", "HTTP 500: stub failure"),
+    ({"behaviour": "http_error", "status": 429}, "error", "HTTP 429: stub failure"),
+    ({"behaviour": "garbage"}, "error", "malformed reply: body is not JSON: '<html>"),
+    ({"behaviour": "malformed"}, "error", 'malformed reply: no "choices" list'),
+    ({"behaviour": "drop"}, "error", "connection dropped: "),
+    ({"behaviour": "illegal"}, "illegal", "proposed `deploy` outside the legal set"),
+    ({"behaviour": "empty"}, "declined", "empty answer"),
+    ({"content": "I would read the file."}, "declined", "no tool call; replied 'I would read the file.'"),
+    ({"behaviour": "slow", "delay_ms": 1500}, "timeout", "timed out after 200 ms (read)"),
+    ({"behaviour": "trickle", "delay_ms": 50}, "timeout", "timed out after 200 ms (read)"),
+    ({"behaviour": "trickle", "delay_ms": 50, "trickle_body": True}, "timeout", "timed out after 200 ms (read)"),
+]
+
+
+@pytest.mark.parametrize("settings, cause, detail", FAILURES, ids=lambda x: str(x)[:40])
+def test_every_failure_is_an_abstention_with_its_cause(policy, stub, settings, cause, detail):
+    for key, value in settings.items():
+        setattr(stub, key, value)
+    with OpenAITier(stub.base_url, "m", timeout_ms=200) as t:
+        started = time.perf_counter()
+        d = Router(policy, tiers={"small": t}).decide(ALLOWED)
+        took = time.perf_counter() - started
+    rung = d.rungs[0]
+    assert (rung.kind, rung.rung, rung.cause) == ("abstain", "small", cause), rung
+    assert rung.detail.startswith(detail), rung.detail
+    assert (d.tier, d.action) == ("fallback", "escalate")
+    assert took < 0.2 + SLACK_S, took
+
+
+def test_a_refused_connection_is_an_abstention_with_its_cause(policy):
+    with OpenAITier(f"http://127.0.0.1:{free_port()}/v1", "m", timeout_ms=500) as t:
+        d = Router(policy, tiers={"small": t}).decide(ALLOWED)
+    assert (d.rungs[0].cause, d.rungs[0].detail) == ("error", "connection refused")
+    assert (d.tier, d.action) == ("fallback", "escalate")
+
+
+def test_a_closed_tier_abstains_with_its_cause(policy, stub):
+    t = OpenAITier(stub.base_url, "m")
+    t.close()
+    d = Router(policy, tiers={"small": t}).decide(ALLOWED)
+    assert d.rungs[0].cause == "error" and d.rungs[0].detail.startswith("tier unavailable: ")
+    assert stub.requests == []

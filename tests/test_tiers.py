@@ -222,6 +222,37 @@ def test_slow_but_in_time_answers(stub):
     assert ans.outcome == "answered" and ans.latency_ms >= 50
 
 
+SLACK_S = 0.25  # what a loaded machine may add past a deadline; a per-read timeout would add seconds
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_body_trickled_past_the_deadline_times_out_by_it(mode, stub):
+    """The status line and headers come at once, then the body a byte every 50 ms: each read gets a
+    byte well within httpx's read timeout, so only the whole-call deadline can end the call."""
+    stub.behaviour, stub.delay_ms, stub.trickle_body = "trickle", 50, True
+    with OpenAITier(stub.base_url, "m", timeout_ms=300, mode=mode) as t:
+        t0 = time.perf_counter()
+        ans = t.propose(STATE, LEGAL, timeout_s=10.0)
+        elapsed = time.perf_counter() - t0
+    assert (ans.outcome, ans.action, ans.detail) == ("timeout", None, "timed out after 300 ms (read)"), ans
+    assert elapsed < 0.3 + SLACK_S, elapsed
+
+
+def test_a_trickled_stream_times_out_by_the_deadline_after_passing_on_what_came(stub):
+    """A streamed reply (the gateway's `exchange` with `on_event`) whose events come one every 150 ms:
+    the events that arrived in time were handed on as they came, and the call ends by its deadline."""
+    stub.behaviour, stub.delay_ms = "trickle", 150
+    seen: list = []
+    with OpenAITier(stub.base_url, "m") as t:
+        body = t.request_body(STATE, LEGAL) | {"stream": True}
+        t0 = time.perf_counter()
+        outcome, reply, detail = t.exchange(body, t0 + 0.4, seen.append)
+        elapsed = time.perf_counter() - t0
+    assert (outcome, reply, detail) == ("timeout", None, "timed out after 400 ms (read)")
+    assert seen and all(e["object"] == "chat.completion.chunk" for e in seen)
+    assert elapsed < 0.4 + SLACK_S, elapsed
+
+
 def test_connections_are_reused(stub):
     before = stub.connections
     with OpenAITier(stub.base_url, "m") as t:
