@@ -64,7 +64,7 @@ def test_bundled_reports_equal_the_in_memory_evaluation(airline):
     recorded again when a call that cannot reach τ stopped proposing arguments: only the
     specialist's confidences on such calls (its risk–coverage curve) moved; and again when the
     specialist was distilled on the judge's targets and the report gained the judge's figures
-    (issue 25)."""
+    (issue 25); and again when it was distilled with the histogram-based argument model (issue 26)."""
     rep = evals.run(airline, ROOT / "specialists" / "airline_chat", [ROOT / "receipts"])
     rep["receipts"] = ["receipts"]
     same(masked(rep), msgspec.json.decode((FIXTURES / "bundled_test.json").read_bytes()))
