@@ -77,8 +77,9 @@ def test_syntax_errors_are_the_same_from_either(monkeypatch, text, message):
 
 
 def test_the_one_loop_parses_as_lark_does():
-    """The flattened loop (`_Loop`) against lark's own LALR parser, on the same tables and reductions:
-    the same AST for every valid policy (spans included), and None exactly where lark raises."""
+    """The flattened loop (`_Loop`) against lark's own LALR parser, on the same tables, its parse tree
+    built into the AST by the same builder: the same AST for every valid policy (spans included), and
+    None exactly where lark raises."""
     loop = parse._loop(parse._parser())
     assert loop is not None, "the parser's loop cannot read this lark's tables"
     checked = 0
@@ -92,7 +93,7 @@ def test_the_one_loop_parses_as_lark_does():
             ours = loop.parse(source.text)
             parse._BUILDER.reset(source)
             try:
-                theirs = parse._parser().parse(source.text)
+                theirs = parse._build(parse._parser().parse(source.text))
             except parse.lark.exceptions.UnexpectedInput:
                 theirs = None
             parse._BUILDER.reset(None)
