@@ -189,13 +189,13 @@ class Linter:
                 consts.setdefault(path, set()).update(values)
             for path, names in facts[1].items():
                 members.setdefault(path, set()).update(names)
-        domains = self._domains(consts, members)
-        if domains is None:
+        found = self._domains(consts, members)
+        if found is None:
             return None
-        paths = list(domains)
+        domains, sizes = found
         total = 1
-        for p in paths:
-            total *= len(domains[p])
+        for p in domains:
+            total *= sizes[p]  # the states of the whole domains, as many as before they were narrowed
             if total > LINT_BUDGET:
                 return None
         self.work += total * len(cases)
@@ -324,19 +324,32 @@ class Linter:
                 nums = [interp.evaluate(s, {}) for s in sides
                         if not any(isinstance(x, (A.FieldRef, A.ActionRef, A.MemberRef, A.Bool))
                                    for x in walk(s))]
+                named = [s.value for s in sides if isinstance(s, A.MemberRef)]
                 for f in fields:
                     consts.setdefault(f, set()).update(n for n in nums if n is not None)
+                    if k.fields[f].kind == "enum":  # the members named beside it (all: beside a field)
+                        consts[f].update(k.fields[f].members if len(fields) > 1 else named)
             if isinstance(e, A.InField) and isinstance(e.operand, A.ActionRef):
                 members.setdefault(e.field.path, set()).add(e.operand.name)
         return consts, members
 
-    def _domains(self, consts: dict[str, set], members: dict[str, set[str]]) -> dict[str, list] | None:
+    def _domains(self, consts: dict[str, set], members: dict[str, set[str]]
+                 ) -> tuple[dict[str, list], dict[str, int]] | None:
+        """The values to enumerate of each field a question reads, and how many its whole domain has.
+
+        An enum's members that no condition of the question names all behave as one (conditions
+        compare an enum field with named members, or with another field, which names them all), so
+        one of them stands for the others: the answer is that of the whole domain."""
         k = self.k
         domains: dict[str, list] = {}
+        sizes: dict[str, int] = {}
         for path in consts:
             info = k.fields[path]
             if info.kind == "enum":
-                values: list = list(info.members)
+                named = consts[path]
+                other = next((m for m in info.members if m not in named), None)
+                values: list = [m for m in info.members if m in named or m == other]
+                sizes[path] = len(info.members) + info.may_be_absent
             elif info.kind == "bool":
                 values = [False, True]
             elif info.kind in ("int", "float"):
@@ -350,7 +363,8 @@ class Linter:
             if info.may_be_absent:
                 values.append(None)
             domains[path] = values
-        return domains
+            sizes.setdefault(path, len(values))
+        return domains, sizes
 
 
 def _witness(preds: list[tuple], domains: dict[str, list], want_keep: bool) -> bool:
