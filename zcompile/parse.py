@@ -164,19 +164,27 @@ class _Loop:
 
     @staticmethod
     def _reduction(rule, builder: Builder) -> tuple:
-        """(symbols, the rule's name, its reduction or None to inline its one child, the positions of
-        `_rule` children to splice, whether one child is inlined) as lark's tree builder shapes it."""
+        """(how to reduce, symbols, the rule's name, its reduction, the positions of `_rule` children to
+        splice) as lark's tree builder shapes it. How: _UNIT inlines a `?rule`'s one child, _APPEND
+        grows a left-recursive `_rule` list by its last item, _CALL calls the reduction on the
+        children, _SHAPE splices `_rule` children first and inlines a `?rule`'s single child."""
         splice = tuple(i for i, sym in enumerate(rule.expansion) if not sym.is_term and sym.name.startswith("_"))
         single = bool(rule.options.expand1) and not rule.alias  # a `?rule`: one child is the node
-        name = rule.origin.name
+        name, size = rule.origin.name, len(rule.expansion)
         if name.startswith("_"):  # lark's rule for `*` or `+`: its children go to the parent
             reduce = _same
         else:
             callback = rule.alias or rule.options.template_source or name
             reduce = getattr(builder, callback, None) or functools.partial(_unhandled, builder, callback)
-        if single and len(rule.expansion) == 1 and not splice:
-            reduce = None
-        return len(rule.expansion), name, reduce, splice, single
+        if single and size == 1 and not splice:
+            how = _UNIT
+        elif reduce is _same and splice == (0,) and size == 2:
+            how = _APPEND
+        elif splice or single or not size:
+            how = _SHAPE
+        else:
+            how = _CALL
+        return how, size, name, reduce, splice, single
 
     def parse(self, text: str) -> A.Policy | None:
         """The policy, or None when `text` has a syntax error (lark's parser then reports it)."""
@@ -187,7 +195,7 @@ class _Loop:
             m = match(text, pos)
             if m is not None:
                 kind = m.lastgroup
-                start, pos = m.start(kind), m.end()
+                start, pos = m.span(kind)
                 token = (text[start:pos], start, pos)
                 if kind in keywords:
                     kind = keywords[kind].get(token[0], kind)
@@ -203,16 +211,22 @@ class _Loop:
                     rows.append(act)
                     values.append(token)
                     break
-                size, name, reduce, splice, single = act
-                if reduce is None:
+                how, size, name, reduce, splice, single = act
+                if how is _CALL:
+                    node = reduce(values[-size:])
+                    del rows[-size:], values[-size:]
+                elif how is _UNIT:
                     node = values.pop()
                     rows.pop()
+                elif how is _APPEND:
+                    item = values.pop()
+                    node = values.pop()
+                    node.append(item)
+                    del rows[-2:]
                 else:
+                    children = values[-size:] if size else []
                     if size:
-                        children = values[-size:]
                         del rows[-size:], values[-size:]
-                    else:
-                        children = []
                     if splice:
                         children = _spliced(children, splice)
                     node = children[0] if single and len(children) == 1 else reduce(children)
@@ -221,6 +235,9 @@ class _Loop:
                     return node
                 rows.append(goto)
                 values.append(node)
+
+
+_UNIT, _APPEND, _CALL, _SHAPE = "unit", "append", "call", "shape"
 
 
 def _spliced(children: list, splice: tuple[int, ...]) -> list:
