@@ -91,6 +91,7 @@ class Linter:
         self._namespace: dict[str, object] = {}  # the compiled predicate factories by name
         self._factories: dict[str, str] = {}  # a predicate's shape (constants taken out) -> its factory
         self._literals: dict[str, object] = {}  # a constant's text in generated code -> its value
+        self._indexes: dict[str, dict[str, int]] = {}  # enum field -> its members' places
 
     def warn(self, code: str, msg: str, span: Span | None, help: str | None = None) -> None:
         self.diags.append(Diagnostic(code, "warning", msg, span, help, path=self.path))
@@ -250,7 +251,7 @@ class Linter:
             value = self._literals.get(token, _MISSING)
             if value is _MISSING:
                 value = self._literals[token] = (self._gen.consts[token] if m.lastgroup == "const"
-                                                 else ast.literal_eval(token))
+                                                 else _literal(token))
             values.append(value)
             return f"c{len(values) - 1}"
 
@@ -333,6 +334,13 @@ class Linter:
                 members.setdefault(e.field.path, set()).add(e.operand.name)
         return consts, members
 
+    def _member_index(self, path: str) -> dict[str, int]:
+        """An enum field's members by their place in its declaration."""
+        index = self._indexes.get(path)
+        if index is None:
+            index = self._indexes[path] = {m: i for i, m in enumerate(self.k.fields[path].members)}
+        return index
+
     def _domains(self, consts: dict[str, set], members: dict[str, set[str]]
                  ) -> tuple[dict[str, list], dict[str, int]] | None:
         """The values to enumerate of each field a question reads, and how many its whole domain has.
@@ -346,9 +354,10 @@ class Linter:
         for path in consts:
             info = k.fields[path]
             if info.kind == "enum":
-                named = consts[path]
+                index = self._member_index(path)
+                named = {m for m in consts[path] if m in index}
                 other = next((m for m in info.members if m not in named), None)
-                values: list = [m for m in info.members if m in named or m == other]
+                values: list = sorted(named if other is None else named | {other}, key=index.__getitem__)
                 sizes[path] = len(info.members) + info.may_be_absent
             elif info.kind == "bool":
                 values = [False, True]
@@ -365,6 +374,13 @@ class Linter:
             domains[path] = values
             sizes.setdefault(path, len(values))
         return domains, sizes
+
+
+def _literal(token: str):
+    """The value of a string or number literal as the code generator writes them (`repr`)."""
+    if token[0] in "'\"":
+        return token[1:-1] if "\\" not in token else ast.literal_eval(token)
+    return int(token) if token.isdigit() else float(token)
 
 
 def _witness(preds: list[tuple], domains: dict[str, list], want_keep: bool) -> bool:
