@@ -51,7 +51,7 @@ def _hi(v) -> int:
 
 def _items(children) -> tuple:
     """The values of a list, without its punctuation tokens."""
-    return tuple(c for c in children if type(c) is not Tok)
+    return tuple([c for c in children if type(c) is not Tok])
 
 
 class Builder(Transformer):
@@ -385,11 +385,13 @@ def _expr(node):
     """Literals in expression position become expression nodes; parentheses are dropped."""
     if type(node) is _Part:
         node = node.value
-    if isinstance(node, A.LitNum):
-        return A.Num(value=node.value, span=node.span)
-    if isinstance(node, A.LitBool):
-        return A.Bool(value=node.value, span=node.span)
-    if isinstance(node, (A.Ident, A.LitMember)):
-        ident = node if isinstance(node, A.Ident) else node.name
-        return A.Name(path=ident.text, span=ident.span)
-    return node
+    literal = _LITERAL_EXPR.get(type(node))
+    return node if literal is None else literal(node)
+
+
+_LITERAL_EXPR = {  # the literals (and names) that become expressions; every other node is one already
+    A.LitNum: lambda n: A.Num(value=n.value, span=n.span),
+    A.LitBool: lambda n: A.Bool(value=n.value, span=n.span),
+    A.Ident: lambda n: A.Name(path=n.text, span=n.span),
+    A.LitMember: lambda n: A.Name(path=n.name.text, span=n.name.span),
+}
