@@ -77,8 +77,9 @@ def test_syntax_errors_are_the_same_from_either(monkeypatch, text, message):
 
 
 def test_the_one_loop_parses_as_lark_does():
-    """The flattened loop (`_Loop`) against lark's own LALR parser, on the same tables and reductions:
-    the same AST for every valid policy (spans included), and None exactly where lark raises."""
+    """The flattened loop (`_Loop`) against lark's own LALR parser, on the same tables, its parse tree
+    built into the AST by the same builder: the same AST for every valid policy (spans included), and
+    None exactly where lark raises."""
     loop = parse._loop(parse._parser())
     assert loop is not None, "the parser's loop cannot read this lark's tables"
     checked = 0
@@ -92,7 +93,7 @@ def test_the_one_loop_parses_as_lark_does():
             ours = loop.parse(source.text)
             parse._BUILDER.reset(source)
             try:
-                theirs = parse._parser().parse(source.text)
+                theirs = parse._build(parse._parser().parse(source.text))
             except parse.lark.exceptions.UnexpectedInput:
                 theirs = None
             parse._BUILDER.reset(None)
@@ -101,3 +102,41 @@ def test_the_one_loop_parses_as_lark_does():
             assert [n.span for n in parse.A.walk(ours)] == [n.span for n in parse.A.walk(theirs)], p
             checked += 1
     assert checked >= 10
+
+
+def _values(node):
+    """Every value held by an AST node's fields, and in its tuples, recursively (spans left out)."""
+    for name in node.__dataclass_fields__:
+        if name == "span":
+            continue
+        value = getattr(node, name)
+        items = value if isinstance(value, tuple) else (value,)
+        for v in items:
+            yield v
+            if hasattr(v, "__dataclass_fields__"):
+                yield from _values(v)
+
+
+def test_no_parse_tree_or_token_reaches_the_checker():
+    """The AST holds AST nodes, spans and plain values only: no lark Tree or Token, no `(text, start,
+    end)` token tuple, no list the loop spliced; a grammar rule without a builder method raises."""
+    allowed = (str, int, float, bool, type(None), frozenset)
+    seen = 0
+    for p in POLICIES:
+        try:
+            ast = parse.parse(parse.decode(str(p), p.read_bytes()))
+        except parse.ZcError:
+            continue
+        for v in _values(ast):
+            assert hasattr(v, "__dataclass_fields__") or isinstance(v, allowed), (p, v)
+            assert not isinstance(v, (parse.lark.Tree, parse.lark.Token, list)), (p, v)
+            if isinstance(v, tuple):
+                assert all(hasattr(x, "__dataclass_fields__") for x in v), (p, v)
+        for n in parse.A.walk(ast):
+            assert n.span is not None and n.span.source.path == str(p), (p, n)
+        seen += 1
+    assert seen >= 10
+    partial = type("Partial", (parse.Builder,), {"set_type": None})()  # a builder lacking one rule
+    loop = parse._Loop(parse._parser(), partial)
+    with pytest.raises(AssertionError, match="grammar rule 'set_type' has no AST transform"):
+        loop.parse("policy p\nstate { s: set[action] }\naction a\nfallback a\n")

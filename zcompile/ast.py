@@ -6,9 +6,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Union
 
-from .source import Span
+from .source import Span, stored_init
 
-node = dataclass(frozen=True, slots=True, kw_only=True)
+
+def node(cls: type) -> type:
+    """An AST node: a frozen, slotted, keyword-only dataclass (built fast: `stored_init`)."""
+    return stored_init(dataclass(frozen=True, slots=True, kw_only=True)(cls))
 
 
 def _span() -> Span:

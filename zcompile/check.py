@@ -24,6 +24,7 @@ FUNCTIONS = ("len",)
 @dataclass(frozen=True, slots=True)
 class TEnum:
     members: tuple[str, ...]
+    member_set: frozenset[str] = dataclasses.field(default=frozenset(), compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"enum({', '.join(self.members)})"
@@ -59,6 +60,7 @@ class _Checker:
         self.reads_args = False
         self.arg_rules: set[str] = set()
         self.order: dict[str, int] = {}
+        self._types: dict[int, object] = {}  # id(FieldInfo) -> its expression type (made once)
 
     def err(self, code: str, msg: str, span: Span | None, help: str | None = None) -> None:
         self.diags.append(Diagnostic(code, "error", msg, span, help, path=self.src.path))
@@ -101,7 +103,8 @@ class _Checker:
                 cond = self._condition(rule.cond, in_rule=True)
                 if self.reads_args:
                     self.arg_rules.add(rule.name.text)
-            rules.append(dataclasses.replace(rule, cond=cond))
+            rules.append(rule if cond is rule.cond else A.RuleDecl(
+                name=rule.name, kind=rule.kind, target=rule.target, cond=cond, after=rule.after, span=rule.span))
         self._unique("ZC0105", "tier", p.tiers)
         self._text_tier(p.tiers)
         self._unique("ZC0106", "route", p.routes)
@@ -221,12 +224,12 @@ class _Checker:
     def _field_info(self, f: A.FieldDecl) -> FieldInfo:
         t = f.type
         if isinstance(t, A.EnumType):
-            members: list[str] = []
+            members: dict[str, None] = {}  # in order
             for m in t.members:
                 if m.text in members:
                     self.err("ZC0110", f"enum member `{m.text}` is listed twice", m.span)
                 else:
-                    members.append(m.text)
+                    members[m.text] = None
             kind = "enum"
         else:
             members, kind = [], ("set" if isinstance(t, A.SetType) else t.kind)
@@ -284,7 +287,8 @@ class _Checker:
 
     def _cycles(self) -> None:
         graph: dict[str, list[tuple[str, A.RuleDecl]]] = {}
-        targets = {r.name.text: self._target_quiet(r.target) for r in self.p.rules}
+        after = {r.name.text for r in self.p.rules if r.kind == "after"}
+        targets = {r.name.text: self._target_quiet(r.target) for r in self.p.rules if r.name.text in after}
         for rule in self.p.rules:
             if rule.kind == "after":
                 for t in sorted(targets[rule.name.text]):
@@ -347,7 +351,7 @@ class _Checker:
                 self.err("ZC0309", f"`{name}` is not a number", expr.span)
             return expr, T_ERR
         if isinstance(want, TEnum):
-            if name in want.members:
+            if name in want.member_set:
                 return A.MemberRef(value=name, span=expr.span), want
             self.err("ZC0202", f"`{name}` is not a member of `{want}`", expr.span,
                      did_you_mean(name, want.members) or f"members: {', '.join(want.members)}")
@@ -369,7 +373,6 @@ class _Checker:
         return new, t
 
     def _expr(self, e: A.Expr, in_rule: bool) -> tuple[A.Expr, object]:
-        rp = dataclasses.replace
         match e:
             case A.Name(path=path) if path.startswith(ARGS + "."):
                 return self._arg(e, path[len(ARGS) + 1:], in_rule)
@@ -385,7 +388,7 @@ class _Checker:
                     self.err("ZC0305", f"rules cannot read text field `{path}`", e.span,
                              "text fields are features for specialists, not for rules")
                     return ref, T_ERR
-                return ref, _field_type(info)
+                return ref, self._type(info)
             case A.Num():
                 return e, T_NUM
             case A.Bool():
@@ -399,20 +402,19 @@ class _Checker:
                 return e, (T_ACTION if isinstance(e, A.SelfRef) else T_NUM)
             case A.Not(operand=o):
                 new, t = self._bool(o, in_rule)
-                return rp(e, operand=new), T_BOOL
+                return A.Not(operand=new, span=e.span), T_BOOL
             case A.And(operands=ops) | A.Or(operands=ops):
                 news = tuple(self._bool(o, in_rule)[0] for o in ops)
-                return rp(e, operands=news), T_BOOL
+                return type(e)(operands=news, span=e.span), T_BOOL
             case A.Compare(op=op, left=l, right=r):
                 return self._compare(e, op, l, r, in_rule)
             case A.InLit(operand=o, items=items):
                 new, t = self._operand(o, in_rule)
-                if t == T_ERR:
-                    return rp(e, operand=new), T_BOOL
-                if not (isinstance(t, TEnum) or t in (T_NUM, T_ACTION)):
-                    self.err("ZC0301", f"`in {{…}}` needs an enum, number or action, found `{t}`",
-                             o.span)
-                    return rp(e, operand=new), T_BOOL
+                if t == T_ERR or not (isinstance(t, TEnum) or t in (T_NUM, T_ACTION)):
+                    if t != T_ERR:
+                        self.err("ZC0301", f"`in {{…}}` needs an enum, number or action, found `{t}`",
+                                 o.span)
+                    return A.InLit(operand=new, items=items, negated=e.negated, span=e.span), T_BOOL
                 news = []
                 for item in items:
                     if isinstance(item, A.Name):
@@ -423,7 +425,7 @@ class _Checker:
                         self.err("ZC0309", f"`{item.span.text}` has type `{it}`, expected `{t}`",
                                  item.span)
                     news.append(ni)
-                return rp(e, operand=new, items=tuple(news)), T_BOOL
+                return A.InLit(operand=new, items=tuple(news), negated=e.negated, span=e.span), T_BOOL
             case A.InField(operand=o, field=f):
                 new, t = self._operand(o, in_rule, want=T_ACTION)
                 nf, ft = self._operand(f, in_rule)
@@ -434,18 +436,18 @@ class _Checker:
                 if t not in (T_ERR, T_ACTION):
                     self.err("ZC0301", f"only actions can be members of `{f.span.text}`, found `{t}`",
                              o.span)
-                return rp(e, operand=new, field=nf), T_BOOL
+                return A.InField(operand=new, field=nf, negated=e.negated, span=e.span), T_BOOL
             case A.Arith(left=l, right=r):
                 nl = self._num(l, in_rule)
                 nr = self._num(r, in_rule)
-                new = rp(e, left=nl, right=nr)
+                new = A.Arith(op=e.op, left=nl, right=nr, span=e.span)
                 if _constant(nl) and _constant(nr) and interp.evaluate(new, {}) is None \
                         and None not in (interp.evaluate(nl, {}), interp.evaluate(nr, {})):
                     self.err("ZC0313", "arithmetic on constants overflows", e.span,
                              f"numbers are finite, at most {MAX_FLOAT:.6g} in magnitude")
                 return new, T_NUM
             case A.Neg(operand=o):
-                return rp(e, operand=self._num(o, in_rule)), T_NUM
+                return A.Neg(operand=self._num(o, in_rule), span=e.span), T_NUM
         raise AssertionError(f"unchecked expression {e!r}")
 
     def _arg(self, e: A.Name, name: str, in_rule: bool) -> tuple[A.Expr, object]:
@@ -476,7 +478,7 @@ class _Checker:
         if not targets:
             return e, T_ERR
         infos = [self.params[t][name] for t in targets]
-        types = {t: _field_type(i) for t, i in zip(targets, infos)}
+        types = {t: self._type(i) for t, i in zip(targets, infos)}
         if len({str(t) for t in types.values()}) > 1:
             shown = ", ".join(f"`{t}` in `{a}`" for a, t in list(types.items())[:3])
             self.err("ZC0311", f"argument `{name}` has different types in this rule's targets: "
@@ -490,6 +492,13 @@ class _Checker:
                      "needs into the state")
             return ref, T_ERR
         return ref, t
+
+    def _type(self, info: FieldInfo):
+        """The expression type of a field or argument, one object per FieldInfo."""
+        t = self._types.get(id(info))
+        if t is None:
+            t = self._types[id(info)] = _field_type(info)
+        return t
 
     def _call(self, e: A.Call, func: A.Ident, operand: A.Expr, in_rule: bool):
         if func.text not in FUNCTIONS:
@@ -526,7 +535,7 @@ class _Checker:
             nl, lt = self._bare(nl, context(rt))
         elif isinstance(rt, TName):
             nr, rt = self._bare(nr, context(lt))
-        new = dataclasses.replace(e, left=nl, right=nr)
+        new = A.Compare(op=op, left=nl, right=nr, span=e.span)
         if T_ERR in (lt, rt):
             return new, T_BOOL
         if op in ("<", "<=", ">", ">="):
@@ -548,6 +557,10 @@ def _constant(e: A.Expr) -> bool:
     return all(isinstance(x, (A.Num, A.Arith, A.Neg)) for x in walk(e))
 
 
+_SCALAR_TYPES = {"bool": T_BOOL, "int": T_NUM, "float": T_NUM, "text": T_TEXT, "set": T_SET, "list": T_LIST}
+
+
 def _field_type(info: FieldInfo):
-    return {"enum": TEnum(info.members), "bool": T_BOOL, "int": T_NUM, "float": T_NUM,
-            "text": T_TEXT, "set": T_SET, "list": T_LIST}[info.kind]
+    if info.kind == "enum":
+        return TEnum(info.members, frozenset(info.members))
+    return _SCALAR_TYPES[info.kind]

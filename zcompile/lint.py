@@ -8,6 +8,7 @@ interpreter (interp.py) only folds the constants a condition mentions.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import itertools
 import math
@@ -27,6 +28,10 @@ LINT_BUDGET = 1 << 16  # most states enumerated to decide one lint; beyond it th
 LINT_WORK = 5_000_000  # most rule evaluations for all lints of a file; beyond it they stay silent
 PREFETCH = 256  # questions whose predicates are compiled ahead, with those of the one being asked
 ALLOW = re.compile(r"#.*?\bzc:\s*allow\(([^)]*)\)")  # `# zc: allow(ZC1004, …)` on a warning's line
+# in a generated predicate: a literal (string, number), a named constant, a variable (a field read)
+_CONSTANT = re.compile(r"""(?P<lit>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|(?<![\w.])\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)"""
+                       r"|(?P<const>\bK\d+\b)|(?P<var>\bv\d+\b)")
+_MISSING = object()
 
 
 def lint(checked: Checked, reads: set[str], path: str) -> list[Diagnostic]:
@@ -83,7 +88,10 @@ class Linter:
         self.work = 0
         self.exhausted = False
         self._keeps: dict[tuple, tuple] | None = None  # question key -> (predicate, fields it reads)
-        self._namespace: dict[str, object] = {}  # the compiled predicates by name
+        self._namespace: dict[str, object] = {}  # the compiled predicate factories by name
+        self._factories: dict[str, str] = {}  # a predicate's shape (constants taken out) -> its factory
+        self._literals: dict[str, object] = {}  # a constant's text in generated code -> its value
+        self._indexes: dict[str, dict[str, int]] = {}  # enum field -> its members' places
 
     def warn(self, code: str, msg: str, span: Span | None, help: str | None = None) -> None:
         self.diags.append(Diagnostic(code, "warning", msg, span, help, path=self.path))
@@ -182,13 +190,13 @@ class Linter:
                 consts.setdefault(path, set()).update(values)
             for path, names in facts[1].items():
                 members.setdefault(path, set()).update(names)
-        domains = self._domains(consts, members)
-        if domains is None:
+        found = self._domains(consts, members)
+        if found is None:
             return None
-        paths = list(domains)
+        domains, sizes = found
         total = 1
-        for p in paths:
-            total *= len(domains[p])
+        for p in domains:
+            total *= sizes[p]  # the states of the whole domains, as many as before they were narrowed
             if total > LINT_BUDGET:
                 return None
         self.work += total * len(cases)
@@ -201,7 +209,7 @@ class Linter:
         """(generated predicate: does the action survive the rule, the field paths it takes in order)
         of each case; the questions not asked before are compiled together, as one module."""
         if self._keeps is None:
-            self._keeps, self._sources, self._gen, self._lowered = {}, {}, codegen.Gen(self.k.fields, {}), {}
+            self._keeps, self._gen, self._lowered = {}, codegen.Gen(self.k.fields, {}), {}
         new = {}
         for rule, action in cases:
             key = self._key(rule, action)
@@ -215,16 +223,42 @@ class Linter:
                 if key not in self._keeps and key not in new \
                         and self._case_facts(key, rule, action) is not None:
                     new[key] = self._source(rule, action)
-            names, fresh = {}, {}
-            for key, (text, reads) in new.items():  # equal predicates share one function
-                if text not in self._sources:
-                    fresh[text] = self._sources[text] = f"_k{len(self._sources)}"
-                names[key] = (self._sources[text], reads)
-            src = "".join(f"def {name}{text}" for text, name in fresh.items())
-            self._namespace.update(codegen.load(src, self._gen.consts, f"<zc lints {self.k.name}>"))
-            for key, (name, reads) in names.items():
-                self._keeps[key] = (self._namespace[name], reads)
+            made, fresh = {}, {}
+            for key, (text, reads) in new.items():  # predicates of one shape share one factory
+                shape, values = self._shape(text)
+                if shape not in self._factories:
+                    fresh[shape] = self._factories[shape] = f"_k{len(self._factories)}"
+                made[key] = (self._factories[shape], values, reads)
+            if fresh:
+                src = "".join(f"def {name}{shape}" for shape, name in fresh.items())
+                self._namespace.update(codegen.load(src, {}, f"<zc lints {self.k.name}>"))
+            for key, (name, values, reads) in made.items():
+                self._keeps[key] = (self._namespace[name](*values), reads)
         return [self._keeps[self._key(rule, action)] for rule, action in cases]
+
+    def _shape(self, text: str) -> tuple[str, list]:
+        """A predicate's source (`(v3, v4):` and its body) as a factory's: the constants it reads
+        (literals and named constants) become the factory's parameters and its variables are named
+        by position, so that predicates differing only in those (`plan == p90 and step > 7`, `plan
+        == p53 and step > 3`) are compiled once, as one factory that makes each."""
+        values: list = []
+        names: dict[str, str] = {}
+
+        def take(m: re.Match) -> str:
+            token = m.group(0)
+            if m.lastgroup == "var":
+                return names.setdefault(token, f"a{len(names)}")
+            value = self._literals.get(token, _MISSING)
+            if value is _MISSING:
+                value = self._literals[token] = (self._gen.consts[token] if m.lastgroup == "const"
+                                                 else _literal(token))
+            values.append(value)
+            return f"c{len(values) - 1}"
+
+        params, body = _CONSTANT.sub(take, text).split(":\n", 1)
+        inner = "".join(f"    {line}\n" for line in body.splitlines())
+        args = ", ".join(f"c{i}" for i in range(len(values)))
+        return f"({args}):\n    def keep{params}:\n{inner}    return keep\n", values
 
     def _source(self, rule: A.RuleDecl, action: str) -> tuple[str, tuple[str, ...]]:
         """The keep-predicate of one question as a function's parameters and body, written by the
@@ -291,19 +325,40 @@ class Linter:
                 nums = [interp.evaluate(s, {}) for s in sides
                         if not any(isinstance(x, (A.FieldRef, A.ActionRef, A.MemberRef, A.Bool))
                                    for x in walk(s))]
+                named = [s.value for s in sides if isinstance(s, A.MemberRef)]
                 for f in fields:
                     consts.setdefault(f, set()).update(n for n in nums if n is not None)
+                    if k.fields[f].kind == "enum":  # the members named beside it (all: beside a field)
+                        consts[f].update(k.fields[f].members if len(fields) > 1 else named)
             if isinstance(e, A.InField) and isinstance(e.operand, A.ActionRef):
                 members.setdefault(e.field.path, set()).add(e.operand.name)
         return consts, members
 
-    def _domains(self, consts: dict[str, set], members: dict[str, set[str]]) -> dict[str, list] | None:
+    def _member_index(self, path: str) -> dict[str, int]:
+        """An enum field's members by their place in its declaration."""
+        index = self._indexes.get(path)
+        if index is None:
+            index = self._indexes[path] = {m: i for i, m in enumerate(self.k.fields[path].members)}
+        return index
+
+    def _domains(self, consts: dict[str, set], members: dict[str, set[str]]
+                 ) -> tuple[dict[str, list], dict[str, int]] | None:
+        """The values to enumerate of each field a question reads, and how many its whole domain has.
+
+        An enum's members that no condition of the question names all behave as one (conditions
+        compare an enum field with named members, or with another field, which names them all), so
+        one of them stands for the others: the answer is that of the whole domain."""
         k = self.k
         domains: dict[str, list] = {}
+        sizes: dict[str, int] = {}
         for path in consts:
             info = k.fields[path]
             if info.kind == "enum":
-                values: list = list(info.members)
+                index = self._member_index(path)
+                named = {m for m in consts[path] if m in index}
+                other = next((m for m in info.members if m not in named), None)
+                values: list = sorted(named if other is None else named | {other}, key=index.__getitem__)
+                sizes[path] = len(info.members) + info.may_be_absent
             elif info.kind == "bool":
                 values = [False, True]
             elif info.kind in ("int", "float"):
@@ -317,7 +372,15 @@ class Linter:
             if info.may_be_absent:
                 values.append(None)
             domains[path] = values
-        return domains
+            sizes.setdefault(path, len(values))
+        return domains, sizes
+
+
+def _literal(token: str):
+    """The value of a string or number literal as the code generator writes them (`repr`)."""
+    if token[0] in "'\"":
+        return token[1:-1] if "\\" not in token else ast.literal_eval(token)
+    return int(token) if token.isdigit() else float(token)
 
 
 def _witness(preds: list[tuple], domains: dict[str, list], want_keep: bool) -> bool:

@@ -13,7 +13,6 @@ import lark.grammar
 import lark.lexer
 import msgspec
 from lark import Token
-from lark.parse_tree_builder import ExpandSingleChild
 from lark.parsers.lalr_analysis import Shift
 from lark.lexer import Lexer
 
@@ -57,8 +56,9 @@ def _tables_key() -> str:
 
 @functools.cache
 def _parser() -> lark.Lark:
-    """The parser: its reductions call _BUILDER, which makes the AST nodes (no parse tree); every token
-    is kept for them, so spans run from a rule's first token to its last.
+    """The parser: `_Loop` runs its tables, calling _BUILDER's methods as it reduces (no parse tree);
+    lark's own parser reports syntax errors. Every token is kept, so spans run from a rule's first
+    token to its last.
 
     Its LALR tables come from grammar/zc.tables when that file was made from this grammar by this
     version of lark (`make tables` writes it; a test keeps it current), so a fresh process skips the
@@ -70,20 +70,19 @@ def _parser() -> lark.Lark:
         data = None
     if isinstance(data, dict) and data.get("key") == _tables_key():
         data["data"]["options"]["lexer"] = data["data"]["parser"]["lexer_conf"]["lexer_type"] = _Lexer
-        return lark.Lark._load_from_dict(data["data"], data["memo"], transformer=_BUILDER)
+        return lark.Lark._load_from_dict(data["data"], data["memo"])
     return _build_parser()
 
 
 def _build_parser() -> lark.Lark:
-    return lark.Lark(_grammar(), parser="lalr", lexer=_Lexer, keep_all_tokens=True,
-                     maybe_placeholders=False, transformer=_BUILDER)
+    return lark.Lark(_grammar(), parser="lalr", lexer=_Lexer, keep_all_tokens=True, maybe_placeholders=False)
 
 
 def tables() -> bytes:
     """The parser's tables, built from the grammar, as msgpack: the contents of grammar/zc.tables.
 
-    Lark's own serialisation (what its standalone parser generator writes) without the two
-    Python objects it holds, the lexer class and the transformer (set again on load), and without
+    Lark's own serialisation (what its standalone parser generator writes) without the Python
+    objects it may hold, the lexer class (set again on load) and a transformer, and without
     the cached widths of regular expressions (recomputed on use; lark marks "unbounded" as 2**64,
     past msgpack's integers)."""
     data, memo = _build_parser().memo_serialize([lark.lexer.TerminalDef, lark.grammar.Rule])
@@ -142,70 +141,127 @@ class _Lexer(Lexer):
 
 class _Loop:
     """The parser's LALR tables flattened for one loop that lexes and parses a valid policy together:
-    the same tables, lexer and reductions as `_parser()` (so the same AST), without lark's per-token
-    calls, and with its single-child rules (`?rule` inlined by lark) reduced in the loop."""
+    the same tables and lexer as `_parser()`, and lark's tree shaping done in the loop (its `?rule`s
+    of one child inlined, its `_rule`s for `*` and `+` spliced into their parent, every token kept),
+    so that the builder's methods get exactly the children lark's parse tree would give them, with
+    no tree built and no lark call per token. Tokens are `(text, start, end)` tuples."""
 
-    def __init__(self, parser: lark.Lark) -> None:
-        inner = parser.parser.parser.parser
-        table, callbacks = inner.parse_table, inner.callbacks
+    def __init__(self, parser: lark.Lark, builder: Builder) -> None:
+        table = parser.parser.parser.parser.parse_table
         self.lexer = _Lexer(parser.lexer_conf)
-        self.rules: list[tuple[int, str, object]] = []  # (symbols, the rule's name, its reduction)
-        index: dict[object, int] = {}
-        self.actions: dict[int, dict[str, int]] = {}  # state -> symbol -> next state, or ~rule
+        rows: dict[int, dict] = {state: {} for state in table.states}
+        reductions: dict[object, tuple] = {}
         for state, row in table.states.items():
-            out = {}
+            out = rows[state]  # symbol -> the next state's row (shift, goto), or the rule to reduce
             for symbol, (action, arg) in row.items():
                 if action is Shift:
-                    out[symbol] = arg
-                    continue
-                if arg not in index:
-                    index[arg] = len(self.rules)
-                    reduce = callbacks[arg]
-                    single = isinstance(reduce, ExpandSingleChild) and len(arg.expansion) == 1
-                    self.rules.append((len(arg.expansion), arg.origin.name, None if single else reduce))
-                out[symbol] = ~index[arg]
-            self.actions[state] = out
-        self.start, self.end = table.start_states["start"], table.end_states["start"]
+                    out[symbol] = rows[arg]
+                else:
+                    if arg not in reductions:
+                        reductions[arg] = self._reduction(arg, builder)
+                    out[symbol] = reductions[arg]
+        self.start, self.end = rows[table.start_states["start"]], rows[table.end_states["start"]]
+
+    @staticmethod
+    def _reduction(rule, builder: Builder) -> tuple:
+        """(how to reduce, symbols, the rule's name, its reduction, the positions of `_rule` children to
+        splice) as lark's tree builder shapes it. How: _UNIT inlines a `?rule`'s one child, _APPEND
+        grows a left-recursive `_rule` list by its last item, _CALL calls the reduction on the
+        children, _SHAPE splices `_rule` children first and inlines a `?rule`'s single child."""
+        splice = tuple(i for i, sym in enumerate(rule.expansion) if not sym.is_term and sym.name.startswith("_"))
+        single = bool(rule.options.expand1) and not rule.alias  # a `?rule`: one child is the node
+        name, size = rule.origin.name, len(rule.expansion)
+        if name.startswith("_"):  # lark's rule for `*` or `+`: its children go to the parent
+            reduce = _same
+        else:
+            callback = rule.alias or rule.options.template_source or name
+            reduce = getattr(builder, callback, None) or functools.partial(_unhandled, builder, callback)
+        if single and size == 1 and not splice:
+            how = _UNIT
+        elif reduce is _same and splice == (0,) and size == 2:
+            how = _APPEND
+        elif splice or single or not size:
+            how = _SHAPE
+        else:
+            how = _CALL
+        return how, size, name, reduce, splice, single
 
     def parse(self, text: str) -> A.Policy | None:
         """The policy, or None when `text` has a syntax error (lark's parser then reports it)."""
-        match, keywords, actions, rules = self.lexer.token.match, self.lexer.keywords, self.actions, self.rules
-        states, values, pos, token = [self.start], [], 0, None
+        match, keywords = self.lexer.token.match, self.lexer.keywords
+        end_row = self.end
+        rows, values, pos, token = [self.start], [], 0, None
         while True:
             m = match(text, pos)
             if m is not None:
                 kind = m.lastgroup
-                start, pos = m.start(kind), m.end()
-                value = text[start:pos]
+                start, pos = m.span(kind)
+                token = (text[start:pos], start, pos)
                 if kind in keywords:
-                    kind = keywords[kind].get(value, kind)
-                token = Token(kind, value, start, None, None, None, None, pos)
+                    kind = keywords[kind].get(token[0], kind)
             elif self.lexer.skip.match(text, pos).end() < len(text):
                 return None
             else:
                 kind = "$END"
             while True:
-                act = actions[states[-1]].get(kind)
+                act = rows[-1].get(kind)
                 if act is None:
                     return None
-                if act >= 0:
-                    states.append(act)
+                if type(act) is dict:  # shift
+                    rows.append(act)
                     values.append(token)
                     break
-                size, name, reduce = rules[~act]
-                if reduce is None:
-                    node = values.pop()
-                    states.pop()
-                elif size:
+                how, size, name, reduce, splice, single = act
+                if how is _CALL:
                     node = reduce(values[-size:])
-                    del states[-size:], values[-size:]
+                    del rows[-size:], values[-size:]
+                elif how is _UNIT:
+                    node = values.pop()
+                    rows.pop()
+                elif how is _APPEND:
+                    item = values.pop()
+                    node = values.pop()
+                    node.append(item)
+                    del rows[-2:]
                 else:
-                    node = reduce([])
-                goto = actions[states[-1]][name]
-                if goto == self.end and kind == "$END":
+                    children = values[-size:] if size else []
+                    if size:
+                        del rows[-size:], values[-size:]
+                    if splice:
+                        children = _spliced(children, splice)
+                    node = children[0] if single and len(children) == 1 else reduce(children)
+                goto = rows[-1][name]
+                if goto is end_row and kind == "$END":
                     return node
-                states.append(goto)
+                rows.append(goto)
                 values.append(node)
+
+
+_UNIT, _APPEND, _CALL, _SHAPE = "unit", "append", "call", "shape"
+
+
+def _spliced(children: list, splice: tuple[int, ...]) -> list:
+    """`children` with the lists at positions `splice` (lark's `_rule`s) spliced in: a left-recursive
+    list (`_items: _items item`) grows in place."""
+    if splice[0] == 0:
+        out = children[0]
+        rest = 1
+    else:
+        out, rest = [], 0
+    for i in range(rest, len(children)):
+        if i in splice:
+            out.extend(children[i])
+        else:
+            out.append(children[i])
+    return out
+
+
+def _same(children: list) -> list:
+    return children
+
+
+def _unhandled(builder: Builder, name: str, children: list):
+    return builder.__default__(name, children, None)
 
 
 @functools.cache
@@ -213,9 +269,28 @@ def _loop(parser: lark.Lark) -> _Loop | None:
     """The loop over `parser`'s tables; None when this lark keeps its tables otherwise (it reads lark's
     internals, checked on the pinned version by tests/test_parse_tables.py): lark then parses alone."""
     try:
-        return _Loop(parser)
+        return _Loop(parser, _BUILDER)
     except (AttributeError, KeyError, TypeError):
         return None
+
+
+def _build(tree: lark.Tree) -> A.Policy:
+    """The AST of lark's parse tree (when lark parses alone): the builder's methods called bottom up
+    on each node's children, tokens as `(text, start, end)`, without recursion."""
+    done: dict[int, object] = {}
+    stack = [tree]
+    while stack:
+        node = stack[-1]
+        pending = [c for c in node.children if isinstance(c, lark.Tree) and id(c) not in done]
+        if pending:
+            stack.extend(reversed(pending))
+            continue
+        stack.pop()
+        children = [done.pop(id(c)) if isinstance(c, lark.Tree) else (str(c), c.start_pos, c.end_pos)
+                    for c in node.children]
+        method = getattr(_BUILDER, node.data, None)
+        done[id(node)] = method(children) if method is not None else _unhandled(_BUILDER, node.data, children)
+    return done[id(tree)]
 
 
 @functools.cache
@@ -318,7 +393,7 @@ def _parse_locked(source: Source) -> A.Policy:
             break
         _BUILDER.reset(source)  # a syntax error: lark's own parser says where and what it expected
         try:
-            policy = _parser().parse(work)
+            policy = _build(_parser().parse(work))
             break
         except lark.exceptions.UnexpectedInput as exc:
             diag, pos = _syntax_error(source, exc)

@@ -1,11 +1,13 @@
-"""The post-parse transformer: lark's LALR reductions to the frozen AST, spans and literals checked."""
+"""The post-parse transformer: lark's LALR reductions to the frozen AST, spans and literals checked.
+
+A token reaches it as a plain tuple `(text, start, end)` (character offsets): the parser makes one
+a token, millions for a large policy, and a tuple is the cheapest object that carries them."""
 
 from __future__ import annotations
 
 import re
 
-import lark
-from lark import Token, Transformer
+from lark import Transformer
 
 from . import ast as A
 from .errors import Diagnostic
@@ -32,26 +34,30 @@ class _Params(_Part):
     __slots__ = ()
 
 
+Tok = tuple  # a token: (text, start, end)
+
+
 def _lo(v) -> int:
-    if type(v) is Token:
-        return v.start_pos
+    if type(v) is Tok:
+        return v[1]
     return v.start if isinstance(v, _Part) else v.span.start
 
 
 def _hi(v) -> int:
-    if type(v) is Token:
-        return v.end_pos
+    if type(v) is Tok:
+        return v[2]
     return v.end if isinstance(v, _Part) else v.span.end
 
 
 def _items(children) -> tuple:
     """The values of a list, without its punctuation tokens."""
-    return tuple(c for c in children if type(c) is not Token)
+    return tuple([c for c in children if type(c) is not Tok])
 
 
 class Builder(Transformer):
-    """The AST built as the LALR parser reduces (lark's `transformer=`): each method gets a rule's
-    children, every token kept, and a node's span runs from its first token to its last."""
+    """The AST built as the LALR parser reduces: each method gets a rule's children, every token
+    kept, and a node's span runs from its first token to its last. A rule without a method reaches
+    `__default__`, which raises: no parse tree ever leaks into the AST."""
 
     def __init__(self) -> None:
         super().__init__(visit_tokens=False)
@@ -64,15 +70,13 @@ class Builder(Transformer):
         self.too_deep = False
 
     def __default__(self, data, children, meta):  # noqa: D105
-        if data.startswith("_"):  # lark's own rules for `*` and `+`, spliced into their parent
-            return lark.Tree(data, children)
         raise AssertionError(f"grammar rule {data!r} has no AST transform")  # guard against leaking trees
 
     def _span(self, c) -> Span:
         return Span(self.src, _lo(c[0]), _hi(c[-1]))
 
-    def _tok(self, tok: Token) -> Span:
-        return Span(self.src, tok.start_pos, tok.end_pos)
+    def _tok(self, tok: Tok) -> Span:
+        return Span(self.src, tok[1], tok[2])
 
     def _depth(self, node, operands):
         """Record how many operators nest in `node` (an operator): ZC0006 past MAX_DEPTH."""
@@ -89,10 +93,10 @@ class Builder(Transformer):
             self.too_deep = True
         return node
 
-    def _bad(self, code: str, msg: str, tok: Token, help: str) -> None:
+    def _bad(self, code: str, msg: str, tok: Tok, help: str) -> None:
         self.diags.append(Diagnostic(code, "error", msg, self._tok(tok), help))
 
-    def _number(self, tok: Token, value):
+    def _number(self, tok: Tok, value):
         if isinstance(value, float) and not -MAX_FLOAT <= value <= MAX_FLOAT:
             self._bad("ZC0008", "number literal is out of range", tok,
                       f"numbers are finite, at most {MAX_FLOAT:.6g} in magnitude")
@@ -103,9 +107,9 @@ class Builder(Transformer):
             return 0
         return value
 
-    def _unquote(self, tok: Token) -> str:
+    def _unquote(self, tok: Tok) -> str:
         """The value of a string literal (JSON escapes); ZC0007 for a bad escape or character."""
-        body = str(tok)[1:-1]
+        body = tok[0][1:-1]
         out: list[str] = []
         pos = 0
         for m in _STRING_PART.finditer(body):
@@ -133,8 +137,8 @@ class Builder(Transformer):
 
     # names and literals
     def name(self, c):  # a NAME, or a soft keyword used as one
-        tok = c[0]
-        return A.Ident(text=str(tok), span=Span(self.src, tok.start_pos, tok.end_pos))
+        text, start, end = c[0]
+        return A.Ident(text=text, span=Span(self.src, start, end))
 
     path = name
 
@@ -144,12 +148,12 @@ class Builder(Transformer):
 
     def int_(self, c):
         tok = c[0]
-        value = int(tok) if len(tok) <= 20 else MAX_INT + 1  # no 4,300-digit conversion
+        value = int(tok[0]) if len(tok[0]) <= 20 else MAX_INT + 1  # no 4,300-digit conversion
         return A.LitNum(value=self._number(tok, value), span=self._tok(tok))
 
     def float_(self, c):
         tok = c[0]
-        return A.LitNum(value=self._number(tok, float(tok)), span=self._tok(tok))
+        return A.LitNum(value=self._number(tok, float(tok[0])), span=self._tok(tok))
 
     def true(self, c):
         return A.LitBool(value=True, span=self._tok(c[0]))
@@ -180,7 +184,7 @@ class Builder(Transformer):
 
     def atom(self, c):  # "(" expr ")": parentheses are no node
         inner = c[1].value if type(c[1]) is _Part else c[1]
-        return _Part(inner, c[0].start_pos, c[2].end_pos)
+        return _Part(inner, c[0][1], c[2][2])
 
     # state
     def start(self, c):  # policy_decl item*
@@ -193,25 +197,25 @@ class Builder(Transformer):
         return A.Policy(name=c[0].value, span=self._span(c), **{k: tuple(v) for k, v in by.items()})
 
     def policy_decl(self, c):
-        return _Part(c[1], c[0].start_pos, _hi(c[1]))
+        return _Part(c[1], c[0][1], _hi(c[1]))
 
     def state_block(self, c):  # "state" "{" field_decl* "}"
-        return _Part(tuple(c[2:-1]), c[0].start_pos, c[-1].end_pos)
+        return _Part(tuple(c[2:-1]), c[0][1], c[-1][2])
 
     def field_decl(self, c):  # path ":" type_ref OPTIONAL? default?
         rest = c[3:]
-        optional = any(type(r) is Token for r in rest)
-        default = next((r.value for r in rest if type(r) is not Token), None)
+        optional = any(type(r) is Tok for r in rest)
+        default = next((r.value for r in rest if type(r) is not Tok), None)
         return A.FieldDecl(path=c[0], type=c[2], optional=optional, default=default, span=self._span(c))
 
     def default(self, c):  # "=" literal
-        return _Part(c[1], c[0].start_pos, _hi(c[1]))
+        return _Part(c[1], c[0][1], _hi(c[1]))
 
     def enum_type(self, c):  # "enum" "(" names ")"
         return A.EnumType(members=_items(c[2:-1]), span=self._span(c))
 
     def scalar_type(self, c):
-        return A.ScalarType(kind=str(c[0]), span=self._tok(c[0]))
+        return A.ScalarType(kind=c[0][0], span=self._tok(c[0]))
 
     def set_type(self, c):
         return A.SetType(span=self._span(c))
@@ -232,13 +236,13 @@ class Builder(Transformer):
                             span=self._span(c))
 
     def params(self, c):  # "(" params ")"
-        return _Params(_items(c[1:-1]), c[0].start_pos, c[-1].end_pos)
+        return _Params(_items(c[1:-1]), c[0][1], c[-1][2])
 
     def param_name(self, c):
         tok = c[0]
         if isinstance(tok, A.Ident):
             return tok
-        return A.Ident(text=str(tok), span=self._tok(tok))
+        return A.Ident(text=tok[0], span=self._tok(tok))
 
     def param(self, c):  # param_name ":" arg_type OPTIONAL?
         return A.Param(name=c[0], type=c[2], optional=len(c) == 4, span=self._span(c))
@@ -247,10 +251,10 @@ class Builder(Transformer):
         return A.ListType(span=self._span(c))
 
     def tags(self, c):  # "tags" "(" names ")"
-        return _Part(_items(c[2:-1]), c[0].start_pos, c[-1].end_pos)
+        return _Part(_items(c[2:-1]), c[0][1], c[-1][2])
 
     def cost(self, c):  # "cost" number
-        return _Part(c[1], c[0].start_pos, _hi(c[1]))
+        return _Part(c[1], c[0][1], _hi(c[1]))
 
     def description(self, c):
         return A.LitString(value=self._unquote(c[0]), span=self._tok(c[0]))
@@ -277,10 +281,10 @@ class Builder(Transformer):
         return _Part(("requires", c[0], _expr(c[2]), ()), _lo(c[0]), _hi(c[2]))
 
     def forbid_when(self, c):  # "forbid" target "when" expr
-        return _Part(("forbid_when", c[1], _expr(c[3]), ()), c[0].start_pos, _hi(c[3]))
+        return _Part(("forbid_when", c[1], _expr(c[3]), ()), c[0][1], _hi(c[3]))
 
     def forbid_unless(self, c):  # "forbid" target "unless" expr
-        return _Part(("forbid_unless", c[1], _expr(c[3]), ()), c[0].start_pos, _hi(c[3]))
+        return _Part(("forbid_unless", c[1], _expr(c[3]), ()), c[0][1], _hi(c[3]))
 
     def after(self, c):  # target "after" path_list
         return _Part(("after", c[0], None, c[2].value), _lo(c[0]), _hi(c[2]))
@@ -303,13 +307,13 @@ class Builder(Transformer):
                           text=values.get("text"), span=self._span(c))
 
     def max_ms(self, c):
-        return _Part(("max_ms", c[1]), c[0].start_pos, _hi(c[1]))
+        return _Part(("max_ms", c[1]), c[0][1], _hi(c[1]))
 
     def tier_cost(self, c):
-        return _Part(("cost", c[1]), c[0].start_pos, _hi(c[1]))
+        return _Part(("cost", c[1]), c[0][1], _hi(c[1]))
 
     def tier_text(self, c):
-        return _Part(("text", A.LitBool(value=True, span=self._tok(c[0]))), c[0].start_pos, c[0].end_pos)
+        return _Part(("text", A.LitBool(value=True, span=self._tok(c[0]))), c[0][1], c[0][2])
 
     def route_decl(self, c):  # "route" name ":" ("when" expr)? "use" name_list
         when = _expr(c[4]) if len(c) == 7 else None
@@ -328,7 +332,7 @@ class Builder(Transformer):
         return self._depth(A.Not(operand=_expr(c[1]), span=self._span(c)), c[1:])
 
     def compare(self, c):  # left CMP right
-        node = A.Compare(op=str(c[1]), left=_expr(c[0]), right=_expr(c[2]), span=self._span(c))
+        node = A.Compare(op=c[1][0], left=_expr(c[0]), right=_expr(c[2]), span=self._span(c))
         return self._depth(node, (c[0], c[2]))
 
     def in_lit(self, c):  # operand "not"? "in" set_lit
@@ -381,11 +385,13 @@ def _expr(node):
     """Literals in expression position become expression nodes; parentheses are dropped."""
     if type(node) is _Part:
         node = node.value
-    if isinstance(node, A.LitNum):
-        return A.Num(value=node.value, span=node.span)
-    if isinstance(node, A.LitBool):
-        return A.Bool(value=node.value, span=node.span)
-    if isinstance(node, (A.Ident, A.LitMember)):
-        ident = node if isinstance(node, A.Ident) else node.name
-        return A.Name(path=ident.text, span=ident.span)
-    return node
+    literal = _LITERAL_EXPR.get(type(node))
+    return node if literal is None else literal(node)
+
+
+_LITERAL_EXPR = {  # the literals (and names) that become expressions; every other node is one already
+    A.LitNum: lambda n: A.Num(value=n.value, span=n.span),
+    A.LitBool: lambda n: A.Bool(value=n.value, span=n.span),
+    A.Ident: lambda n: A.Name(path=n.text, span=n.span),
+    A.LitMember: lambda n: A.Name(path=n.name.text, span=n.name.span),
+}
