@@ -113,6 +113,21 @@ def test_exactly_the_documented_limit(op):
     assert [d.code for d in exc.value.diagnostics] == ["ZC0006"]
 
 
+@pytest.mark.parametrize("depth", [201, 260, 20_000])
+def test_zc0006_points_at_the_operator_past_the_limit_from_the_outside(depth):
+    """The span is the 201st operator counted from the outside in, however deep the expression goes
+    (found on the parsed AST: no second parse); of two rules too deep, the first."""
+    levels = [f"(flag {'and' if i % 2 else 'or'} " for i in range(depth)]
+    head = HEAD + "rule deep: forbid go when "
+    src = head + "".join(levels) + "flag" + ")" * depth + "\n"
+    with pytest.raises(ZcError) as exc:
+        compile_text(src + "rule deeper: forbid go when " + "not " * 300 + "flag\n")
+    (diag,) = exc.value.diagnostics
+    start = len(head) + sum(map(len, levels[:ir.MAX_DEPTH])) + 1  # after the 201st `(`
+    assert diag.code == "ZC0006" and diag.span.start == start
+    assert src[diag.span.start:diag.span.end].startswith("flag ") and diag.span.end == len(src) - 1 - (ir.MAX_DEPTH + 1)  # inside its own `)`
+
+
 # ---- string literals ---------------------------------------------------------------------------
 ESCAPES = st.sampled_from(['\\"', "\\\\", "\\/", "\\b", "\\f", "\\n", "\\r", "\\t", "\\q", "\\x41",
                            "\\ud800", "\\udc00", "\\ud83d\\ude00", "\\u00e9", "\\u12", "\\0", "\\'",

@@ -20,8 +20,8 @@ def _tokens(tokens) -> list[tuple]:
 
 
 def test_lexer_matches_lark_basic_lexer():
-    ours = parse._Lexer(parse._tree_parser().lexer_conf)
-    theirs = parse._tree_parser()  # the same grammar with lark's basic lexer
+    theirs = lark.Lark(parse._grammar(), parser="lalr", lexer="basic")  # the grammar with lark's basic lexer
+    ours = parse._Lexer(theirs.lexer_conf)
     root = Path(__file__).parent.parent
     texts = [p.read_text("utf-8") for p in sorted((root / "examples").rglob("*.zc"))]
     texts += [p.read_text("utf-8") for p in sorted((root / "tests" / "golden").rglob("*.zc"))

@@ -6,6 +6,7 @@ import functools
 import hashlib
 import re
 import threading
+from typing import Any
 from importlib import resources
 
 import lark
@@ -293,13 +294,6 @@ def _build(tree: lark.Tree) -> A.Policy:
     return done[id(tree)]
 
 
-@functools.cache
-def _tree_parser() -> lark.Lark:
-    """The same grammar building lark's parse tree: only to locate a ZC0006 nesting error."""
-    return lark.Lark(_grammar(), parser="lalr", lexer="basic", propagate_positions=True,
-                     maybe_placeholders=False)
-
-
 def _describe_terminal(name: str) -> str:
     if name in _TERMINAL_NAMES:
         return _TERMINAL_NAMES[name]
@@ -372,11 +366,11 @@ def _parse(source: Source) -> A.Policy:
     with _LOCK:  # _BUILDER holds the state of one parse
         try:
             policy = _parse_locked(source)
-            too_deep, literal_diags = _BUILDER.too_deep, _BUILDER.diags
+            too_deep, literal_diags, operators = _BUILDER.too_deep, _BUILDER.diags, _BUILDER.depths
         finally:
             _BUILDER.reset(None)
     if too_deep:
-        _check_depth(source, _tree_parser().parse(text))
+        _check_depth(source, policy, operators)
     if literal_diags:
         raise ZcError("syntax error", literal_diags)
     return policy
@@ -474,18 +468,19 @@ def parse_text(text: str, path: str = "<string>") -> A.Policy:
     return parse(Source(path, text))
 
 
-def _check_depth(source: Source, tree: lark.Tree) -> None:
-    """ZC0006 when more than MAX_DEPTH operators nest (parentheses alone are no level)."""
-    stack = [(tree, 0)]
+def _check_depth(source: Source, policy: A.Policy, operators: dict[int, Any]) -> None:
+    """ZC0006 at the first operator in the source with more than MAX_DEPTH operators around and in it,
+    counted from the outside in (parentheses alone are no level); `operators` holds the ids of the
+    AST's operator nodes."""
+    stack: list[tuple[Any, int]] = [(policy, 0)]
     while stack:
         node, depth = stack.pop()
-        depth += node.data in _OPERATORS
+        depth += id(node) in operators
         if depth > MAX_DEPTH:
-            meta = node.meta
             raise ZcError("syntax error", [Diagnostic(
-                "ZC0006", "error", f"expression nested more than {MAX_DEPTH} levels deep",
-                Span(source, meta.start_pos, meta.end_pos), "split it into smaller rules")])
-        stack.extend((c, depth) for c in node.children if isinstance(c, lark.Tree))
+                "ZC0006", "error", f"expression nested more than {MAX_DEPTH} levels deep", node.span,
+                "split it into smaller rules")])
+        stack.extend((c, depth) for c in reversed(tuple(A.children(node))))  # the first in the source first
 
 
 _BUILDER = Builder()
