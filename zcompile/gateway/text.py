@@ -45,7 +45,8 @@ class TextRung:
         budget = self.tier.timeout_ms / 1000 if timeout_s is None else min(timeout_s, self.tier.timeout_ms / 1000)
         body = {k: v for k, v in ex.body.items() if k not in _NOT_FORWARDED}
         body.update(self.tier.extra_body, model=self.model, stream=False)
-        outcome, reply, detail = self.tier.exchange(body, time.perf_counter() + budget)
+        start = time.perf_counter()
+        outcome, reply, detail = self.tier.exchange(body, start + budget, since=start)
         if outcome != "ok":
             return abstain(outcome, detail, model=self.model)
         message, problem = reply_message(reply)

@@ -45,18 +45,20 @@ class ChatClient:
         """Close the connections. Later calls answer "error" (`tier unavailable: …`)."""
         self._client.close()
 
-    def exchange(self, body: dict[str, Any], deadline: float,
-                 on_event: Callable[[Any], None] | None = None) -> tuple[str, Any, str]:
+    def exchange(self, body: dict[str, Any], deadline: float, on_event: Callable[[Any], None] | None = None,
+                 since: float | None = None) -> tuple[str, Any, str]:
         """POST one chat-completions `body`, ending by `deadline` (a `time.perf_counter()` second)
         whatever the server does: ("ok", the decoded JSON reply, "") or ("timeout" | "error", None,
         the cause). Never raises for what the server does.
 
         With `on_event` (for a body with `"stream": true`), a server-sent-events reply is read as it
         arrives: each event's decoded JSON goes to `on_event`, and the reply is the list of events
-        (a plain JSON reply is returned as it is)."""
-        budget = deadline - time.perf_counter()
-        if budget <= 0:
+        (a plain JSON reply is returned as it is). `since` (a `perf_counter()` second) is when the
+        caller's budget began: a timeout's detail names `deadline - since`, else the time left now."""
+        now = time.perf_counter()
+        if deadline <= now:
             return "timeout", None, "no time left for this tier"
+        budget = deadline - (now if since is None else since)  # what a timeout's detail names
         try:
             content = json.dumps(body, ensure_ascii=False, default=jsonable).encode()
         except (TypeError, ValueError) as exc:  # e.g. a non-JSON value in extra_body

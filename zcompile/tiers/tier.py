@@ -212,7 +212,7 @@ class OpenAITier:
             return Reply("abstained", detail="no legal action offered")
         if budget <= 0:
             return Reply("timeout", detail="no time left for this tier")
-        outcome, reply, detail = self.exchange(self._request_body(state, offer, intent), start + budget)
+        outcome, reply, detail = self.exchange(self._request_body(state, offer, intent), start + budget, since=start)
         if outcome != "ok":
             return Reply(outcome, detail=detail)
         try:
@@ -220,8 +220,8 @@ class OpenAITier:
         except Malformed as exc:
             return Reply("error", detail=f"malformed reply: {exc}")
 
-    def exchange(self, body: dict[str, Any], deadline: float,
-                 on_event: Callable[[Any], None] | None = None) -> tuple[str, Any, str]:
+    def exchange(self, body: dict[str, Any], deadline: float, on_event: Callable[[Any], None] | None = None,
+                 since: float | None = None) -> tuple[str, Any, str]:
         """POST one chat-completions `body` to this tier's endpoint, ending by `deadline` (a
         `time.perf_counter()` second): `ChatClient.exchange`. The gateway (`zc serve`) forwards with it."""
-        return self._http.exchange(body, deadline, on_event)
+        return self._http.exchange(body, deadline, on_event, since)
