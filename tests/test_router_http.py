@@ -145,7 +145,7 @@ def test_deadline_bounds_a_server_that_never_accepts(policy):
 
 
 ALLOWED = {"allowed": ["fs.read", "stop", "escalate"]}
-SLACK_S = 0.25  # what a loaded machine may add past a deadline; a per-read timeout would add seconds
+SLACK_S = 1.0  # what a loaded machine (the suite on 2 cores) may add past a deadline; a trickle that outlived it would add ten seconds or more
 
 
 @pytest.fixture

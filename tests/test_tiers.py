@@ -222,7 +222,7 @@ def test_slow_but_in_time_answers(stub):
     assert ans.outcome == "answered" and ans.latency_ms >= 50
 
 
-SLACK_S = 0.25  # what a loaded machine may add past a deadline; a per-read timeout would add seconds
+SLACK_S = 1.0  # what a loaded machine (the suite on 2 cores) may add past a deadline; a trickle that outlived it would add ten seconds or more
 
 
 @pytest.mark.parametrize("mode", MODES)
