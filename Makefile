@@ -48,7 +48,7 @@ demo: venv
 	  --json build/eval.json --html build/eval.html
 	$(ZC) route --policy build/airline_chat.zcp --specialists specialists/airline_chat --state examples/airline_chat_state.json
 	$(PY) -m examples.demo serve
-	@echo "(to distil specialists/airline_chat again from receipts/ and check it is the same, 2-4 minutes: make distill)"
+	@echo "(to distil specialists/airline_chat again from receipts/ and check it is the same, about a minute: make distill)"
 	@# the headline of the evaluation above, last: what the shipped specialist takes off the expensive model
 	@$(PY) -c "import json; from zcompile.evals.render import headline; print(headline(json.load(open('build/eval.json'))))"
 
