@@ -6,8 +6,8 @@ import functools
 import hashlib
 import re
 import threading
-from typing import Any
 from importlib import resources
+from typing import Any
 
 import lark
 import lark.grammar
@@ -29,9 +29,6 @@ MAX_SYNTAX_ERRORS = 20
 MAX_POLICY_BYTES = 8 * 1024 * 1024  # larger policies are refused (50,000 to 100,000 rules, 20 s to compile)
 RECOVER_BYTES = 1 << 20  # larger files report their first syntax error only (each retry re-parses)
 _DECL = re.compile(r"^[ \t]*(state(?=\s*\{)|action|fallback|intent|rule|tier|route)\b", re.M)
-# the grammar's expression operators: each is one level of nesting (MAX_DEPTH, ZC0006)
-_OPERATORS = frozenset({"or_", "and_", "not_", "compare", "in_lit", "not_in_lit", "in_field",
-                        "not_in_field", "add", "sub", "mul", "neg", "call"})
 
 _TERMINAL_NAMES = {
     "NAME": "a name",
@@ -370,7 +367,7 @@ def _parse(source: Source) -> A.Policy:
         finally:
             _BUILDER.reset(None)
     if too_deep:
-        _check_depth(source, policy, operators)
+        _check_depth(policy, operators)
     if literal_diags:
         raise ZcError("syntax error", literal_diags)
     return policy
@@ -468,7 +465,7 @@ def parse_text(text: str, path: str = "<string>") -> A.Policy:
     return parse(Source(path, text))
 
 
-def _check_depth(source: Source, policy: A.Policy, operators: dict[int, Any]) -> None:
+def _check_depth(policy: A.Policy, operators: dict[int, Any]) -> None:
     """ZC0006 at the first operator in the source with more than MAX_DEPTH operators around and in it,
     counted from the outside in (parentheses alone are no level); `operators` holds the ids of the
     AST's operator nodes."""
