@@ -424,17 +424,18 @@ class ArgumentModel:
         else:
             # scikit-learn's fitted predictors (leaf values already scaled by the learning rate)
             nodes = [p[0].nodes for p in self.classifier_._predictors]
-            leaf = [n["is_leaf"].astype(bool) for n in nodes]
+
+            def column(name: str, cast: type, fill: float, leaves: bool = False) -> tuple[tuple[Any, ...], ...]:
+                """A node field per tree, `fill` at leaves (at inner nodes with `leaves`)."""
+                return tuple(tuple(map(cast, np.where(n["is_leaf"].astype(bool) != leaves, fill,
+                                                      n[name].astype(np.int64 if cast is int else np.float64))))
+                             for n in nodes)
+
             model = Trees(
                 learning_rate=1.0, base=float(np.ravel(self.classifier_._baseline_prediction)[0]),
-                precision="float64",
-                feature=tuple(tuple(int(f) if not l else -2 for f, l in zip(n["feature_idx"], lf))
-                              for n, lf in zip(nodes, leaf)),
-                threshold=tuple(tuple(float(t) if not l else 0.0 for t, l in zip(n["num_threshold"], lf))
-                                for n, lf in zip(nodes, leaf)),
-                left=tuple(tuple(int(c) if not l else -1 for c, l in zip(n["left"], lf)) for n, lf in zip(nodes, leaf)),
-                right=tuple(tuple(int(c) if not l else -1 for c, l in zip(n["right"], lf)) for n, lf in zip(nodes, leaf)),
-                value=tuple(tuple(float(v) if l else 0.0 for v, l in zip(n["value"], lf)) for n, lf in zip(nodes, leaf)))
+                precision="float64", feature=column("feature_idx", int, -2),
+                threshold=column("num_threshold", float, 0.0), left=column("left", int, -1),
+                right=column("right", int, -1), value=column("value", float, 0.0, leaves=True))
         return ArgumentModelSpec(version=SPEC_VERSION, features=FEATURES, model=model,
                                  min_confidence=self.min_confidence, actions=self.actions_, names=self.names_)
 
