@@ -76,7 +76,8 @@ def test_core_wheel_in_a_fresh_venv(wheel, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
     py, zc_bin = venv / "bin" / "python", str(venv / "bin" / "zc")
-    install = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel)],
+    install = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile",
+                              str(wheel)],
                              capture_output=True, text=True, timeout=900)
     if install.returncode and UNREACHABLE.search(install.stdout + install.stderr):
         pytest.skip("the package index is unreachable: the core wheel's dependencies cannot be installed")

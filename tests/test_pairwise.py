@@ -166,7 +166,7 @@ def test_pairwise_quantization_choice(tmp_path, monkeypatch):
     rng = random.Random(5)
     paths = [receipts(tmp_path / f"{p}.jsonl", rng, 12, [0, 1, 2, 3]) for p in ("train", "cal", "test")]
     parts = dict(zip(("train", "calibration", "test"), (decisions(p) for p in paths)))
-    small = {"max_steps": 3, "max_length": 24, "batch_size": 8}
+    small = {"max_steps": 3, "max_length": 24, "batch_size": 8, "layers": 1}
     res = distill(paths, None, tmp_path / "f32", pairwise(options=small | {"quantization": "float32"}), parts=parts)
     assert [a["quantization"] for a in res.manifest.metrics["parity"]["attempts"]] == ["float32"]
     assert res.manifest.model.params["quantization"] == "float32"
@@ -310,7 +310,8 @@ def test_ensemble_decides_by_the_mean_of_its_members(tmp_path):
     test = receipts(tmp_path / "test.jsonl", rng, 12, [0, 1, 2, 3])
     paths = [train, cal, test]
     parts = dict(zip(("train", "calibration", "test"), (decisions(p) for p in paths)))
-    options = {"max_steps": 4, "max_length": 32, "batch_size": 8, "ensemble": 2, "quantization": "float32"}
+    small = {"max_steps": 4, "max_length": 32, "batch_size": 8, "layers": 1}
+    options = small | {"ensemble": 2, "quantization": "float32"}
     res = distill(paths, None, tmp_path / "ens", pairwise(target_precision=0.5, target_abstention=0.3, options=options),
                   parts=parts)
     m = res.manifest
@@ -325,7 +326,7 @@ def test_ensemble_decides_by_the_mean_of_its_members(tmp_path):
     assert sp.request(d.state) == render_plain(d.state)  # without a policy: the state's keys, sorted
     inp = pair_input(sp.request(d.state), d, {})
     feed_pairs = [(inp.request, desc) for desc in inp.descriptions]
-    members = [TransformerClassifier(seed=s, max_steps=4, max_length=32, batch_size=8) for s in (0, 1)]
+    members = [TransformerClassifier(seed=s, **small) for s in (0, 1)]
     x_train = [pair_input(sp.request(x.state), x, {}) for x in parts["train"]]
     pairs, y = training_pairs(x_train, parts["train"], {}, 3, 0)
     assert m.model.params["pairs"] == len(pairs) and m.model.params["none_fits_weight"] == none_fits_weight(

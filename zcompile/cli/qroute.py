@@ -51,6 +51,12 @@ from .common import fail, load_policy, main, progress, read_json, timed_steps
               help="transformer: optimiser steps in all (overrides --epochs).")
 @click.option("--max-length", type=click.IntRange(8, 512), default=None,
               help="transformer: tokens read per state [default: 128].")
+@click.option("--layers", type=click.IntRange(1, 6), default=None,
+              help="transformer: fine-tune MiniLM's first N of its 6 layers, the rest dropped; training and each "
+              "decision cost about N/6 as much, usually for less accuracy [default: 6].")
+@click.option("--learning-rate", type=click.FloatRange(0, 1, min_open=True), default=None,
+              help="transformer: AdamW's peak learning rate; fewer --layers learn faster at a higher one "
+              "[default: 1e-4].")
 @click.option("--batch-size", type=click.IntRange(1), default=None,
               help="transformer: decisions per step [default: 16].")
 @click.option("--ensemble", type=click.IntRange(1), default=None,
@@ -66,8 +72,8 @@ from .common import fail, load_policy, main, progress, read_json, timed_steps
               help="Decisions held in memory; beyond it a seeded task-stratified sample of each split is used "
               "(the split and its seal still cover every task; the report says so).")
 def distill_cmd(sources, policy_path, out, model, guarantee, folds, negatives, target_precision, target_abstention,
-                min_coverage, seed, skip_invalid, epochs, max_steps, max_length, batch_size, ensemble,
-                quantization, engine, max_decisions) -> None:
+                min_coverage, seed, skip_invalid, epochs, max_steps, max_length, layers, learning_rate, batch_size,
+                ensemble, quantization, engine, max_decisions) -> None:
     """Distil receipts into an ONNX specialist that answers with a certified confidence or abstains."""
     try:
         from ..qroute import Report, Settings, distill
@@ -75,7 +81,8 @@ def distill_cmd(sources, policy_path, out, model, guarantee, folds, negatives, t
         fail(exc)
 
     options = {k: v for k, v in (("epochs", epochs), ("max_steps", max_steps), ("max_length", max_length),
-                                 ("batch_size", batch_size), ("ensemble", ensemble), ("quantization", quantization))
+                                 ("layers", layers), ("learning_rate", learning_rate), ("batch_size", batch_size),
+                                 ("ensemble", ensemble), ("quantization", quantization))
                if v is not None}
     if options and model not in ("transformer", "pairwise"):
         flags = ", ".join("--" + k.replace("_", "-") for k in options)

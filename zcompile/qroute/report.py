@@ -17,10 +17,16 @@ def verdict(m: Manifest) -> str:
     return "promoted" if m.gate.promoted else "NOT promoted: " + "; ".join(m.gate.reasons)
 
 
+def _layers(params: dict) -> str:
+    """` (its first k of 6 layers)` when `--layers` dropped some, else nothing."""
+    k = params.get("layers", 6)
+    return f" (its first {k} of 6 layers)" if k != 6 else ""
+
+
 def _model_line(m: Manifest) -> str:
     p = m.model.params
     if m.model.kind == "pairwise":
-        return (f"MiniLM-L6 scoring (request, action description) pairs, fine-tuned {p.get('steps')} steps of "
+        return (f"MiniLM-L6{_layers(p)} scoring (request, action description) pairs, fine-tuned {p.get('steps')} steps of "
                 f"{p.get('batch_size')} on {p.get('pairs')} pairs ({p.get('negatives')} negatives per decision, "
                 f"decisions where no action fits ×{p.get('none_fits_weight', 1)}) in {p.get('train_seconds', 0):.0f} s, "
                 f"first {m.model.text.max_length} tokens, exported {p.get('quantization')}. Platt calibration "
@@ -30,7 +36,8 @@ def _model_line(m: Manifest) -> str:
     else:
         reads = (f"the state rendered as text (version {m.model.text.render_version}, first "
                  f"{m.model.text.max_length} tokens), fine-tuned {p.get('steps')} steps of {p.get('batch_size')} "
-                 f"from `{p.get('base')}` in {p.get('train_seconds', 0):.0f} s, exported {p.get('quantization')}")
+                 f"from `{p.get('base')}`{_layers(p)} in {p.get('train_seconds', 0):.0f} s, exported "
+                 f"{p.get('quantization')}")
     return (f"Model: {m.model.kind} over {len(m.features.actions)} actions ({len(m.model.classes)} seen in "
             f"training), reading {reads}. Temperature {m.calibration.temperature:.3f}.")
 

@@ -36,6 +36,7 @@ MODEL_FILE = "model.onnx"
 # `--quantization`: the exports tried in order; the first that passes the parity check ships, and
 # when the last fails the distillation fails (DESIGN.md §5 step 8 is `int8`)
 QUANTIZATIONS = {"auto": ("int8", "float32"), "int8": ("int8",), "float32": ("float32",)}
+BASE_LAYERS = 6  # MiniLM-L6's transformer layers; `--layers` keeps the first k
 
 
 def quantizations(choice: str) -> tuple[str, ...]:
@@ -118,7 +119,8 @@ def quantize_int8(source: Path, save_dir: Path) -> Path:
 
 
 class TransformerClassifier:
-    """MiniLM-L6 + a linear head over the actions seen in training (scikit-learn conventions).
+    """MiniLM-L6 (or its first `layers` layers) + a linear head over the actions seen in training
+    (scikit-learn conventions).
 
     The word-embedding matrix stays frozen (a fifth of the weights; hundreds of decisions cannot
     retrain a 30,522-word vocabulary, and freezing halves the step time on CPU); every other weight
@@ -128,6 +130,8 @@ class TransformerClassifier:
         epochs: passes over the training split, unless `max_steps` is given.
         max_steps: optimiser steps in all (takes precedence over `epochs`).
         max_length: tokens kept per rendered state (the tokenizer truncates the rest).
+        layers: MiniLM's first `layers` of its 6 transformer layers are loaded and fine-tuned, the
+            rest dropped: training, export and each decision cost about layers / 6 as much.
         batch_size: decisions per step (padded to the longest in the batch).
         learning_rate, weight_decay, warmup: AdamW and schedule (warm-up as a share of the steps).
         threads: torch threads for training and for the reference outputs. 1 by default: on a
@@ -137,11 +141,12 @@ class TransformerClassifier:
     """
 
     def __init__(self, *, epochs: float = 3.0, max_steps: int | None = None, max_length: int = 128,
-                 batch_size: int = 16, learning_rate: float = 1e-4, weight_decay: float = 0.01,
-                 warmup: float = 0.1, threads: int = 1, seed: int = 0) -> None:
+                 layers: int = BASE_LAYERS, batch_size: int = 16, learning_rate: float = 1e-4,
+                 weight_decay: float = 0.01, warmup: float = 0.1, threads: int = 1, seed: int = 0) -> None:
         self.epochs = epochs
         self.max_steps = max_steps
         self.max_length = max_length
+        self.layers = layers
         self.batch_size = batch_size
         self.learning_rate = learning_rate
         self.weight_decay = weight_decay
@@ -150,8 +155,8 @@ class TransformerClassifier:
         self.seed = seed
 
     def get_params(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("epochs", "max_steps", "max_length", "batch_size", "learning_rate",
-                                              "weight_decay", "warmup", "threads", "seed")} | {
+        return {k: getattr(self, k) for k in ("epochs", "max_steps", "max_length", "layers", "batch_size",
+                                              "learning_rate", "weight_decay", "warmup", "threads", "seed")} | {
             "base": BASE_PACKAGE, "frozen": "word embeddings"}
 
     def _check(self) -> None:
@@ -161,6 +166,8 @@ class TransformerClassifier:
             raise ZcError(f"--epochs must be positive, got {self.epochs}")
         if not 8 <= self.max_length <= 512:
             raise ZcError(f"--max-length must be between 8 and 512 tokens, got {self.max_length}")
+        if not 1 <= self.layers <= BASE_LAYERS:
+            raise ZcError(f"--layers must be between 1 and {BASE_LAYERS} (MiniLM-L6's layers), got {self.layers}")
 
     def fit(self, texts: Sequence[str | tuple[str, str]], y: Sequence[str],
             bar: Bar | None = None) -> TransformerClassifier:
@@ -184,7 +191,7 @@ class TransformerClassifier:
         try:
             with _quiet():
                 model = transformers.AutoModelForSequenceClassification.from_pretrained(
-                    str(base), num_labels=len(self.classes_), local_files_only=True,
+                    str(base), num_labels=len(self.classes_), local_files_only=True, num_hidden_layers=self.layers,
                     id2label=dict(enumerate(self.classes_.tolist())),
                     label2id={c: i for i, c in enumerate(self.classes_.tolist())})
             model.base_model.embeddings.word_embeddings.weight.requires_grad_(False)
