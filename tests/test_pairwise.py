@@ -79,7 +79,7 @@ def trained(tmp_path_factory):
     test = receipts(d / "test.jsonl", rng, 40, unseen + [0, 1])
     parts = {"train": decisions(train), "calibration": decisions(cal), "test": decisions(test)}
     # 0.8: Learn-then-Test certifies it from 14 right answers; 0.95 would need 59 of the 60 calibration decisions
-    settings = pairwise(seed=0, target_precision=0.8, options={"max_steps": 40, "max_length": 48})
+    settings = pairwise(seed=0, target_precision=0.8, options={"max_steps": 40, "max_length": 48, "batch_size": 8})
     res = distill([train, cal, test], None, d / "spec", settings, parts=parts)
     return res, parts
 

@@ -86,7 +86,7 @@ def trained(policy, tmp_path_factory):
     receipts = make_receipts(tmp_path_factory.mktemp("r") / "r.jsonl")
     out = tmp_path_factory.mktemp("s") / "helpdesk_tf"
     return Q.distill([receipts], policy, out, Q.Settings(model="transformer", seed=0,
-                     options={"max_steps": 40, "max_length": 32, "batch_size": 16}))
+                     options={"max_steps": 40, "max_length": 32, "batch_size": 8}))
 
 
 @pytest.mark.slow  # the module's fine-tune (its fixture) runs here first
