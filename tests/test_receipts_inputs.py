@@ -16,9 +16,11 @@ from hypothesis import strategies as st
 
 import zcompile
 from zcompile.cli import main
+from zcompile.receipts import candidates
 from zcompile.receipts import (FORMAT_VERSION, SHAPES, ChatSummary, ReadStats, Receipt, ReceiptError,
-                               call_arguments, default_extract, encode, import_bfcl, import_chat, read,
-                               write_file)
+                               call_arguments, default_extract, encode, extract_candidates, import_bfcl,
+                               import_chat, read, write_file)
+from zcompile.receipts.candidates import WINDOW
 
 ROOT = Path(__file__).parents[1]
 AIRLINE = ROOT / "policies" / "airline_chat.zc"
@@ -219,8 +221,29 @@ def test_a_40000_message_conversation_imports(tmp_path, airline):
                  tool_call("get_reservation_details", json.dumps({"reservation_id": f"ABC{i % 1000:03d}"})),
                  {"role": "tool", "content": '{"ok": true}'}, {"role": "assistant", "content": "done"}]
     path = chat_file(tmp_path, conversation(msgs))
-    n = sum(1 for _ in import_chat(path, policy=airline))  # linear: about a second (O(n²) took > 30 s)
+    n = sum(1 for _ in import_chat(path, policy=airline))  # linear: a few seconds (O(n²) took > 30 s)
     assert n == 20_000
+
+
+def test_candidates_read_each_message_once_and_the_same(monkeypatch):
+    """The import's memo: every decision of a conversation gets the candidates a fresh read gives,
+    and each message in the window is read once (by `id`), however many decisions come after it."""
+    rng = random.Random(7)
+    msgs = [{"role": "system", "content": "p"}]
+    for i in range(200):
+        msgs.append(rng.choice([
+            {"role": "user", "content": f"my code is ABC{rng.randrange(30):03d} and 4{i}"},
+            tool_call("get_reservation_details", json.dumps({"reservation_id": f"ABC{rng.randrange(30):03d}"})),
+            {"role": "tool", "content": json.dumps({"id": f"ABC{i % 7}", "n": [i, i + 1]})},
+            {"role": "tool", "content": "not json, ref XYZ9"},
+            {"role": "assistant", "content": "done"}]))
+    memo: dict = {}
+    wants = [extract_candidates(msgs[:k]) for k in range(len(msgs) + 1)]
+    reads = []
+    monkeypatch.setattr(candidates, "_found", lambda m, read=candidates._found: reads.append(id(m)) or read(m))
+    for k, want in enumerate(wants):
+        assert extract_candidates(msgs[max(0, k - WINDOW):k], memo=memo) == want, k
+    assert sorted(reads) == sorted(memo) == sorted(id(m) for m in msgs)
 
 
 # ---- foreign formats and policies ---------------------------------------------------------------

@@ -89,7 +89,7 @@ def _canonical(value: Any) -> Any:
 
 
 def extract_candidates(messages: Sequence[Mapping[str, Any]], limit: int = LIMIT,
-                       window: int = WINDOW) -> list[Candidate]:
+                       window: int = WINDOW, memo: dict[int, list] | None = None) -> list[Candidate]:
     """The typed values a call's arguments may copy, from the conversation before the decision.
 
     Reads the last `window` messages newest first; a value is one candidate per (value, source,
@@ -103,25 +103,21 @@ def extract_candidates(messages: Sequence[Mapping[str, Any]], limit: int = LIMIT
         messages: OpenAI chat messages (`role`, `content`, `tool_calls`), oldest first.
         limit: the most candidates returned.
         window: the most recent messages read.
+        memo: the values read from each message, by the message's `id()`, kept across calls: a
+            caller asking for every decision of one conversation (and keeping its messages alive,
+            unchanged) reads each message once instead of once per decision after it.
     """
     seen: dict[tuple[str, str, str], list[Any]] = {}  # (normalized, source, key) -> [value, age, count]
     total = len(messages)
     for i in range(total - 1, max(total - window, 0) - 1, -1):
         m = messages[i]
-        if not isinstance(m, Mapping):
-            continue
+        found = memo.get(id(m)) if memo is not None else None
+        if found is None:
+            found = _found(m)
+            if memo is not None:
+                memo[id(m)] = found
         age = total - i
-        role = m.get("role")
-        if role == "user":
-            found = [(v, "user", "") for v in _spans(_text(m.get("content")))]
-        elif role == "tool":
-            found = [(v, "tool", k) for k, v in _tool_leaves(_text(m.get("content")))]
-        elif role == "assistant":
-            found = [(v, "call", k) for k, v in _call_leaves(m.get("tool_calls"))]
-        else:
-            continue
-        for value, source, key in found:
-            ident = (normalize(value), source, key)
+        for ident, value in found:
             hit = seen.get(ident)
             if hit is not None:
                 hit[2] += 1
@@ -130,6 +126,22 @@ def extract_candidates(messages: Sequence[Mapping[str, Any]], limit: int = LIMIT
     # insertion order is newest first already; the sort only makes ties explicit
     out = [Candidate(v, s, k, a, c) for (_, s, k), (v, a, c) in seen.items()]
     return sorted(out, key=lambda c: c.age)
+
+
+def _found(m: Any) -> list[tuple[tuple[Any, str, str], Scalar]]:
+    """The values one message offers, each with its identity (normalized value, source, key)."""
+    if not isinstance(m, Mapping):
+        return []
+    role = m.get("role")
+    if role == "user":
+        found = [(v, "user", "") for v in _spans(_text(m.get("content")))]
+    elif role == "tool":
+        found = [(v, "tool", k) for k, v in _tool_leaves(_text(m.get("content")))]
+    elif role == "assistant":
+        found = [(v, "call", k) for k, v in _call_leaves(m.get("tool_calls"))]
+    else:
+        return []
+    return [((normalize(value), source, key), value) for value, source, key in found]
 
 
 def _text(content: Any) -> str:

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, get_args
 import msgspec
 
 from ..errors import ZcError, did_you_mean, json_problem
-from .candidates import extract_candidates
+from .candidates import WINDOW, extract_candidates
 from .format import Receipt, ReceiptError
 from .io import decoded_lines
 
@@ -362,6 +362,7 @@ def import_chat(src_path: str | os.PathLike, *, extract: Callable[[list[dict], i
     for lineno, (conv, raw) in decoded_lines(path, _decode):
         messages = raw["messages"]
         summary = ChatSummary()
+        memo: dict = {}  # each message's candidate values, read once
         for i, m in enumerate(conv.messages):
             if m.role != "assistant":
                 if linear:
@@ -371,7 +372,7 @@ def import_chat(src_path: str | os.PathLike, *, extract: Callable[[list[dict], i
             state = summary.state() if linear else None
             if linear:
                 summary.add(messages[i])
-            d = decision(messages, i, raw, extract, policy, where, state)
+            d = decision(messages, i, raw, extract, policy, where, state, memo)
             meta: dict[str, Any] = {"conversation": conv.id, "trial": conv.trial, "reward": conv.reward,
                                     "turn": i, "extractor": extractor}
             if d.arguments_error is not None:
@@ -416,13 +417,14 @@ def decision_state(messages: list[dict], index: int, conversation: dict,
 
 def decision(messages: list[dict], index: int, conversation: dict,
              extract: Callable[[list[dict], int, dict], dict] = default_extract, policy: Any = None,
-             where: str = "$", state: dict | None = None) -> Decision:
+             where: str = "$", state: dict | None = None, memo: dict | None = None) -> Decision:
     """The receipt fields of the decision taken by `messages[index]` (an assistant message), from
     the messages before it: the one code path of `import_chat` and the gateway (`zc serve`).
 
     The action is the first tool call's name, or RESPOND for a text reply; `state` (when the
-    caller computed it already) skips the extractor. With `policy`, the state must validate and
-    the action must be declared; `legal` is then the state's legal set.
+    caller computed it already) skips the extractor; `memo` is `extract_candidates`' (one per
+    conversation). With `policy`, the state must validate and the action must be declared; `legal`
+    is then the state's legal set.
 
     Raises:
         ReceiptError: `where: problem` for an extractor that fails or returns a non-dict, a state
@@ -448,4 +450,4 @@ def decision(messages: list[dict], index: int, conversation: dict,
         except StateError as exc:
             raise ReceiptError(f"{where}: extracted state does not match policy "
                                f"`{policy.name}`: {exc}") from None
-    return Decision(state, legal, action, arguments, bad_arguments, tuple(extract_candidates(messages[:index])))
+    return Decision(state, legal, action, arguments, bad_arguments, tuple(extract_candidates(messages[max(0, index - WINDOW):index], memo=memo)))
