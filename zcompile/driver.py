@@ -48,9 +48,9 @@ def compile_file(path: str | Path) -> Policy:
 
 
 def _load(source: Source) -> Policy:
-    """compile_source then load, verifying once: the runtime verifies what it loads."""
+    """Check, lower and load; the IR just lowered is not verified (`Policy._of_lowered`)."""
     with ir.no_gc():
-        return Policy(lower(check_source(source), source))
+        return Policy._of_lowered(lower(check_source(source), source))
 
 
 def artifact_bytes(policy: ir.PolicyIR) -> bytes:

@@ -114,14 +114,24 @@ class Policy:
 
     def __init__(self, policy: ir.PolicyIR) -> None:
         with ir.no_gc():
+            verify(policy)
             self._setup(policy)
+
+    @classmethod
+    def _of_lowered(cls, policy: ir.PolicyIR) -> Policy:
+        """The Policy of IR that the compiler has just lowered from checked source, not verified
+        again: its IR passes `verify` by construction (tests/test_differential.py and
+        tests/test_golden_ok.py hold it to that). IR from anywhere else goes through `Policy(ir)`."""
+        self = cls.__new__(cls)
+        with ir.no_gc():
+            self._setup(policy)
+        return self
 
     def _setup(self, policy: ir.PolicyIR) -> None:
         self.ir = policy
         self.name = policy.name
         self.actions = tuple(a.name for a in policy.actions)
         self._index = {a: i for i, a in enumerate(self.actions)}
-        verify(policy)
         self._intents = {i.name: frozenset(self._index[a] for a in i.allow) for i in policy.intents}
         self._fallback = policy.fallback
         self._fields = {f.path: f for f in policy.fields}
