@@ -83,6 +83,7 @@ class Linter:
         self._guarding: dict[int, bool] = {}  # id(rule) -> it reads an enum, bool or set field
         self._cache: dict[tuple, bool | None] = {}
         self._facts_cache: dict[tuple, tuple | None] = {}
+        self._enumerated: dict[frozenset, tuple | None] = {}  # question keys -> `_states`
         self._charged: set[tuple] = set()  # cases whose facts' work was counted
         self._upcoming: list[tuple] = []  # the cases in the order run() asks them
         self._ahead = 0  # how far into _upcoming predicates were compiled ahead
@@ -180,18 +181,37 @@ class Linter:
         """
         if self.exhausted:
             return None
-        key = (want_keep, frozenset([c[2] for c in cases]))
+        keys = frozenset([c[2] for c in cases])
+        key = (want_keep, keys)
         if key not in self._cache:
-            self._cache[key] = self._decide(cases, want_keep)
+            self._cache[key] = self._decide(cases, want_keep, keys)
         return self._cache[key]
 
-    def _decide(self, cases: list[tuple], want_keep: bool) -> bool | None:
-        consts: dict[str, set] = {}
-        members: dict[str, set[str]] = {}
-        for case in cases:
+    def _decide(self, cases: list[tuple], want_keep: bool, keys: frozenset) -> bool | None:
+        every = []
+        for case in cases:  # each case charged (the first time) in order, up to an undecidable one
             facts = self._facts(case)
             if facts is None:
                 return None
+            every.append(facts)
+        found = self._enumerated.get(keys, _MISSING)
+        if found is _MISSING:  # the same cases asked the other way round enumerate the same states
+            found = self._enumerated[keys] = self._states(every)
+        if found is None:
+            return None
+        domains, total = found
+        self.work += total * len(cases)
+        if self.work > LINT_WORK:
+            self.exhausted = True
+            return None
+        return _witness(self._keeps_of(cases), domains, want_keep)
+
+    def _states(self, every: list[tuple]) -> tuple[dict[str, list], int] | None:
+        """The values to enumerate of each field the cases' facts read and how many states their
+        whole domains hold; None when undecidable or past LINT_BUDGET."""
+        consts: dict[str, set] = {}
+        members: dict[str, set[str]] = {}
+        for facts in every:
             for path, values in facts[0].items():
                 consts.setdefault(path, set()).update(values)
             for path, names in facts[1].items():
@@ -205,11 +225,7 @@ class Linter:
             total *= sizes[p]  # the states of the whole domains, as many as before they were narrowed
             if total > LINT_BUDGET:
                 return None
-        self.work += total * len(cases)
-        if self.work > LINT_WORK:
-            self.exhausted = True
-            return None
-        return _witness(self._keeps_of(cases), domains, want_keep)
+        return domains, total
 
     def _keeps_of(self, cases: list[tuple]) -> list[tuple]:
         """(generated predicate: does the action survive the rule, the field paths it takes in order)
