@@ -1,9 +1,10 @@
 """Runtime: the IR of an artifact to a fast evaluator, state -> LegalSet. No compiler imports.
 
-At load the IR is verified (verify.py), every rule is specialised per target action (`self` and
-`cost` become constants), actions whose residual conditions are equal share a group, and the
-whole policy becomes one generated Python function (codegen.py) that tests each distinct
-condition once, in Kleene logic, and flags the actions of the groups that fire as removed.
+At load the IR is verified (verify.py; not the IR the compiler has just lowered), every rule is
+specialised per target action (`self` and `cost` become constants), actions whose residual
+conditions are equal share a group, and the whole policy becomes one generated Python function
+(codegen.py) that tests each distinct condition once, in Kleene logic, and flags the actions of
+the groups that fire as removed.
 Reasons are assembled lazily from the groups that fired.
 
 Rules that read the proposed call's arguments (`args.*`) are left out of that function: `legal`
