@@ -85,7 +85,7 @@ class Linter:
         self._facts_cache: dict[tuple, tuple | None] = {}
         self._enumerated: dict[frozenset, tuple | None] = {}  # question keys -> `_states`
         self._charged: set[tuple] = set()  # cases whose facts' work was counted
-        self._upcoming: list[tuple] = []  # the cases in the order run() asks them
+        self._upcoming: list[tuple[A.RuleDecl, str]] = []  # (rule, action) in the order run() asks
         self._ahead = 0  # how far into _upcoming predicates were compiled ahead
         self.work = 0
         self.exhausted = False
@@ -106,15 +106,11 @@ class Linter:
         for r in rules:
             for t in k.targets[r.name.text]:
                 by_action[t].append(r)
-        # a case: (rule, action, its question's key), the keys made once
-        of_action = {a.name.text: [self._case(r, a.name.text) for r in by_action[a.name.text]]
-                     for a in k.actions}
-        of_rule = [[self._case(r, t) for t in sorted(k.targets[r.name.text])] for r in rules]
-        self._upcoming = [c for a in k.actions for c in of_action[a.name.text]] + [
-            c for cases in of_rule for c in cases]
+        self._upcoming = [(r, a.name.text) for a in k.actions for r in by_action[a.name.text]] + [
+            (r, t) for r in rules for t in sorted(k.targets[r.name.text])]
         for a in k.actions:
             name = a.name.text
-            cases = of_action[name]
+            cases = [(r, name) for r in by_action[name]]
             verdict = self._exists(cases, want_keep=True) if cases else True
             if verdict is None:  # decide on the rules that can be decided: fewer rules, more states
                 decidable = [c for c in cases if self._exists([c], want_keep=True) is not None]
@@ -128,9 +124,10 @@ class Linter:
                         cases = rest
                 self.warn("ZC1001", f"action `{name}` can never be legal", a.name.span,
                             "no state satisfies "
-                            + ", ".join(f"`{c[0].name.text}`" for c in cases)
+                            + ", ".join(f"`{r.name.text}`" for r, _ in cases)
                             + (" together" if len(cases) > 1 else ""))
-        for r, cases in zip(rules, of_rule):
+        for r in rules:
+            cases = [(r, t) for t in sorted(k.targets[r.name.text])]
             if not cases or all(self._exists([c], want_keep=False) is False for c in cases):
                 self.warn("ZC1002", f"rule `{r.name.text}` can never remove an action",
                             r.name.span, "its condition never goes against any of its targets"
@@ -164,8 +161,8 @@ class Linter:
         return guards
 
     def _case(self, rule: A.RuleDecl, action: str) -> tuple:
-        """(rule, action, key): the key is what the question depends on, the action only through
-        `self` / `cost`."""
+        """(rule, action, key), the case of a question about them, its key made once: what the
+        question depends on, the action only through `self` / `cost`."""
         uses = self._uses.get(id(rule))
         if uses is None:
             nodes = list(walk(rule.cond)) if rule.cond is not None else []
@@ -174,13 +171,14 @@ class Linter:
         return rule, action, (id(rule), action if uses[0] else None,
                               self.k.costs[action] if uses[1] else None)
 
-    def _exists(self, cases: list[tuple], want_keep: bool) -> bool | None:
-        """Is there a state where every case keeps (want_keep) / one case removes its action?
+    def _exists(self, pairs: list[tuple[A.RuleDecl, str]], want_keep: bool) -> bool | None:
+        """Is there a state where every (rule, action) keeps (want_keep) / one removes its action?
 
         None when undecided (arithmetic between fields, or too many combinations).
         """
         if self.exhausted:
             return None
+        cases = [self._case(r, a) for r, a in pairs]
         keys = frozenset([c[2] for c in cases])
         key = (want_keep, keys)
         if key not in self._cache:
@@ -240,7 +238,7 @@ class Linter:
         if new:  # compile the next questions' predicates with these: one compile() for many
             ahead = self._upcoming[self._ahead:self._ahead + PREFETCH]
             self._ahead += len(ahead)
-            for case in ahead:
+            for case in (self._case(r, a) for r, a in ahead):
                 if case[2] not in keeps and case[2] not in new and self._case_facts(case) is not None:
                     new[case[2]] = self._source(case)
             made, fresh = {}, {}
