@@ -112,7 +112,8 @@ class Linter:
             name = a.name.text
             cases = [(r, name) for r in by_action[name]]
             verdict = self._exists(cases, want_keep=True) if cases else True
-            if verdict is None:  # decide on the rules that can be decided: fewer rules, more states
+            if verdict is None and not self.exhausted:  # decide on the rules that can be: fewer
+                # rules, more states (past the budget, every question is undecided)
                 decidable = [c for c in cases if self._exists([c], want_keep=True) is not None]
                 if decidable:
                     verdict = self._exists(decidable, want_keep=True)
