@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import typing
 from pathlib import Path
 
+import msgspec
 import pytest
 from isolation import compiler_modules, modules_after
 
@@ -106,3 +108,18 @@ r.close()
     loaded = modules_after(code)
     assert compiler_modules(loaded) == []
     assert not {"numpy", "onnxruntime"} & loaded
+
+
+def test_ir_children_name_every_sub_expression():
+    """`ir.children` (a table by expression kind) gives what every struct-valued field holds."""
+    f = ir.Field("x")
+    every = [f, ir.Arg("a"), ir.Len(f), ir.Const(1), ir.Self(), ir.Cost(), ir.Not(f), ir.And((f, f)),
+             ir.Or((f, f)), ir.Cmp("==", f, f), ir.InConst(f, (1,), False), ir.InSet(f, "s", False),
+             ir.Arith("+", f, f), ir.Neg(f)]
+    assert {type(e) for e in every} == set(typing.get_args(ir.Expr))
+    for e in every:
+        held = []
+        for name in e.__struct_fields__:
+            v = getattr(e, name)
+            held += [x for x in (v if isinstance(v, tuple) else (v,)) if isinstance(x, msgspec.Struct)]
+        assert list(ir.children(e)) == held, e

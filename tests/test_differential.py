@@ -9,6 +9,7 @@ from strategies import calls, overflow_dropped, policies, states
 from zcompile import interp
 from zcompile.driver import check_source, compile_text
 from zcompile.source import Source
+from zcompile.verify import verify
 
 
 def flat(checked, state: dict) -> dict:
@@ -37,6 +38,7 @@ def test_runtime_matches_reference_interpreter(data):
     src, actions = data.draw(policies())
     checked = _checked(src)
     policy = compile_text(src, "random.zc")
+    verify(policy.ir)  # the compiler's IR passes the verifier (compile_text does not verify it again)
     for _ in range(5):
         state = data.draw(states(actions))
         intent = data.draw(st.sampled_from([None, "focus"]))

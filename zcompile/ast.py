@@ -9,9 +9,14 @@ from typing import Union
 from .source import Span, stored_init
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}  # a node class -> its fields but `span`
+
+
 def node(cls: type) -> type:
     """An AST node: a frozen, slotted, keyword-only dataclass (built fast: `stored_init`)."""
-    return stored_init(dataclass(frozen=True, slots=True, kw_only=True)(cls))
+    cls = stored_init(dataclass(frozen=True, slots=True, kw_only=True)(cls))
+    _FIELDS[cls] = tuple(name for name in cls.__dataclass_fields__ if name != "span")
+    return cls
 
 
 def _span() -> Span:
@@ -323,16 +328,19 @@ class Policy:
     span: Span = _span()
 
 
-def children(e) -> Iterator:
+_NODES = frozenset(_FIELDS) - {Ident}  # the node classes a walk enters
+
+
+def children(e) -> list:
     """The direct sub-expressions of an AST node (names, strings and spans are not expressions)."""
-    for name in e.__dataclass_fields__:
-        if name == "span":
-            continue
+    out = []
+    for name in _FIELDS[type(e)]:
         v = getattr(e, name)
-        if isinstance(v, tuple):
-            yield from (x for x in v if hasattr(x, "__dataclass_fields__") and not isinstance(x, Ident))
-        elif hasattr(v, "__dataclass_fields__") and not isinstance(v, Ident):
-            yield v
+        if type(v) is tuple:
+            out += [x for x in v if type(x) in _NODES]
+        elif type(v) in _NODES:
+            out.append(v)
+    return out
 
 
 def walk(expr) -> Iterator:

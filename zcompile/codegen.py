@@ -119,7 +119,7 @@ class Gen:
         """The value of a field-free condition, computed at load."""
         namespace = dict(self.consts)
         src = "\n".join(t.setup + (f"_value = {t.code.text}",))
-        exec(compile(src, "<zc constant>", "exec"), namespace)  # noqa: S102 - generated from verified IR
+        exec(compile(src, "<zc constant>", "exec"), namespace)  # noqa: S102 - generated from the IR
         return namespace["_value"]
 
     # ---- expressions ---------------------------------------------------------------------------
@@ -340,8 +340,8 @@ def function(name: str, params: str, gen: Gen, body: list[str], tail: str) -> st
 
 
 def load(src: str, consts: dict[str, Any], label: str) -> dict[str, Any]:
-    """Compile and run generated source (from verified IR) with its constants; its namespace."""
+    """Compile and run generated source (from verified or just-lowered IR) with its constants."""
     namespace = dict(consts)
-    exec(compile(src, label, "exec"), namespace)  # noqa: S102 - generated here from verified IR
+    exec(compile(src, label, "exec"), namespace)  # noqa: S102 - generated here from the IR
     return namespace
 

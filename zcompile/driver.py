@@ -27,14 +27,24 @@ def check_source(source: Source) -> Checked:
         return check(parse(source), source)
 
 
+def check_diagnostics(source: Source) -> tuple[Diagnostic, ...]:
+    """The warnings of a policy that parses and checks (ZcError otherwise). Its AST is freed before
+    the cyclic collector resumes, which would otherwise traverse every node once (and find no
+    cycle: an AST holds none), about 7% of checking a 100,000-rule policy."""
+    with ir.no_gc():
+        return check_source(source).diagnostics
+
+
 def compile_source(source: Source) -> tuple[ir.PolicyIR, tuple[Diagnostic, ...]]:
     """Compile to IR, returning the warnings alongside; the IR passes the runtime's verification
-    (what `zc compile` writes always loads)."""
+    (what `zc compile` writes always loads). The AST is freed before the collector resumes."""
     with ir.no_gc():
         checked = check_source(source)
         policy = lower(checked, source)
         verify(policy)
-    return policy, checked.diagnostics
+        diagnostics = checked.diagnostics
+        del checked
+    return policy, diagnostics
 
 
 def compile_text(text: str, name: str = "<string>") -> Policy:
@@ -48,9 +58,9 @@ def compile_file(path: str | Path) -> Policy:
 
 
 def _load(source: Source) -> Policy:
-    """compile_source then load, verifying once: the runtime verifies what it loads."""
+    """Check, lower and load; the IR just lowered is not verified (`Policy._of_lowered`)."""
     with ir.no_gc():
-        return Policy(lower(check_source(source), source))
+        return Policy._of_lowered(lower(check_source(source), source))
 
 
 def artifact_bytes(policy: ir.PolicyIR) -> bytes:

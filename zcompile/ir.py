@@ -104,14 +104,27 @@ Expr = Union[Field, Arg, Len, Const, Self, Cost, Not, And, Or, Cmp, InConst, InS
 Scalar = Union[bool, int, float, str]
 
 
-def children(e: Expr) -> Iterator[Expr]:
+def children(e: Expr) -> tuple[Expr, ...]:
     """The direct sub-expressions of an IR expression."""
-    for name in e.__struct_fields__:
-        v = getattr(e, name)
-        if isinstance(v, msgspec.Struct):
-            yield v
-        elif isinstance(v, tuple):
-            yield from (x for x in v if isinstance(x, msgspec.Struct))
+    get = _CHILDREN.get(type(e))
+    return () if get is None else get(e)
+
+
+def _operand(e) -> tuple[Expr]:
+    return (e.operand,)
+
+
+def _sides(e) -> tuple[Expr, Expr]:
+    return (e.left, e.right)
+
+
+def _operands(e) -> tuple[Expr, ...]:
+    return e.operands
+
+
+# the expressions with sub-expressions, and where they hold them (the others are leaves)
+_CHILDREN = {Len: _operand, Not: _operand, Neg: _operand, InConst: _operand, InSet: _operand,
+             Cmp: _sides, Arith: _sides, And: _operands, Or: _operands}
 
 
 # ---- declarations -------------------------------------------------------------------------

@@ -32,6 +32,7 @@ ALLOW = re.compile(r"#.*?\bzc:\s*allow\(([^)]*)\)")  # `# zc: allow(ZC1004, …)
 _CONSTANT = re.compile(r"""(?P<lit>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|(?<![\w.])\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)"""
                        r"|(?P<const>\bK\d+\b)|(?P<var>\bv\d+\b)")
 _MISSING = object()
+_NOT_NUMBERS = frozenset({A.FieldRef, A.ActionRef, A.MemberRef, A.Bool})  # no constant number below
 
 
 def lint(checked: Checked, reads: set[str], path: str) -> list[Diagnostic]:
@@ -82,8 +83,9 @@ class Linter:
         self._guarding: dict[int, bool] = {}  # id(rule) -> it reads an enum, bool or set field
         self._cache: dict[tuple, bool | None] = {}
         self._facts_cache: dict[tuple, tuple | None] = {}
+        self._enumerated: dict[frozenset, tuple | None] = {}  # question keys -> `_states`
         self._charged: set[tuple] = set()  # cases whose facts' work was counted
-        self._upcoming: list[tuple[A.RuleDecl, str]] = []  # the cases in the order run() asks them
+        self._upcoming: list[tuple[A.RuleDecl, str]] = []  # (rule, action) in the order run() asks
         self._ahead = 0  # how far into _upcoming predicates were compiled ahead
         self.work = 0
         self.exhausted = False
@@ -110,7 +112,8 @@ class Linter:
             name = a.name.text
             cases = [(r, name) for r in by_action[name]]
             verdict = self._exists(cases, want_keep=True) if cases else True
-            if verdict is None:  # decide on the rules that can be decided: fewer rules, more states
+            if verdict is None and not self.exhausted:  # decide on the rules that can be: fewer
+                # rules, more states (past the budget, every question is undecided)
                 decidable = [c for c in cases if self._exists([c], want_keep=True) is not None]
                 if decidable:
                     verdict = self._exists(decidable, want_keep=True)
@@ -158,34 +161,56 @@ class Linter:
                 for e in walk(rule.cond))
         return guards
 
-    def _key(self, rule: A.RuleDecl, action: str) -> tuple:
-        """What a (rule, action) question depends on: the action only through `self` / `cost`."""
+    def _case(self, rule: A.RuleDecl, action: str) -> tuple:
+        """(rule, action, key), the case of a question about them, its key made once: what the
+        question depends on, the action only through `self` / `cost`."""
         uses = self._uses.get(id(rule))
         if uses is None:
             nodes = list(walk(rule.cond)) if rule.cond is not None else []
             uses = self._uses[id(rule)] = (any(isinstance(e, A.SelfRef) for e in nodes),
                                           any(isinstance(e, A.CostRef) for e in nodes))
-        return (id(rule), action if uses[0] else None, self.k.costs[action] if uses[1] else None)
+        return rule, action, (id(rule), action if uses[0] else None,
+                              self.k.costs[action] if uses[1] else None)
 
-    def _exists(self, cases: list[tuple[A.RuleDecl, str]], want_keep: bool) -> bool | None:
-        """Is there a state where every case keeps (want_keep) / one case removes its action?
+    def _exists(self, pairs: list[tuple[A.RuleDecl, str]], want_keep: bool) -> bool | None:
+        """Is there a state where every (rule, action) keeps (want_keep) / one removes its action?
 
         None when undecided (arithmetic between fields, or too many combinations).
         """
         if self.exhausted:
             return None
-        key = (want_keep, frozenset(self._key(r, a) for r, a in cases))
+        cases = [self._case(r, a) for r, a in pairs]
+        keys = frozenset([c[2] for c in cases])
+        key = (want_keep, keys)
         if key not in self._cache:
-            self._cache[key] = self._decide(cases, want_keep)
+            self._cache[key] = self._decide(cases, want_keep, keys)
         return self._cache[key]
 
-    def _decide(self, cases: list[tuple[A.RuleDecl, str]], want_keep: bool) -> bool | None:
-        consts: dict[str, set] = {}
-        members: dict[str, set[str]] = {}
-        for rule, action in cases:
-            facts = self._facts(rule, action)
+    def _decide(self, cases: list[tuple], want_keep: bool, keys: frozenset) -> bool | None:
+        every = []
+        for case in cases:  # each case charged (the first time) in order, up to an undecidable one
+            facts = self._facts(case)
             if facts is None:
                 return None
+            every.append(facts)
+        found = self._enumerated.get(keys, _MISSING)
+        if found is _MISSING:  # the same cases asked the other way round enumerate the same states
+            found = self._enumerated[keys] = self._states(every)
+        if found is None:
+            return None
+        domains, total = found
+        self.work += total * len(cases)
+        if self.work > LINT_WORK:
+            self.exhausted = True
+            return None
+        return _witness(self._keeps_of(cases), domains, want_keep)
+
+    def _states(self, every: list[tuple]) -> tuple[dict[str, list], int] | None:
+        """The values to enumerate of each field the cases' facts read and how many states their
+        whole domains hold; None when undecidable or past LINT_BUDGET."""
+        consts: dict[str, set] = {}
+        members: dict[str, set[str]] = {}
+        for facts in every:
             for path, values in facts[0].items():
                 consts.setdefault(path, set()).update(values)
             for path, names in facts[1].items():
@@ -199,30 +224,24 @@ class Linter:
             total *= sizes[p]  # the states of the whole domains, as many as before they were narrowed
             if total > LINT_BUDGET:
                 return None
-        self.work += total * len(cases)
-        if self.work > LINT_WORK:
-            self.exhausted = True
-            return None
-        return _witness(self._keeps_of(cases), domains, want_keep)
+        return domains, total
 
-    def _keeps_of(self, cases: list[tuple[A.RuleDecl, str]]) -> list[tuple]:
+    def _keeps_of(self, cases: list[tuple]) -> list[tuple]:
         """(generated predicate: does the action survive the rule, the field paths it takes in order)
         of each case; the questions not asked before are compiled together, as one module."""
         if self._keeps is None:
             self._keeps, self._gen, self._lowered = {}, codegen.Gen(self.k.fields, {}), {}
+        keeps = self._keeps
         new = {}
-        for rule, action in cases:
-            key = self._key(rule, action)
-            if key not in self._keeps and key not in new:
-                new[key] = self._source(rule, action)
+        for case in cases:
+            if case[2] not in keeps and case[2] not in new:
+                new[case[2]] = self._source(case)
         if new:  # compile the next questions' predicates with these: one compile() for many
             ahead = self._upcoming[self._ahead:self._ahead + PREFETCH]
             self._ahead += len(ahead)
-            for rule, action in ahead:
-                key = self._key(rule, action)
-                if key not in self._keeps and key not in new \
-                        and self._case_facts(key, rule, action) is not None:
-                    new[key] = self._source(rule, action)
+            for case in (self._case(r, a) for r, a in ahead):
+                if case[2] not in keeps and case[2] not in new and self._case_facts(case) is not None:
+                    new[case[2]] = self._source(case)
             made, fresh = {}, {}
             for key, (text, reads) in new.items():  # predicates of one shape share one factory
                 shape, values = self._shape(text)
@@ -234,7 +253,7 @@ class Linter:
                 self._namespace.update(codegen.load(src, {}, f"<zc lints {self.k.name}>"))
             for key, (name, values, reads) in made.items():
                 self._keeps[key] = (self._namespace[name](*values), reads)
-        return [self._keeps[self._key(rule, action)] for rule, action in cases]
+        return [keeps[c[2]] for c in cases]
 
     def _shape(self, text: str) -> tuple[str, list]:
         """A predicate's source (`(v3, v4):` and its body) as a factory's: the constants it reads
@@ -260,10 +279,11 @@ class Linter:
         args = ", ".join(f"c{i}" for i in range(len(values)))
         return f"({args}):\n    def keep{params}:\n{inner}    return keep\n", values
 
-    def _source(self, rule: A.RuleDecl, action: str) -> tuple[str, tuple[str, ...]]:
+    def _source(self, case: tuple) -> tuple[str, tuple[str, ...]]:
         """The keep-predicate of one question as a function's parameters and body, written by the
         runtime's code generator, and the field paths it reads."""
         gen = self._gen
+        rule, action, _ = case
         if rule.kind == "after":
             test = gen.history_test(tuple(a.text for a in rule.after))
             reads: tuple[str, ...] = ("history",)
@@ -273,27 +293,28 @@ class Linter:
             if cond is None:
                 cond = self._lowered[id(rule)] = lower_expr(rule.cond)
             test = gen.test(cond, ir.ActionDef(action, cost=self.k.costs[action]))
-            facts = self._case_facts(self._key(rule, action), rule, action)
+            facts = self._case_facts(case)
             reads = tuple(sorted(facts[0]))  # every field it reads has an entry
             keep = "False" if rule.kind == "forbid_when" else "True"
             text = f"({test.code.text}) is {keep}"
         body = "".join(f"    {line}\n" for line in test.setup) + f"    return {text}\n"
         return f"({', '.join(gen.var(p) for p in reads)}):\n{body}", reads
 
-    def _facts(self, rule: A.RuleDecl, action: str):
+    def _facts(self, case: tuple):
         """(constants per field, action names per set field) one case mentions; None if undecidable.
         The first question about a case charges the work of walking its condition."""
-        key = self._key(rule, action)
+        rule, _, key = case
         if key not in self._charged:
             self._charged.add(key)
             if rule.name.text not in self.k.arg_rules and rule.kind != "after":
                 self.work += len(rule.cond.span.text)  # rough cost of walking it
             if self.work > LINT_WORK:
                 self.exhausted = True
-        return self._case_facts(key, rule, action)
+        return self._case_facts(case)
 
-    def _case_facts(self, key: tuple, rule: A.RuleDecl, action: str):
+    def _case_facts(self, case: tuple):
         """`_facts` without charging any work (for predicates compiled ahead of their question)."""
+        rule, action, key = case
         if key in self._facts_cache:
             return self._facts_cache[key]
         if rule.name.text in self.k.arg_rules:
@@ -312,25 +333,25 @@ class Linter:
         consts: dict[str, set] = {}
         members: dict[str, set[str]] = {}
         for e in walk(expr):
-            if isinstance(e, A.Arith) or (isinstance(e, A.Compare) and all(
-                    isinstance(x, A.FieldRef) and k.fields[x.path].kind in ("int", "float")
+            t = type(e)
+            if t is A.Arith or (t is A.Compare and all(
+                    type(x) is A.FieldRef and k.fields[x.path].kind in ("int", "float")
                     for x in (e.left, e.right))):
-                if any(isinstance(x, A.FieldRef) for x in walk(e)):
+                if any(type(x) is A.FieldRef for x in walk(e)):
                     return None  # not decided by interval reasoning
-            if isinstance(e, A.FieldRef):
+            if t is A.FieldRef:
                 consts.setdefault(e.path, set())
-            if isinstance(e, (A.Compare, A.InLit)):
-                sides = (e.left, e.right) if isinstance(e, A.Compare) else (e.operand, *e.items)
-                fields = [s.path for s in sides if isinstance(s, A.FieldRef)]
-                nums = [interp.evaluate(s, {}) for s in sides
-                        if not any(isinstance(x, (A.FieldRef, A.ActionRef, A.MemberRef, A.Bool))
-                                   for x in walk(s))]
-                named = [s.value for s in sides if isinstance(s, A.MemberRef)]
+            elif t is A.Compare or t is A.InLit:
+                sides = (e.left, e.right) if t is A.Compare else (e.operand, *e.items)
+                fields = [s.path for s in sides if type(s) is A.FieldRef]
+                nums = [s.value if type(s) is A.Num else interp.evaluate(s, {}) for s in sides
+                        if type(s) is A.Num or not any(type(x) in _NOT_NUMBERS for x in walk(s))]
+                named = [s.value for s in sides if type(s) is A.MemberRef]
                 for f in fields:
                     consts.setdefault(f, set()).update(n for n in nums if n is not None)
                     if k.fields[f].kind == "enum":  # the members named beside it (all: beside a field)
                         consts[f].update(k.fields[f].members if len(fields) > 1 else named)
-            if isinstance(e, A.InField) and isinstance(e.operand, A.ActionRef):
+            elif t is A.InField and type(e.operand) is A.ActionRef:
                 members.setdefault(e.field.path, set()).add(e.operand.name)
         return consts, members
 

@@ -164,8 +164,9 @@ class _Loop:
     def _reduction(rule, builder: Builder) -> tuple:
         """(how to reduce, symbols, the rule's name, its reduction, the positions of `_rule` children to
         splice) as lark's tree builder shapes it. How: _UNIT inlines a `?rule`'s one child, _APPEND
-        grows a left-recursive `_rule` list by its last item, _CALL calls the reduction on the
-        children, _SHAPE splices `_rule` children first and inlines a `?rule`'s single child."""
+        grows a left-recursive `_rule` list by its last item, _CALL (_CALL1: of one symbol) calls the
+        reduction on the children, _SHAPE splices `_rule` children first and inlines a `?rule`'s
+        single child."""
         splice = tuple(i for i, sym in enumerate(rule.expansion) if not sym.is_term and sym.name.startswith("_"))
         single = bool(rule.options.expand1) and not rule.alias  # a `?rule`: one child is the node
         name, size = rule.origin.name, len(rule.expansion)
@@ -181,7 +182,7 @@ class _Loop:
         elif splice or single or not size:
             how = _SHAPE
         else:
-            how = _CALL
+            how = _CALL1 if size == 1 else _CALL
         return how, size, name, reduce, splice, single
 
     def parse(self, text: str) -> A.Policy | None:
@@ -210,32 +211,40 @@ class _Loop:
                     values.append(token)
                     break
                 how, size, name, reduce, splice, single = act
-                if how is _CALL:
-                    node = reduce(values[-size:])
-                    del rows[-size:], values[-size:]
+                # one symbol reduced to one (its value replaced in place, or kept), or a list grown
+                # by its last item: the stacks shrink by what they take and the top state moves on
+                if how is _CALL1:
+                    values[-1] = reduce(values[-1:])
                 elif how is _UNIT:
-                    node = values.pop()
-                    rows.pop()
+                    pass
                 elif how is _APPEND:
                     item = values.pop()
-                    node = values.pop()
-                    node.append(item)
-                    del rows[-2:]
+                    values[-1].append(item)
+                    rows.pop()
                 else:
-                    children = values[-size:] if size else []
-                    if size:
+                    if how is _CALL:
+                        node = reduce(values[-size:])
                         del rows[-size:], values[-size:]
-                    if splice:
-                        children = _spliced(children, splice)
-                    node = children[0] if single and len(children) == 1 else reduce(children)
-                goto = rows[-1][name]
+                    else:
+                        children = values[-size:] if size else []
+                        if size:
+                            del rows[-size:], values[-size:]
+                        if splice:
+                            children = _spliced(children, splice)
+                        node = children[0] if single and len(children) == 1 else reduce(children)
+                    goto = rows[-1][name]
+                    if goto is end_row and kind == "$END":
+                        return node
+                    rows.append(goto)
+                    values.append(node)
+                    continue
+                goto = rows[-2][name]
                 if goto is end_row and kind == "$END":
-                    return node
-                rows.append(goto)
-                values.append(node)
+                    return values[-1]
+                rows[-1] = goto
 
 
-_UNIT, _APPEND, _CALL, _SHAPE = "unit", "append", "call", "shape"
+_UNIT, _APPEND, _CALL, _CALL1, _SHAPE = "unit", "append", "call", "call1", "shape"
 
 
 def _spliced(children: list, splice: tuple[int, ...]) -> list:

@@ -1,9 +1,10 @@
 """Runtime: the IR of an artifact to a fast evaluator, state -> LegalSet. No compiler imports.
 
-At load the IR is verified (verify.py), every rule is specialised per target action (`self` and
-`cost` become constants), actions whose residual conditions are equal share a group, and the
-whole policy becomes one generated Python function (codegen.py) that tests each distinct
-condition once, in Kleene logic, and flags the actions of the groups that fire as removed.
+At load the IR is verified (verify.py; not the IR the compiler has just lowered), every rule is
+specialised per target action (`self` and `cost` become constants), actions whose residual
+conditions are equal share a group, and the whole policy becomes one generated Python function
+(codegen.py) that tests each distinct condition once, in Kleene logic, and flags the actions of
+the groups that fire as removed.
 Reasons are assembled lazily from the groups that fired.
 
 Rules that read the proposed call's arguments (`args.*`) are left out of that function: `legal`
@@ -114,14 +115,24 @@ class Policy:
 
     def __init__(self, policy: ir.PolicyIR) -> None:
         with ir.no_gc():
+            verify(policy)
             self._setup(policy)
+
+    @classmethod
+    def _of_lowered(cls, policy: ir.PolicyIR) -> Policy:
+        """The Policy of IR that the compiler has just lowered from checked source, not verified
+        again: its IR passes `verify` by construction (tests/test_differential.py and
+        tests/test_golden_ok.py hold it to that). IR from anywhere else goes through `Policy(ir)`."""
+        self = cls.__new__(cls)
+        with ir.no_gc():
+            self._setup(policy)
+        return self
 
     def _setup(self, policy: ir.PolicyIR) -> None:
         self.ir = policy
         self.name = policy.name
         self.actions = tuple(a.name for a in policy.actions)
         self._index = {a: i for i, a in enumerate(self.actions)}
-        verify(policy)
         self._intents = {i.name: frozenset(self._index[a] for a in i.allow) for i in policy.intents}
         self._fallback = policy.fallback
         self._fields = {f.path: f for f in policy.fields}

@@ -35,8 +35,9 @@ class Source:
 def stored_init(cls: type) -> type:
     """Give a frozen, slotted dataclass an `__init__` that stores each field through its slot's own
     descriptor: the same signature, defaults and frozen instances as dataclass's, at a third of the
-    cost (dataclass's goes through `object.__setattr__`, by name, once a field). The parser makes
-    millions of spans and nodes for a large policy."""
+    cost (dataclass's goes through `object.__setattr__`, by name, once a field); and `cls.make`,
+    which takes every field in order, positionally (a keyword-only signature costs a call its
+    keywords' matching). The parser makes millions of spans and nodes for a large policy."""
     positional, keywords, body, names = [], [], [], {}
     for f in dataclasses.fields(cls):
         if f.default_factory is not dataclasses.MISSING or not f.init:
@@ -49,10 +50,14 @@ def stored_init(cls: type) -> type:
         (keywords if f.kw_only else positional).append(param)
         body.append(f"    _set_{f.name}(self, {f.name})\n")
     params = ", ".join(["self", *positional, *(["*", *keywords] if keywords else [])])
-    exec(f"def __init__({params}):\n{''.join(body) or '    pass'}\n", names)
+    every = ", ".join(f.name for f in dataclasses.fields(cls))
+    names.update(_new=object.__new__, _cls=cls)
+    exec(f"def __init__({params}):\n{''.join(body) or '    pass'}\n"
+         f"def make({every}):\n    self = _new(_cls)\n{''.join(body)}    return self\n", names)
     init = names["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     cls.__init__ = init  # type: ignore[misc]
+    cls.make = staticmethod(names["make"])  # type: ignore[attr-defined]
     return cls
 
 

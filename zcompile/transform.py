@@ -35,6 +35,11 @@ class _Params(_Part):
 
 
 Tok = tuple  # a token: (text, start, end)
+# the nodes made most often, made from their fields in order (`make`: no keyword arguments to match)
+_Ident, _Name, _Num = A.Ident.make, A.Name.make, A.Num.make
+_LitNum, _LitMember = A.LitNum.make, A.LitMember.make
+_ActionDecl, _RuleDecl, _TargetActions = A.ActionDecl.make, A.RuleDecl.make, A.TargetActions.make
+_Compare, _InLit = A.Compare.make, A.InLit.make
 
 
 def _lo(v) -> int:
@@ -138,18 +143,18 @@ class Builder(Transformer):
     # names and literals
     def name(self, c):  # a NAME, or a soft keyword used as one
         text, start, end = c[0]
-        return A.Ident(text=text, span=Span(self.src, start, end))
+        return _Ident(text, Span(self.src, start, end))
 
     path = name
 
     def ref(self, c):
         ident = c[0]
-        return A.Name(path=ident.text, span=ident.span)
+        return _Name(ident.text, ident.span)
 
     def int_(self, c):
         tok = c[0]
         value = int(tok[0]) if len(tok[0]) <= 20 else MAX_INT + 1  # no 4,300-digit conversion
-        return A.LitNum(value=self._number(tok, value), span=self._tok(tok))
+        return _LitNum(self._number(tok, value), self._tok(tok))
 
     def float_(self, c):
         tok = c[0]
@@ -163,7 +168,7 @@ class Builder(Transformer):
 
     def member(self, c):
         ident = c[0]
-        return A.LitMember(name=ident, span=ident.span)
+        return _LitMember(ident, ident.span)
 
     def string(self, c):
         return A.LitString(value=self._unquote(c[0]), span=self._tok(c[0]))
@@ -232,8 +237,7 @@ class Builder(Transformer):
                 tags = r.value
             else:
                 cost = r.value
-        return A.ActionDecl(name=c[1], params=params, tags=tags, cost=cost, description=desc,
-                            span=self._span(c))
+        return _ActionDecl(c[1], params, tags, cost, desc, self._span(c))
 
     def params(self, c):  # "(" params ")"
         return _Params(_items(c[1:-1]), c[0][1], c[-1][2])
@@ -274,8 +278,7 @@ class Builder(Transformer):
     # rules
     def rule_decl(self, c):  # "rule" name ":" rule_body
         kind, target, cond, after = c[3].value
-        return A.RuleDecl(name=c[1], kind=kind, target=target, cond=cond, after=after,
-                          span=self._span(c))
+        return _RuleDecl(c[1], kind, target, cond, after, self._span(c))
 
     def requires(self, c):  # target "requires" expr
         return _Part(("requires", c[0], _expr(c[2]), ()), _lo(c[0]), _hi(c[2]))
@@ -291,7 +294,7 @@ class Builder(Transformer):
 
     def target_actions(self, c):
         part = c[0]
-        return A.TargetActions(names=part.value, span=Span(self.src, part.start, part.end))
+        return _TargetActions(part.value, Span(self.src, part.start, part.end))
 
     def target_tags(self, c):
         part = c[0]
@@ -332,13 +335,12 @@ class Builder(Transformer):
         return self._depth(A.Not(operand=_expr(c[1]), span=self._span(c)), c[1:])
 
     def compare(self, c):  # left CMP right
-        node = A.Compare(op=c[1][0], left=_expr(c[0]), right=_expr(c[2]), span=self._span(c))
+        node = _Compare(c[1][0], _expr(c[0]), _expr(c[2]), self._span(c))
         return self._depth(node, (c[0], c[2]))
 
     def in_lit(self, c):  # operand "not"? "in" set_lit
         items = c[-1]
-        node = A.InLit(operand=_expr(c[0]), items=tuple(map(_expr, items.items)),
-                       negated=len(c) == 4, span=self._span(c))
+        node = _InLit(_expr(c[0]), tuple(map(_expr, items.items)), len(c) == 4, self._span(c))
         return self._depth(node, (c[0], items))
 
     not_in_lit = in_lit
@@ -390,8 +392,8 @@ def _expr(node):
 
 
 _LITERAL_EXPR = {  # the literals (and names) that become expressions; every other node is one already
-    A.LitNum: lambda n: A.Num(value=n.value, span=n.span),
+    A.LitNum: lambda n: _Num(n.value, n.span),
     A.LitBool: lambda n: A.Bool(value=n.value, span=n.span),
-    A.Ident: lambda n: A.Name(path=n.text, span=n.span),
-    A.LitMember: lambda n: A.Name(path=n.name.text, span=n.name.span),
+    A.Ident: lambda n: _Name(n.text, n.span),
+    A.LitMember: lambda n: _Name(n.name.text, n.name.span),
 }

@@ -24,7 +24,7 @@ def summary(errors: int, warnings: int, files: int) -> str:
 def check_all(paths: tuple[str, ...], lower: bool = True):
     """Check every file; return [(path, IR or None, diagnostics)] having printed nothing. Without
     `lower`, only parse and check (the IR is None): the diagnostics are the same."""
-    from ..driver import check_source, compile_source, policy_files, read_source
+    from ..driver import check_diagnostics, compile_source, policy_files, read_source
 
     results = []
     for path in policy_files(list(paths)):
@@ -32,7 +32,7 @@ def check_all(paths: tuple[str, ...], lower: bool = True):
             if lower:
                 policy, diags = compile_source(read_source(path))
             else:
-                policy, diags = None, check_source(read_source(path)).diagnostics
+                policy, diags = None, check_diagnostics(read_source(path))
         except ZcError as exc:
             diags = exc.diagnostics or (Diagnostic("ZC0000", "error", str(exc), None, path=str(path)),)
             policy = None
