@@ -1,14 +1,14 @@
 """Lints: the ZC1xxx warnings, decided by enumerating the cases of the fields a question reads.
 
-Each (rule, action) question is answered by the runtime's own code generator (codegen.py): its
-keep-predicate is generated once, all of them compiled as one module, and mapped over the
-columns of the enumerated states (C-level iteration, no tree walking). The reference
-interpreter (interp.py) only folds the constants a condition mentions.
+Each (rule, action) question is answered by the runtime's own code generator (codegen.py): a
+rule's keep-predicate is written once, its constants as parameters, rules of one shape share one
+compiled factory, and each predicate is mapped over the columns of the enumerated states (C-level
+iteration, no tree walking). The reference interpreter (interp.py) only folds the constants a
+condition mentions.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import itertools
 import math
@@ -26,12 +26,11 @@ from .source import Span
 RISKY_TAGS = ("destructive", "publish", "money", "credential")
 LINT_BUDGET = 1 << 16  # most states enumerated to decide one lint; beyond it the lint stays silent
 LINT_WORK = 5_000_000  # most rule evaluations for all lints of a file; beyond it they stay silent
-PREFETCH = 256  # questions whose predicates are compiled ahead, with those of the one being asked
+PREFETCH = 256  # rules whose predicates are written ahead, compiled with those of a question
 ALLOW = re.compile(r"#.*?\bzc:\s*allow\(([^)]*)\)")  # `# zc: allow(ZC1004, …)` on a warning's line
-# in a generated predicate: a literal (string, number), a named constant, a variable (a field read)
-_CONSTANT = re.compile(r"""(?P<lit>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|(?<![\w.])\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)"""
-                       r"|(?P<const>\bK\d+\b)|(?P<var>\bv\d+\b)")
 _MISSING = object()
+_SELF, _COST = object(), object()  # in a rule's constants: the asked action's name and cost
+_MARKED = ir.ActionDef(_SELF, cost=_COST)  # the action a rule's predicate is written for
 _NOT_NUMBERS = frozenset({A.FieldRef, A.ActionRef, A.MemberRef, A.Bool})  # no constant number below
 
 
@@ -71,6 +70,18 @@ def substitute(expr: A.Expr, action: str, cost: float) -> A.Expr:
     return expr
 
 
+class _Parameters(codegen.Gen):
+    """A code generator that writes each constant as the next parameter (`c0`, `c1`, …), keeping
+    its value in `consts`: conditions that differ only in constants get the same source."""
+
+    __slots__ = ()
+
+    def const(self, value: object) -> str:
+        name = f"c{len(self.consts)}"
+        self.consts[name] = value
+        return name
+
+
 class Linter:
     """Decides lints by enumerating every distinct case of the fields a question reads."""
 
@@ -85,14 +96,16 @@ class Linter:
         self._facts_cache: dict[tuple, tuple | None] = {}
         self._enumerated: dict[frozenset, tuple | None] = {}  # question keys -> `_states`
         self._charged: set[tuple] = set()  # cases whose facts' work was counted
-        self._upcoming: list[tuple[A.RuleDecl, str]] = []  # (rule, action) in the order run() asks
-        self._ahead = 0  # how far into _upcoming predicates were compiled ahead
+        self._upcoming: list[tuple[A.RuleDecl, str]] = []  # each rule in the order run() first asks
+        # about it, with that question's action
+        self._ahead = 0  # how far into _upcoming predicates were written ahead
         self.work = 0
         self.exhausted = False
-        self._keeps: dict[tuple, tuple] | None = None  # question key -> (predicate, fields it reads)
+        self._keeps: dict[tuple, tuple] = {}  # question key -> (predicate, fields it reads)
+        self._templates: dict[int, tuple] = {}  # id(rule) -> (its factory, constants, fields read)
         self._namespace: dict[str, object] = {}  # the compiled predicate factories by name
-        self._factories: dict[str, str] = {}  # a predicate's shape (constants taken out) -> its factory
-        self._literals: dict[str, object] = {}  # a constant's text in generated code -> its value
+        self._factories: dict[str, str] = {}  # a factory's source (but its name) -> its name
+        self._domain_cache: dict[tuple, tuple | None] = {}  # (field, its constants) -> `_domain`
         self._indexes: dict[str, dict[str, int]] = {}  # enum field -> its members' places
 
     def warn(self, code: str, msg: str, span: Span | None, help: str | None = None) -> None:
@@ -106,11 +119,16 @@ class Linter:
         for r in rules:
             for t in k.targets[r.name.text]:
                 by_action[t].append(r)
-        self._upcoming = [(r, a.name.text) for a in k.actions for r in by_action[a.name.text]] + [
-            (r, t) for r in rules for t in sorted(k.targets[r.name.text])]
+        first: dict[int, tuple[A.RuleDecl, str]] = {}
         for a in k.actions:
+            for r in by_action[a.name.text]:
+                first.setdefault(id(r), (r, a.name.text))
+        self._upcoming = list(first.values())
+        for a in k.actions:
+            if self.exhausted:  # past the budget every question is undecided: no rule is walked
+                break
             name = a.name.text
-            cases = [(r, name) for r in by_action[name]]
+            cases = [self._case(r, name) for r in by_action[name]]
             verdict = self._exists(cases, want_keep=True) if cases else True
             if verdict is None and not self.exhausted:  # decide on the rules that can be: fewer
                 # rules, more states (past the budget, every question is undecided)
@@ -125,14 +143,15 @@ class Linter:
                         cases = rest
                 self.warn("ZC1001", f"action `{name}` can never be legal", a.name.span,
                             "no state satisfies "
-                            + ", ".join(f"`{r.name.text}`" for r, _ in cases)
+                            + ", ".join(f"`{r.name.text}`" for r, _, _ in cases)
                             + (" together" if len(cases) > 1 else ""))
         for r in rules:
-            cases = [(r, t) for t in sorted(k.targets[r.name.text])]
-            if not cases or all(self._exists([c], want_keep=False) is False for c in cases):
+            targets = sorted(k.targets[r.name.text])
+            if not targets or not self.exhausted and all(
+                    self._exists([self._case(r, t)], want_keep=False) is False for t in targets):
                 self.warn("ZC1002", f"rule `{r.name.text}` can never remove an action",
                             r.name.span, "its condition never goes against any of its targets"
-                            if cases else "it has no targets")
+                            if targets else "it has no targets")
         for a in k.actions:
             risky = [t.text for t in a.tags if t.text in RISKY_TAGS]
             if risky and not any(self._guards(r) for r in by_action[a.name.text]):
@@ -166,20 +185,18 @@ class Linter:
         question depends on, the action only through `self` / `cost`."""
         uses = self._uses.get(id(rule))
         if uses is None:
-            nodes = list(walk(rule.cond)) if rule.cond is not None else []
-            uses = self._uses[id(rule)] = (any(isinstance(e, A.SelfRef) for e in nodes),
-                                          any(isinstance(e, A.CostRef) for e in nodes))
+            kinds = {type(e) for e in walk(rule.cond)} if rule.cond is not None else set()
+            uses = self._uses[id(rule)] = (A.SelfRef in kinds, A.CostRef in kinds)
         return rule, action, (id(rule), action if uses[0] else None,
                               self.k.costs[action] if uses[1] else None)
 
-    def _exists(self, pairs: list[tuple[A.RuleDecl, str]], want_keep: bool) -> bool | None:
-        """Is there a state where every (rule, action) keeps (want_keep) / one removes its action?
+    def _exists(self, cases: list[tuple], want_keep: bool) -> bool | None:
+        """Is there a state where every case (`_case`) keeps (want_keep) / one removes its action?
 
         None when undecided (arithmetic between fields, or too many combinations).
         """
         if self.exhausted:
             return None
-        cases = [self._case(r, a) for r, a in pairs]
         keys = frozenset([c[2] for c in cases])
         key = (want_keep, keys)
         if key not in self._cache:
@@ -208,13 +225,15 @@ class Linter:
     def _states(self, every: list[tuple]) -> tuple[dict[str, list], int] | None:
         """The values to enumerate of each field the cases' facts read and how many states their
         whole domains hold; None when undecidable or past LINT_BUDGET."""
-        consts: dict[str, set] = {}
-        members: dict[str, set[str]] = {}
-        for facts in every:
-            for path, values in facts[0].items():
-                consts.setdefault(path, set()).update(values)
-            for path, names in facts[1].items():
-                members.setdefault(path, set()).update(names)
+        if len(every) == 1:
+            consts, members = every[0]
+        else:
+            consts, members = {}, {}
+            for facts in every:
+                for path, values in facts[0].items():
+                    consts.setdefault(path, set()).update(values)
+                for path, names in facts[1].items():
+                    members.setdefault(path, set()).update(names)
         found = self._domains(consts, members)
         if found is None:
             return None
@@ -228,77 +247,59 @@ class Linter:
 
     def _keeps_of(self, cases: list[tuple]) -> list[tuple]:
         """(generated predicate: does the action survive the rule, the field paths it takes in order)
-        of each case; the questions not asked before are compiled together, as one module."""
-        if self._keeps is None:
-            self._keeps, self._gen, self._lowered = {}, codegen.Gen(self.k.fields, {}), {}
+        of each case, made by its rule's factory; the factories not compiled yet are compiled
+        together with those of the next rules asked about, as one module."""
         keeps = self._keeps
-        new = {}
-        for case in cases:
-            if case[2] not in keeps and case[2] not in new:
-                new[case[2]] = self._source(case)
-        if new:  # compile the next questions' predicates with these: one compile() for many
-            ahead = self._upcoming[self._ahead:self._ahead + PREFETCH]
-            self._ahead += len(ahead)
-            for case in (self._case(r, a) for r, a in ahead):
-                if case[2] not in keeps and case[2] not in new and self._case_facts(case) is not None:
-                    new[case[2]] = self._source(case)
-            made, fresh = {}, {}
-            for key, (text, reads) in new.items():  # predicates of one shape share one factory
-                shape, values = self._shape(text)
-                if shape not in self._factories:
-                    fresh[shape] = self._factories[shape] = f"_k{len(self._factories)}"
-                made[key] = (self._factories[shape], values, reads)
-            if fresh:
+        new = {c[2]: c for c in cases if c[2] not in keeps}
+        if new:
+            fresh: dict[str, str] = {}
+            for case in new.values():
+                self._template(case, fresh)
+            if fresh:  # with the next rules' sources: one compile() for many
+                ahead = self._upcoming[self._ahead:self._ahead + PREFETCH]
+                self._ahead += len(ahead)
+                for r, a in ahead:
+                    if id(r) not in self._templates:
+                        case = self._case(r, a)
+                        if self._case_facts(case) is not None:
+                            self._template(case, fresh)
                 src = "".join(f"def {name}{shape}" for shape, name in fresh.items())
                 self._namespace.update(codegen.load(src, {}, f"<zc lints {self.k.name}>"))
-            for key, (name, values, reads) in made.items():
-                self._keeps[key] = (self._namespace[name](*values), reads)
+            for key, (rule, action, _) in new.items():
+                name, values, reads = self._templates[id(rule)]
+                if self._uses[id(rule)] != (False, False):
+                    cost = self.k.costs[action]
+                    values = [action if v is _SELF else cost if v is _COST else v for v in values]
+                keeps[key] = (self._namespace[name](*values), reads)
         return [keeps[c[2]] for c in cases]
 
-    def _shape(self, text: str) -> tuple[str, list]:
-        """A predicate's source (`(v3, v4):` and its body) as a factory's: the constants it reads
-        (literals and named constants) become the factory's parameters and its variables are named
-        by position, so that predicates differing only in those (`plan == p90 and step > 7`, `plan
-        == p53 and step > 3`) are compiled once, as one factory that makes each."""
-        values: list = []
-        names: dict[str, str] = {}
-
-        def take(m: re.Match) -> str:
-            token = m.group(0)
-            if m.lastgroup == "var":
-                return names.setdefault(token, f"a{len(names)}")
-            value = self._literals.get(token, _MISSING)
-            if value is _MISSING:
-                value = self._literals[token] = (self._gen.consts[token] if m.lastgroup == "const"
-                                                 else _literal(token))
-            values.append(value)
-            return f"c{len(values) - 1}"
-
-        params, body = _CONSTANT.sub(take, text).split(":\n", 1)
-        inner = "".join(f"    {line}\n" for line in body.splitlines())
-        args = ", ".join(f"c{i}" for i in range(len(values)))
-        return f"({args}):\n    def keep{params}:\n{inner}    return keep\n", values
-
-    def _source(self, case: tuple) -> tuple[str, tuple[str, ...]]:
-        """The keep-predicate of one question as a function's parameters and body, written by the
-        runtime's code generator, and the field paths it reads."""
-        gen = self._gen
-        rule, action, _ = case
+    def _template(self, case: tuple, fresh: dict[str, str]) -> None:
+        """The keep-predicate of a rule's questions, written once by the runtime's code generator
+        with its constants as parameters (`self` and `cost` among them, as markers): a factory that
+        makes each predicate from the constants. Rules of one shape (`plan == p90 and step > 7`,
+        `plan == p53 and step > 3`) share one factory; `fresh` gets those not compiled yet."""
+        rule = case[0]
+        if id(rule) in self._templates:
+            return
+        gen = _Parameters(self.k.fields, {})
         if rule.kind == "after":
-            test = gen.history_test(tuple(a.text for a in rule.after))
             reads: tuple[str, ...] = ("history",)
+            test = gen.history_test(tuple(a.text for a in rule.after))
             text = f"{gen.var('history')} is not None and {test.code.text}"
         else:
-            cond = self._lowered.get(id(rule))
-            if cond is None:
-                cond = self._lowered[id(rule)] = lower_expr(rule.cond)
-            test = gen.test(cond, ir.ActionDef(action, cost=self.k.costs[action]))
-            facts = self._case_facts(case)
-            reads = tuple(sorted(facts[0]))  # every field it reads has an entry
+            reads = tuple(sorted(self._case_facts(case)[0]))  # every field it reads has an entry
+            for p in reads:
+                gen.var(p)  # the parameters, in order
+            test = gen.test(lower_expr(rule.cond), _MARKED)
             keep = "False" if rule.kind == "forbid_when" else "True"
             text = f"({test.code.text}) is {keep}"
-        body = "".join(f"    {line}\n" for line in test.setup) + f"    return {text}\n"
-        return f"({', '.join(gen.var(p) for p in reads)}):\n{body}", reads
+        body = "".join(f"        {line}\n" for line in test.setup) + f"        return {text}\n"
+        shape = (f"({', '.join(gen.consts)}):\n    def keep({', '.join(gen.var(p) for p in reads)}):\n"
+                 f"{body}    return keep\n")
+        name = self._factories.get(shape)
+        if name is None:
+            name = fresh[shape] = self._factories[shape] = f"_k{len(self._factories)}"
+        self._templates[id(rule)] = (name, list(gen.consts.values()), reads)
 
     def _facts(self, case: tuple):
         """(constants per field, action names per set field) one case mentions; None if undecidable.
@@ -345,7 +346,8 @@ class Linter:
                 sides = (e.left, e.right) if t is A.Compare else (e.operand, *e.items)
                 fields = [s.path for s in sides if type(s) is A.FieldRef]
                 nums = [s.value if type(s) is A.Num else interp.evaluate(s, {}) for s in sides
-                        if type(s) is A.Num or not any(type(x) in _NOT_NUMBERS for x in walk(s))]
+                        if type(s) is A.Num or type(s) not in _NOT_NUMBERS
+                        and not any(type(x) in _NOT_NUMBERS for x in walk(s))]
                 named = [s.value for s in sides if type(s) is A.MemberRef]
                 for f in fields:
                     consts.setdefault(f, set()).update(n for n in nums if n is not None)
@@ -355,53 +357,55 @@ class Linter:
                 members.setdefault(e.field.path, set()).add(e.operand.name)
         return consts, members
 
-    def _member_index(self, path: str) -> dict[str, int]:
-        """An enum field's members by their place in its declaration."""
-        index = self._indexes.get(path)
-        if index is None:
-            index = self._indexes[path] = {m: i for i, m in enumerate(self.k.fields[path].members)}
-        return index
-
     def _domains(self, consts: dict[str, set], members: dict[str, set[str]]
                  ) -> tuple[dict[str, list], dict[str, int]] | None:
-        """The values to enumerate of each field a question reads, and how many its whole domain has.
+        """The values to enumerate of each field a question reads, and how many its whole domain has
+        (each field's made once for the constants, or set members, it is asked with)."""
+        domains: dict[str, list] = {}
+        sizes: dict[str, int] = {}
+        for path, values in consts.items():
+            kind = self.k.fields[path].kind
+            if kind == "set":
+                values = members.get(path, ())
+            # equal numbers of two types (7, 7.0) may make different points
+            key = (path, frozenset([(v, type(v)) for v in values] if kind in ("int", "float") else values))
+            found = self._domain_cache.get(key, _MISSING)
+            if found is _MISSING:
+                found = self._domain_cache[key] = self._domain(path, values)
+            if found is None:
+                return None
+            domains[path], sizes[path] = found
+        return domains, sizes
+
+    def _domain(self, path: str, consts: set) -> tuple[list, int] | None:
+        """The values to enumerate of one field (`consts`: the constants, or for a set the action
+        names, it is asked with) and how many its whole domain has; None for a text field.
 
         An enum's members that no condition of the question names all behave as one (conditions
         compare an enum field with named members, or with another field, which names them all), so
         one of them stands for the others: the answer is that of the whole domain."""
-        k = self.k
-        domains: dict[str, list] = {}
-        sizes: dict[str, int] = {}
-        for path in consts:
-            info = k.fields[path]
-            if info.kind == "enum":
-                index = self._member_index(path)
-                named = {m for m in consts[path] if m in index}
-                other = next((m for m in info.members if m not in named), None)
-                values: list = sorted(named if other is None else named | {other}, key=index.__getitem__)
-                sizes[path] = len(info.members) + info.may_be_absent
-            elif info.kind == "bool":
-                values = [False, True]
-            elif info.kind in ("int", "float"):
-                values = _numeric_points(sorted(consts[path]), info.kind == "int")
-            elif info.kind == "set":
-                names = sorted(members.get(path, ()))
-                values = [frozenset(c for c, bit in zip(names, bits) if bit)
-                          for bits in itertools.product((0, 1), repeat=len(names))]
-            else:
-                return None
-            if info.may_be_absent:
-                values.append(None)
-            domains[path] = values
-            sizes.setdefault(path, len(values))
-        return domains, sizes
-
-
-def _literal(token: str):
-    """The value of a string or number literal as the code generator writes them (`repr`)."""
-    if token[0] in "'\"":
-        return token[1:-1] if "\\" not in token else ast.literal_eval(token)
-    return int(token) if token.isdigit() else float(token)
+        info = self.k.fields[path]
+        if info.kind == "enum":
+            index = self._indexes.get(path)
+            if index is None:
+                index = self._indexes[path] = {m: i for i, m in enumerate(info.members)}
+            named = {m for m in consts if m in index}
+            other = next((m for m in info.members if m not in named), None)
+            values: list = sorted(named if other is None else named | {other}, key=index.__getitem__)
+            size = len(info.members) + info.may_be_absent
+        elif info.kind == "bool":
+            values = [False, True]
+        elif info.kind in ("int", "float"):
+            values = _numeric_points(sorted(consts), info.kind == "int")
+        elif info.kind == "set":
+            values = [frozenset()]  # every subset, in the order of product((0, 1), repeat=n)
+            for name in sorted(consts, reverse=True):
+                values += [v | {name} for v in values]
+        else:
+            return None
+        if info.may_be_absent:
+            values.append(None)
+        return values, size if info.kind == "enum" else len(values)
 
 
 def _witness(preds: list[tuple], domains: dict[str, list], want_keep: bool) -> bool:
@@ -414,6 +418,9 @@ def _witness(preds: list[tuple], domains: dict[str, list], want_keep: bool) -> b
     if not want_keep:
         return any(False in itertools.starmap(keep, itertools.product(*(domains[p] for p in reads)))
                    for keep, reads in preds)
+    if len(preds) == 1:  # one predicate: any row it keeps
+        keep, reads = preds[0]
+        return True in itertools.starmap(keep, itertools.product(*(domains[p] for p in reads)))
     budget = sum(math.prod(len(domains[p]) for p in reads) for _, reads in preds)
     found = _search(preds, domains, budget)
     return found if found is not None else _join(preds, domains)
