@@ -40,6 +40,8 @@ class Checked:
     diagnostics: tuple[Diagnostic, ...]
     params: dict[str, dict[str, FieldInfo] | None] = dataclasses.field(default_factory=dict)
     arg_rules: frozenset[str] = frozenset()  # rules whose condition reads `args.*`
+    lowered: dict[int, object] = dataclasses.field(default_factory=dict)  # id(condition) -> its IR,
+    # for the conditions the lints lowered (lower.py takes them from here)
 
     @property
     def name(self) -> str:

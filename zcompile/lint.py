@@ -290,7 +290,8 @@ class Linter:
             reads = tuple(sorted(self._case_facts(case)[0]))  # every field it reads has an entry
             for p in reads:
                 gen.var(p)  # the parameters, in order
-            test = gen.test(lower_expr(rule.cond), _MARKED)
+            cond = self.k.lowered[id(rule.cond)] = lower_expr(rule.cond)
+            test = gen.test(cond, _MARKED)
             keep = "False" if rule.kind == "forbid_when" else "True"
             text = f"({test.code.text}) is {keep}"
         body = "".join(f"        {line}\n" for line in test.setup) + f"        return {text}\n"

@@ -32,7 +32,7 @@ def lower(checked: Checked, source: Source) -> ir.PolicyIR:
             targets=tuple(sorted(checked.targets[r.name.text], key=order.__getitem__)),
             span=span_def(r.span),
             text=_one_line(r.cond.span.text) if r.cond is not None else ", ".join(a.text for a in r.after),
-            cond=expr(r.cond) if r.cond is not None else None,
+            cond=(checked.lowered.get(id(r.cond)) or expr(r.cond)) if r.cond is not None else None,
             after=tuple(a.text for a in r.after),
             reads=reads + (("history",) if r.kind == "after" else ()),
             args=args)
