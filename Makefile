@@ -17,7 +17,7 @@ venv: $(VENV)/.installed
 
 # the whole suite on every core (pytest-xdist; a module's tests on one worker, so that its fixtures
 # are built once; modules with a `slow` test first, tests/conftest.py), the 25 slowest listed at the end.
-# One worker more than cores: while one waits on a subprocess, a server or Ray, the third computes
+# One worker more than cores: while one waits on a subprocess, a server or Ray, the extra one computes
 # (on 2 cores 342 s against 390 s with two workers; BENCHMARKS.md)
 WORKERS := $(shell $(PYTHON) -c "import os; print(len(os.sched_getaffinity(0)) + 1)" 2>/dev/null || echo 3)
 test: venv
