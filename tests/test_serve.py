@@ -446,7 +446,8 @@ def test_time_queued_for_a_worker_counts_against_the_deadline(airline, stub, tmp
     from concurrent.futures import ThreadPoolExecutor
 
     stub.reset()
-    stub.behaviour, stub.delay_ms, stub.answer, stub.arguments = "slow", 300.0, "get_user_details", {
+    # 600 ms an answer, one at a time: were the time queued not counted, the sixth would answer at 3.6 s
+    stub.behaviour, stub.delay_ms, stub.answer, stub.arguments = "slow", 600.0, "get_user_details", {
         "user_id": "mia_li_3668"}
     timeout_ms = 800
     gw = Gateway(airline, stub.base_url, "stub-model", receipts=tmp_path / "r.jsonl", timeout_ms=timeout_ms, workers=1)
@@ -462,7 +463,9 @@ def test_time_queued_for_a_worker_counts_against_the_deadline(airline, stub, tmp
     gw.close()
     statuses = sorted(s for s, _, _ in got)
     assert set(statuses) <= {200, 504} and statuses[0] == 200 and statuses[-1] == 504, statuses
-    assert max(dt for _, dt, _ in got) < timeout_ms / 1000 + 0.5, [round(dt, 3) for _, dt, _ in got]
+    # 1 s of slack: six client threads, the server and its worker share one interpreter, and the
+    # suite's other workers its 2 cores (0.5 s was exceeded once under `make test`)
+    assert max(dt for _, dt, _ in got) < timeout_ms / 1000 + 1.0, [round(dt, 3) for _, dt, _ in got]
     for status, _, body in got:
         assert body["x_zc"]["receipt"], body  # every response names its receipt
     assert len(list(read(tmp_path / "r.jsonl"))) == 6
