@@ -35,10 +35,11 @@ class TName:
     path: str
 
 
-def check(policy: A.Policy, source: Source) -> Checked:
-    """Check a parsed policy; raise ZcError carrying all diagnostics if any is an error."""
+def check(policy: A.Policy, source: Source, lints: bool = True) -> Checked:
+    """Check a parsed policy; raise ZcError carrying all diagnostics if any is an error. Without
+    `lints` the ZC1000-ZC1004 warnings are not looked for (they never make an error)."""
     checker = _Checker(policy, source)
-    checked = checker.run()
+    checked = checker.run(lints)
     kept = (d for d in checker.diags if not allowed(d))  # a `# zc: allow(CODE)` comment on the line
     diags = tuple(sorted(kept, key=lambda d: (d.span.start if d.span else -1)))
     if any(d.is_error for d in diags):
@@ -69,7 +70,7 @@ class _Checker:
         self.diags.append(Diagnostic(code, "warning", msg, span, help, path=self.src.path))
 
     # ---- declarations -------------------------------------------------------------
-    def run(self) -> Checked:
+    def run(self, lints: bool = True) -> Checked:
         p = self.p
         for a in p.actions:
             if a.name.text in self.actions:
@@ -129,7 +130,7 @@ class _Checker:
             costs={n: (a.cost.value if a.cost else 0) for n, a in self.actions.items()},
             targets=targets, fallback=fallback, diagnostics=(), params=self.params,
             arg_rules=frozenset(self.arg_rules))
-        if not any(d.is_error for d in self.diags):
+        if lints and not any(d.is_error for d in self.diags):
             self.diags.extend(lint(checked, self.reads, self.src.path))
         return checked
 

@@ -21,10 +21,11 @@ def read_source(path: str | Path) -> Source:
     return decode(str(path), read_file(path, "policy", MAX_POLICY_BYTES))
 
 
-def check_source(source: Source) -> Checked:
-    """Parse and check; raise ZcError with every diagnostic when the policy has errors."""
+def check_source(source: Source, lints: bool = True) -> Checked:
+    """Parse and check; raise ZcError with every diagnostic when the policy has errors (the lints'
+    warnings too, unless `lints` is false)."""
     with ir.no_gc():  # the passes allocate many small objects and free few: skip the GC passes
-        return check(parse(source), source)
+        return check(parse(source), source, lints)
 
 
 def check_diagnostics(source: Source) -> tuple[Diagnostic, ...]:
@@ -48,19 +49,20 @@ def compile_source(source: Source) -> tuple[ir.PolicyIR, tuple[Diagnostic, ...]]
 
 
 def compile_text(text: str, name: str = "<string>") -> Policy:
-    """Compile policy source text straight to a runtime Policy (warnings are dropped)."""
+    """Compile policy source text straight to a runtime Policy (warnings are not looked for: the
+    lints run in `zc check`, `zc compile` and the language server, which show them)."""
     return _load(Source(name, text))
 
 
 def compile_file(path: str | Path) -> Policy:
-    """Compile a `.zc` file straight to a runtime Policy (warnings are dropped)."""
+    """Compile a `.zc` file straight to a runtime Policy (warnings are not looked for)."""
     return _load(read_source(path))
 
 
 def _load(source: Source) -> Policy:
     """Check, lower and load; the IR just lowered is not verified (`Policy._of_lowered`)."""
     with ir.no_gc():
-        return Policy._of_lowered(lower(check_source(source), source))
+        return Policy._of_lowered(lower(check_source(source, lints=False), source))
 
 
 def artifact_bytes(policy: ir.PolicyIR) -> bytes:
