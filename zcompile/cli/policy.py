@@ -136,12 +136,12 @@ def legal_cmd(artifact: str, state_path: str, intent: str | None, call_json: str
         click.echo(f"fallback: no action is legal; returning the fallback `{result.actions[0]}`")
     click.echo("legal: " + ", ".join(result.actions))
     if result.removed:
-        click.echo("removed:")
+        lines = ["removed:"]  # written at once: a big policy removes tens of thousands
         for action, reasons in result.removed.items():
-            click.echo(f"  {action}")
-            for r in reasons:
-                where = f" at {r.span}" if r.span else ""
-                click.echo(f"    - {r.rule} ({r.kind}){where}: {r.message}")
+            lines.append(f"  {action}")
+            lines.extend(f"    - {r.rule} ({r.kind}){f' at {r.span}' if r.span else ''}: {r.message}"
+                         for r in reasons)
+        click.echo("\n".join(lines))
 
 
 def _print_verdict(policy, call, verdict, as_json: bool) -> None:
