@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from zcompile.driver import compile_source, read_source
+from zcompile.driver import compile_file, compile_source, read_source
 from zcompile.testing import compile_policy, load_suite, run_case, suite_files
 
 ROOT = Path(__file__).parents[1]
@@ -37,7 +37,8 @@ def test_no_golden_state_outside_a_test_file():
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
 def test_shipped_and_golden_policies_compile(source):
-    _, diagnostics = compile_source(read_source(source))
+    policy, diagnostics = compile_source(read_source(source))
+    assert compile_file(source).ir == policy  # without the lints, the same IR as `zc compile` writes
     if source.parent.name == "policies":  # shipped policies are examples users copy: no warnings
         assert [d.render() for d in diagnostics] == []  # airline_chat allows ZC1004 on its feature fields
 
