@@ -70,7 +70,7 @@ class _Checker:
         self.diags.append(Diagnostic(code, "warning", msg, span, help, path=self.src.path))
 
     # ---- declarations -------------------------------------------------------------
-    def run(self, lints: bool = True) -> Checked:
+    def run(self, lints: bool) -> Checked:
         p = self.p
         for a in p.actions:
             if a.name.text in self.actions:

@@ -59,10 +59,16 @@ def compile_file(path: str | Path) -> Policy:
     return _load(read_source(path))
 
 
+def lower_source(source: Source) -> ir.PolicyIR:
+    """Check (without the lints, whose warnings a caller of this does not show) and lower."""
+    with ir.no_gc():
+        return lower(check_source(source, lints=False), source)
+
+
 def _load(source: Source) -> Policy:
     """Check, lower and load; the IR just lowered is not verified (`Policy._of_lowered`)."""
     with ir.no_gc():
-        return Policy._of_lowered(lower(check_source(source, lints=False), source))
+        return Policy._of_lowered(lower_source(source))
 
 
 def artifact_bytes(policy: ir.PolicyIR) -> bytes:

@@ -100,11 +100,11 @@ def _signature(text: str) -> list[tuple[str, str]]:
 
 
 def _identity(path: str, text: str) -> str | None:
-    from .driver import compile_source
+    from .driver import lower_source
     from .ir import identity
 
     try:
-        return identity(compile_source(Source(path, text))[0])
+        return identity(lower_source(Source(path, text)))
     except ZcError:
         return None  # a policy with errors has no identity: the tokens are compared alone
 
