@@ -1,5 +1,6 @@
 """The shipped specialist is reproducible: distilling the bundled receipts as `make distill` does rebuilds
-it, every file byte for byte but for the times it measured; and the comparison itself finds any other change."""
+it, every file byte for byte but for the times it measured; and the comparison itself finds any other
+change."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ SHIPPED = ROOT / "specialists" / "airline_chat"
 
 @pytest.mark.slow
 def test_make_distill_rebuilds_the_shipped_specialist(tmp_path, monkeypatch):
-    monkeypatch.chdir(ROOT)  # the manifest records the receipts' path as given: `receipts/` as in the Makefile
+    # the manifest records the receipts' path as given: `receipts/` as in the Makefile
+    monkeypatch.chdir(ROOT)
     policy = zcompile.compile_file(ROOT / "policies" / "airline_chat.zc")
     out = tmp_path / "airline_chat"
     distill(["receipts/"], policy, out, Settings(guarantee="conformal"), name="airline_chat")
@@ -45,7 +47,8 @@ def test_only_the_measured_times_may_differ(tmp_path, capsys):
     params = m.model.params | {"train_seconds": 1234.5}
     _reseal(d, model=msgspec.structs.replace(m.model, params=params),
             metrics=m.metrics | {"latency_us": {"n": 1, "p50": 1.0, "p99": 2.0}},
-            gate=msgspec.structs.replace(m.gate, key=(*m.gate.key[:-1], -0.001)))  # -p50 ms, the gate's last key
+            # -p50 ms, the gate's last key
+            gate=msgspec.structs.replace(m.gate, key=(*m.gate.key[:-1], -0.001)))
     assert differences(d, SHIPPED) == []
     assert main([str(d), str(SHIPPED)]) == 0 and "byte for byte" in capsys.readouterr().out
 
@@ -62,7 +65,8 @@ def test_only_the_measured_times_may_differ(tmp_path, capsys):
     (model / "model.onnx").write_bytes((SHIPPED / "model.onnx").read_bytes() + b"\0")
     (model / "notes.txt").write_text("mine")
     found = differences(model, SHIPPED)
-    assert found[0].startswith("files: ") and "notes.txt" in found[0] and "model.onnx: the bytes differ" in found
+    assert (found[0].startswith("files: ") and "notes.txt" in found[0]
+            and "model.onnx: the bytes differ" in found)
 
     report = _copy(tmp_path, "report")
     (report / "report.md").write_text("edited\n")

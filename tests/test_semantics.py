@@ -146,7 +146,8 @@ def test_targets_list_tags_and_star():
 
 
 def test_self_and_cost_and_arithmetic():
-    p = policy("rule r: forbid * when cost * 2 > units + 1\nrule s: forbid * when self == read and units == 99\n")
+    p = policy("rule r: forbid * when cost * 2 > units + 1\nrule s: forbid * when self == read and units == "
+               "99\n")
     assert p.legal({**S, "units": 4}).actions == ("read", "escalate")
     assert removed_by(p.legal({**S, "units": 99}), "read") == ["s"]
 

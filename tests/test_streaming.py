@@ -110,7 +110,8 @@ def test_parquet_receipts_distil_like_json_lines(policy, receipts, tmp_path):
     write_file(tmp_path / "r.parquet", read(receipts))
     a = Q.distill([receipts], policy, tmp_path / "a", Q.Settings(model="logistic")).manifest
     b = Q.distill([tmp_path / "r.parquet"], policy, tmp_path / "b", Q.Settings(model="logistic")).manifest
-    assert (a.splits, a.features, a.threshold, a.calibration) == (b.splits, b.features, b.threshold, b.calibration)
+    assert (a.splits, a.features, a.threshold,
+            a.calibration) == (b.splits, b.features, b.threshold, b.calibration)
     assert a.model.sha256 == b.model.sha256
     assert msgspec.json.encode(a.metrics["coverage"]) == msgspec.json.encode(b.metrics["coverage"])
 

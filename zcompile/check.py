@@ -105,7 +105,8 @@ class _Checker:
                 if self.reads_args:
                     self.arg_rules.add(rule.name.text)
             rules.append(rule if cond is rule.cond else A.RuleDecl(
-                name=rule.name, kind=rule.kind, target=rule.target, cond=cond, after=rule.after, span=rule.span))
+                name=rule.name, kind=rule.kind, target=rule.target, cond=cond, after=rule.after,
+                span=rule.span))
         self._unique("ZC0105", "tier", p.tiers)
         self._text_tier(p.tiers)
         self._unique("ZC0106", "route", p.routes)
@@ -172,9 +173,12 @@ class _Checker:
         for extra in text[1:]:
             self.err("ZC0114", f"more than one text tier: `{extra.name.text}`", extra.text.span,
                      f"`{text[0].name.text}` on line {text[0].span.line} is already the text tier")
-        if text and not any(t.text == "reply" for a in self.actions.values() for t in a.tags):  # tools.REPLY_TAG
-            self.warn("ZC1006", f"text tier `{text[0].name.text}` is never asked: no action is tagged `reply`",
-                      text[0].text.span, "tag the reply action (`action respond tags(control, reply)`), or drop `text`")
+        # tools.REPLY_TAG
+        if text and not any(t.text == "reply" for a in self.actions.values() for t in a.tags):
+            self.warn("ZC1006", f"text tier `{text[0].name.text}` is never asked: no action is tagged "
+                                "`reply`",
+                      text[0].text.span, "tag the reply action (`action respond tags(control, reply)`), or "
+                                         "drop `text`")
 
     def _params(self, a: A.ActionDecl) -> dict[str, FieldInfo] | None:
         if a.params is None:
@@ -525,9 +529,9 @@ class _Checker:
             self.err("ZC0303", f"arithmetic needs numbers, found `{t}`", e.span)
         return new
 
-    def _compare(self, e, op, l, r, in_rule):
-        nl, lt = self._expr(l, in_rule)
-        nr, rt = self._expr(r, in_rule)
+    def _compare(self, e, op, left, right, in_rule):
+        nl, lt = self._expr(left, in_rule)
+        nr, rt = self._expr(right, in_rule)
         context = lambda t: t if isinstance(t, TEnum) or t in (T_ACTION, T_ERR) else None  # noqa: E731
         if isinstance(lt, TName) and isinstance(rt, TName):
             nl, lt = self._bare(nl, None)  # report the left one; the right is then moot
@@ -540,7 +544,7 @@ class _Checker:
         if T_ERR in (lt, rt):
             return new, T_BOOL
         if op in ("<", "<=", ">", ">="):
-            bad = next(((side, t) for side, t in ((l, lt), (r, rt)) if t != T_NUM), None)
+            bad = next(((side, t) for side, t in ((left, lt), (right, rt)) if t != T_NUM), None)
             if bad:
                 self.err("ZC0302", f"`{op}` compares numbers, found `{bad[1]}`", bad[0].span)
             return new, T_BOOL

@@ -106,7 +106,8 @@ class Gen:
             read = leaf if not guards else \
                 f"({leaf} if {' is not None and '.join(guards)} is not None else None)"
             if f.kind == "set":
-                default = self.const(frozenset(f.default or ())) if f.has_default else "None"
+                members = f.default if isinstance(f.default, tuple) else ()
+                default = self.const(frozenset(members)) if f.has_default else "None"
                 lines.append(f"    {var} = {read}\n"
                              f"    {var} = frozenset({var}) if {var} is not None else {default}")
             elif f.has_default:
@@ -151,9 +152,9 @@ class Gen:
                 return self._out(f"(None if ({t} := {c.text}) is None else len({t}))", True,
                                  c.height + 2)
             case ir.Self():
-                return Code(self.const(action.name), False)
+                return Code(self.const(_judged(action).name), False)
             case ir.Cost():
-                return Code(self.const(action.cost), False)
+                return Code(self.const(_judged(action).cost), False)
             case ir.Not(operand=o):
                 return self._lift(self._expr(o, action), lambda x: f"not {x}")
             case ir.And(operands=ops) | ir.Or(operands=ops):
@@ -180,7 +181,8 @@ class Gen:
         raise ZcError(f"corrupt artifact: unknown expression {e!r}")
 
     def _lift(self, c: Code, apply: Callable[[str], str]) -> Code:
-        """`apply` (one operand's text -> an expression) over a value that may be unknown: unknown stays unknown."""
+        """`apply` (one operand's text -> an expression) over a value that may be unknown: unknown stays
+        unknown."""
         if not c.maybe:
             return self._out(f"({apply(c.text)})", False, c.height + 1)
         t = self._t()
@@ -257,20 +259,23 @@ def legal_program(p: ir.PolicyIR, gen: Gen, index: dict[str, int],
     static: set[int] = set()
     memo: dict[ir.Expr, Test] = {}  # action-free condition -> its test (same Gen, same text)
     # (keep if, setup, text) of a test -> (keep if and test, its groups, the targets they remove)
-    shared: dict[tuple, tuple[tuple[bool, Test], list[int], dict[int, None]]] = {}
+    shared: dict[tuple[bool, tuple[str, ...], str], tuple[tuple[bool, Test], list[int], dict[int, None]]] = {}
     for ri, rule in enumerate(p.rules, start=1):
         if ri - 1 in skip:
             continue
         by_test: dict[tuple[bool, Test], list[int]] = {}  # (keep if, condition) -> targets
+        cond = rule.cond
         if rule.kind == "after":
             by_test[(True, gen.history_test(rule.after))] = [index[n] for n in rule.targets]
-        elif (test := memo.get(rule.cond)) is not None or not _reads_action(rule.cond):
+        elif cond is None:
+            raise ValueError(f"rule `{rule.name}`: a `{rule.kind}` rule without a condition")
+        elif (test := memo.get(cond)) is not None or not _reads_action(cond):
             if test is None:
-                test = memo[rule.cond] = gen.test(rule.cond, None)
+                test = memo[cond] = gen.test(cond, None)
             by_test[(rule.kind != "forbid_when", test)] = [index[n] for n in rule.targets]
         else:
             for name in rule.targets:
-                key = (rule.kind != "forbid_when", gen.test(rule.cond, p.actions[index[name]]))
+                key = (rule.kind != "forbid_when", gen.test(cond, p.actions[index[name]]))
                 by_test.setdefault(key, []).append(index[name])
         for key, targets in by_test.items():
             keep_if, test = key
@@ -323,11 +328,20 @@ def _reads_action(e: ir.Expr) -> bool:
     return False
 
 
+def _judged(action: ir.ActionDef | None) -> ir.ActionDef:
+    """The action a condition reading `self` or `cost` is judged for (there is one)."""
+    if action is None:
+        raise ValueError("`self` and `cost` are read only when one action is judged")
+    return action
+
+
 def check_program(p: ir.PolicyIR, gen: Gen, action: ir.ActionDef, rules: tuple[int, ...]) -> str:
     """Source of `_check(st, args) -> bit j set when argument rule rules[j] goes against `action``."""
     body = ["    fired = 0"]
     for j, ri in enumerate(rules):
         rule = p.rules[ri]
+        if rule.cond is None:
+            raise ValueError(f"rule `{rule.name}`: an argument rule without a condition")
         body.append(gen.test(rule.cond, action).statements(f"fired |= {gen.const(1 << j)}",
                                                            rule.kind != "forbid_when"))
     return function("_check", "st, args", gen, body, "return fired")

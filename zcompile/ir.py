@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import hashlib
+import os
 import sys
-from collections.abc import Iterator
-from typing import Literal, Union
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
 
 import msgspec
 
@@ -49,7 +50,7 @@ class Len(msgspec.Struct, frozen=True, tag="len"):
 
 
 class Const(msgspec.Struct, frozen=True, tag="const"):
-    value: Union[bool, int, float, str]
+    value: bool | int | float | str
 
 
 class Self(msgspec.Struct, frozen=True, tag="self"):
@@ -80,7 +81,7 @@ class Cmp(msgspec.Struct, frozen=True, tag="cmp"):
 
 class InConst(msgspec.Struct, frozen=True, tag="in_const"):
     operand: Expr
-    values: tuple[Union[bool, int, float, str], ...]
+    values: tuple[bool | int | float | str, ...]
     negated: bool
 
 
@@ -100,8 +101,8 @@ class Neg(msgspec.Struct, frozen=True, tag="neg"):
     operand: Expr
 
 
-Expr = Union[Field, Arg, Len, Const, Self, Cost, Not, And, Or, Cmp, InConst, InSet, Arith, Neg]
-Scalar = Union[bool, int, float, str]
+Expr = Field | Arg | Len | Const | Self | Cost | Not | And | Or | Cmp | InConst | InSet | Arith | Neg
+Scalar = bool | int | float | str
 
 
 def children(e: Expr) -> tuple[Expr, ...]:
@@ -110,21 +111,22 @@ def children(e: Expr) -> tuple[Expr, ...]:
     return () if get is None else get(e)
 
 
-def _operand(e) -> tuple[Expr]:
+def _operand(e: Len | Not | Neg | InConst | InSet) -> tuple[Expr]:
     return (e.operand,)
 
 
-def _sides(e) -> tuple[Expr, Expr]:
+def _sides(e: Cmp | Arith) -> tuple[Expr, Expr]:
     return (e.left, e.right)
 
 
-def _operands(e) -> tuple[Expr, ...]:
+def _operands(e: And | Or) -> tuple[Expr, ...]:
     return e.operands
 
 
 # the expressions with sub-expressions, and where they hold them (the others are leaves)
-_CHILDREN = {Len: _operand, Not: _operand, Neg: _operand, InConst: _operand, InSet: _operand,
-             Cmp: _sides, Arith: _sides, And: _operands, Or: _operands}
+_CHILDREN: dict[type, Callable[[Any], tuple[Expr, ...]]] = {
+    Len: _operand, Not: _operand, Neg: _operand, InConst: _operand, InSet: _operand,
+    Cmp: _sides, Arith: _sides, And: _operands, Or: _operands}
 
 
 # ---- declarations -------------------------------------------------------------------------
@@ -134,7 +136,7 @@ class FieldDef(msgspec.Struct, frozen=True):
     members: tuple[str, ...] = ()
     optional: bool = False
     has_default: bool = False
-    default: Union[Scalar, tuple[str, ...], None] = None
+    default: Scalar | tuple[str, ...] | None = None
 
     @property
     def may_be_absent(self) -> bool:
@@ -151,15 +153,15 @@ class ParamDef(msgspec.Struct, frozen=True):
 class ActionDef(msgspec.Struct, frozen=True):
     name: str
     tags: tuple[str, ...] = ()
-    cost: Union[int, float] = 0
-    description: Union[str, None] = None
-    params: Union[tuple[ParamDef, ...], None] = None  # None: no signature, arguments unchecked
+    cost: int | float = 0
+    description: str | None = None
+    params: tuple[ParamDef, ...] | None = None  # None: no signature, arguments unchecked
 
 
 class IntentDef(msgspec.Struct, frozen=True):
     name: str
     allow: tuple[str, ...]
-    description: Union[str, None] = None
+    description: str | None = None
 
 
 class RuleDef(msgspec.Struct, frozen=True):
@@ -168,7 +170,7 @@ class RuleDef(msgspec.Struct, frozen=True):
     targets: tuple[str, ...]
     span: SpanDef
     text: str  # the condition (or the `after` list) as written
-    cond: Union[Expr, None] = None
+    cond: Expr | None = None
     after: tuple[str, ...] = ()
     reads: tuple[str, ...] = ()  # state fields the condition reads
     args: tuple[str, ...] = ()  # arguments the condition reads: judged by `check`, not `legal`
@@ -179,8 +181,8 @@ class TierDef(msgspec.Struct, frozen=True, omit_defaults=True):
     the bytes and the identity it had before the option existed: `max_ms` and `cost` are always written)."""
 
     name: str
-    max_ms: Union[int, float, None]
-    cost: Union[int, float, None]
+    max_ms: int | float | None
+    cost: int | float | None
     text: bool = False
 
 
@@ -188,7 +190,7 @@ class RouteDef(msgspec.Struct, frozen=True):
     name: str
     tiers: tuple[str, ...]
     span: SpanDef
-    when: Union[Expr, None] = None
+    when: Expr | None = None
 
 
 class PolicyIR(msgspec.Struct, frozen=True):
@@ -240,7 +242,7 @@ def identity(policy: PolicyIR) -> str:
     return hashlib.sha256(msgspec.json.encode(data)).hexdigest()
 
 
-def is_artifact(path) -> bool:
+def is_artifact(path: str | os.PathLike[str]) -> bool:
     """Whether the file at `path` starts as `dumps` writes an artifact (what `zc compile` may replace)."""
     head = msgspec.json.encode({"format": FORMAT})[:-1] + b","
     with open(path, "rb") as f:

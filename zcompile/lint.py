@@ -22,7 +22,6 @@ from .errors import Diagnostic
 from .lower import expr as lower_expr
 from .source import Span
 
-
 RISKY_TAGS = ("destructive", "publish", "money", "credential")
 LINT_BUDGET = 1 << 16  # most states enumerated to decide one lint; beyond it the lint stays silent
 LINT_WORK = 5_000_000  # most rule evaluations for all lints of a file; beyond it they stay silent

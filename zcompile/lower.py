@@ -48,7 +48,8 @@ def lower(checked: Checked, source: Source) -> ir.PolicyIR:
                                    description=i.description) for i in p.intents),
         rules=rules,
         tiers=tuple(ir.TierDef(name=t.name.text, max_ms=t.max_ms.value if t.max_ms else None,
-                               cost=t.cost.value if t.cost else None, text=t.text is not None) for t in p.tiers),
+                               cost=t.cost.value if t.cost else None, text=t.text is not None)
+                    for t in p.tiers),
         routes=tuple(ir.RouteDef(name=r.name.text, tiers=tuple(t.text for t in r.tiers),
                                  span=span_def(r.span),
                                  when=expr(r.when) if r.when is not None else None)

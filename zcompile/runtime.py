@@ -15,7 +15,7 @@ the legal set, and those rules, generated into one small function per action.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import compress
 from pathlib import Path
@@ -137,7 +137,7 @@ class Policy:
         self._fallback = policy.fallback
         self._fields = {f.path: f for f in policy.fields}
         self._schemas = {s: Schema(policy.fields, self.actions, s) for s in (False, True)}
-        self._action_evals: dict[str, Any] = {}
+        self._action_evals: dict[str, tuple[Callable[..., Any], tuple[int, ...]]] = {}
         self._arg_rules = frozenset(i for i, r in enumerate(policy.rules) if r.args)
         self._program = codegen.legal_program(
             policy, codegen.Gen(self._fields, self._schemas[False].attrs), self._index,
@@ -147,12 +147,12 @@ class Policy:
         # because it is outside the intent or a constant rule removes it; copied per evaluation.
         # An intent's flags are made on its first use: n bytes each, so making all of them at load
         # would cost actions x intents
-        self._base = {None: _flags(len(self.actions), self._program.static)}
+        self._base: dict[str | None, bytes] = {None: _flags(len(self.actions), self._program.static)}
         namespace = codegen.load(self._program.source, self._program.gen.consts, self._label())
         self._eval, self._route = namespace["_eval"], namespace["_route"]
         self._params = {a.name: ({p.name: p for p in a.params} if a.params is not None else None)
                         for a in policy.actions}
-        self._checks: dict[str, tuple[Any, tuple[int, ...]]] = {}
+        self._checks: dict[str, tuple[Callable[..., Any], tuple[int, ...]]] = {}
         self._reads_cost: dict[str, bool] = {}  # rule name -> its condition reads `cost`
 
     @functools.cached_property
@@ -243,7 +243,7 @@ class Policy:
         legal = set(self.legal(state, intent).actions)
         return [t for t, n in zip(tools, names) if n in legal]
 
-    def _action_eval(self, action: str):
+    def _action_eval(self, action: str) -> tuple[Callable[..., Any], tuple[int, ...]]:
         """(the generated evaluator restricted to the groups that can remove `action`, returning
         (fired, removed) like the whole one; the indices of those groups). Made on first use."""
         got = self._action_evals.get(action)
@@ -280,7 +280,7 @@ class Policy:
                     args[name]))
         return reasons, values
 
-    def _check_fn(self, action: str):
+    def _check_fn(self, action: str) -> tuple[Callable[..., Any], tuple[int, ...]]:
         """(generated function, rule indices) judging the argument rules that target `action`."""
         got = self._checks.get(action)
         if got is None:
@@ -333,7 +333,7 @@ class Policy:
 
     # ---- reasons -------------------------------------------------------------------------------
     def _explain(self, root: Any, fired: list[int], intent: str | None,
-                 removed: list[str], groups=None) -> dict[str, tuple[Reason, ...]]:
+                 removed: list[str], groups: Iterable[int] | None = None) -> dict[str, tuple[Reason, ...]]:
         """Every reason each action of `removed` was removed; `fired`: the groups that fired;
         `groups`: the indices of the groups to look at (default: all)."""
         reasons: dict[str, list[Reason]] = {a: [] for a in removed}
@@ -363,7 +363,7 @@ class Policy:
                 reasons[a].append(self._reason(rule, a, values))
         return {a: tuple(rs) for a, rs in reasons.items()}
 
-    def _reason(self, rule: ir.RuleDef, action: str, values) -> Reason:
+    def _reason(self, rule: ir.RuleDef, action: str, values: tuple[tuple[str, Any], ...]) -> Reason:
         cost = self.ir.actions[self._index[action]].cost
         reads_cost = self._reads_cost.get(rule.name)
         if reads_cost is None:
@@ -390,7 +390,7 @@ class Policy:
 _FLIP = bytes([1, 0]) + bytes(254)  # removed flag -> legal flag
 
 
-def _flags(n: int, on) -> bytes:
+def _flags(n: int, on: Iterable[int]) -> bytes:
     """n bytes, 1 at the indices in `on`."""
     out = bytearray(n)
     for i in on:

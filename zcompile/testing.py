@@ -124,7 +124,8 @@ def load_suite(path: str | Path, text: str | None = None) -> LoadedSuite:
             known = (Call if at.endswith(".call") else Case if at.endswith("]") else Suite).__struct_fields__
             hint = did_you_mean(unknown.group(1), known)
             at, msg = f"{at}.{unknown.group(1)}", "unknown key" + (f" ({hint})" if hint else
-                                                                  f" (a {'case' if at.endswith(']') else 'file'} "
+                                                                  " (a "
+                                                                  f"{'case' if at.endswith(']') else 'file'} "
                                                                   f"takes {', '.join(known)})")
         raise _problem(p, node, at, msg) from None
     if suite.version != VERSION:
@@ -224,7 +225,8 @@ def _why(reasons) -> str:
 def run_case(compiled: Compiled, case: Case, at: str = "$") -> CaseResult:
     """Run one case (`at`: its `$.cases[i]` path in its file) against a compiled policy."""
     t0 = time.perf_counter()
-    wrong = _flat_keys(case.state, set(compiled.checked.fields), at + ".state") + _unknown_names(compiled, case, at)
+    wrong = (_flat_keys(case.state, set(compiled.checked.fields), at + ".state")
+             + _unknown_names(compiled, case, at))
     if not wrong:
         try:
             diff = _legal_diff(compiled.policy, case) if case.legal is not None \
@@ -236,7 +238,8 @@ def run_case(compiled: Compiled, case: Case, at: str = "$") -> CaseResult:
                       time.perf_counter() - t0, wrong[0][0])
 
 
-def _flat_keys(state: Mapping[str, Any], fields: set[str], at: str, prefix: str = "") -> list[tuple[str, str]]:
+def _flat_keys(state: Mapping[str, Any], fields: set[str], at: str, prefix: str = "") -> list[tuple[
+    str, str]]:
     """A state key written flat (`"user.role": …`) would be ignored: say how to nest it."""
     out = []
     for key, value in state.items():
@@ -400,7 +403,8 @@ class Coverage:
             return _BOOL
         checked = self.compiled.checked
         for e in A.walk(leaf):
-            if isinstance(e, A.FieldRef) and (f := checked.fields.get(e.path)) is not None and f.may_be_absent:
+            if isinstance(e, A.FieldRef) and (f := checked.fields.get(
+                e.path)) is not None and f.may_be_absent:
                 return _KLEENE
             if isinstance(e, A.ArgRef) and any(
                     (p := (checked.params.get(t) or {}).get(e.name)) is not None and p.optional

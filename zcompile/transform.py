@@ -36,10 +36,10 @@ class _Params(_Part):
 
 Tok = tuple  # a token: (text, start, end)
 # the nodes made most often, made from their fields in order (`make`: no keyword arguments to match)
-_Ident, _Name, _Num = A.Ident.make, A.Name.make, A.Num.make
-_LitNum, _LitMember = A.LitNum.make, A.LitMember.make
-_ActionDecl, _RuleDecl, _TargetActions = A.ActionDecl.make, A.RuleDecl.make, A.TargetActions.make
-_Compare, _InLit = A.Compare.make, A.InLit.make
+_Ident, _Name, _Num = A.maker(A.Ident), A.maker(A.Name), A.maker(A.Num)
+_LitNum, _LitMember = A.maker(A.LitNum), A.maker(A.LitMember)
+_ActionDecl, _RuleDecl, _TargetActions = A.maker(A.ActionDecl), A.maker(A.RuleDecl), A.maker(A.TargetActions)
+_Compare, _InLit = A.maker(A.Compare), A.maker(A.InLit)
 
 
 def _lo(v) -> int:

@@ -58,7 +58,8 @@ class Query:
     where: dict[str, str]
 
     def doc(self) -> dict[str, Any]:
-        return {"subject": self.subject, "action": self.action, "resource": self.resource, "context": self.context}
+        return {"subject": self.subject, "action": self.action, "resource": self.resource,
+                "context": self.context}
 
 
 def body_object(raw: bytes) -> dict[str, Any]:
@@ -152,7 +153,8 @@ def evaluations(body: dict[str, Any]) -> tuple[list[Query] | None, str]:
                 merged[key], where[key] = body[key], f"$.{key}"
         for key in ("subject", "action", "resource"):
             if key not in merged:
-                raise BadInput(f"{at}.{key}: required field is missing (in the evaluation or at the top level)")
+                raise BadInput(f"{at}.{key}: required field is missing (in the evaluation or at the top "
+                               "level)")
         parts = {k: _part(merged, k, where[k]) for k in ("subject", "action", "resource")}
         out.append(Query(parts["subject"], parts["action"], parts["resource"],
                          _context(merged, where.get("context", f"{at}.context")),

@@ -59,8 +59,8 @@ class NoiseFloor:
                 others = [acc_j for j, (cj, acc_j) in enumerate(members) if j != i and cj != ci]
                 action, canon = acc_i[0]
                 same = [acc_j[0] == acc_i[0] for acc_j in others]
-                fine = [accepts(acc_j, action, None if canon is None else msgspec.json.decode(canon), frozenset(),
-                                names=canon is None) for acc_j in others]
+                fine = [accepts(acc_j, action, None if canon is None else msgspec.json.decode(canon),
+                                frozenset(), names=canon is None) for acc_j in others]
                 strict_rates.append(float(np.mean(same)))
                 ok_rates.append(float(np.mean(fine)))
                 pairs += len(others)
@@ -68,7 +68,8 @@ class NoiseFloor:
         n = sum(len(s) for s, _ in per_state)
         out: dict[str, Any] = {"states": len(per_state), "decisions": n, "pairs": pairs,
                                "state": "every non-text field of the policy and history, within one task",
-                               "interval": f"95% bootstrap interval over the states, {BOOTSTRAP} resamples, seed {SEED}"}
+                               "interval": f"95% bootstrap interval over the states, {BOOTSTRAP} resamples, "
+                                           f"seed {SEED}"}
         for k, name in enumerate(("strict", "acceptable")):
             if not n:
                 out[name] = {"rate": None, "ci": [0.0, 1.0]}

@@ -4,8 +4,8 @@ router and count the figures as they go (memory bounded: nothing per decision is
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +74,8 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
                 floor.add(d, conversation_of(r))
                 yield d, receipt_arguments(r)
 
-    text_tier = next((t for t in policy.ir.tiers if getattr(t, "text", False)), None) if policy is not None else None
+    text_tier = (next((t for t in policy.ir.tiers if getattr(t, "text", False)), None)
+                 if policy is not None else None)
     led = metrics.Ledger(risky_actions(policy), m.threshold.tau, compiler=policy is not None, sample=sample,
                          keep_rows=decisions, text_tier=text_tier)
     for row in replays(held_out(), policy, specialist, tiers=tiers):
@@ -135,7 +136,8 @@ def _judge(paths: Sequence[str], policy: Policy | None, progress: Any, length: i
     return judge
 
 
-def run(policy: Policy | None, specialist_dir: str | Path, paths: Sequence[str | Path], **kw: Any) -> dict[str, Any]:
+def run(policy: Policy | None, specialist_dir: str | Path, paths: Sequence[str | Path],
+        **kw: Any) -> dict[str, Any]:
     """Load the specialist for `policy` (refusing a mismatch; the class as its manifest says) and
     `report` on `paths`. `policy` may be None for a pairwise specialist distilled without one."""
     from ..qroute import load_specialist, read_manifest

@@ -109,7 +109,8 @@ class Session:
 
     def __init__(self, key: str, extract: Extract, context: Mapping[str, Any]) -> None:
         self.key, self.extract, self.context = key, extract, context
-        self.task = "mcp-" + (key if key.startswith("stdio-") else hashlib.sha256(key.encode()).hexdigest()[:16])
+        self.task = "mcp-" + (key if key.startswith("stdio-") else hashlib.sha256(key.encode()).hexdigest()[
+            :16])
         self.messages: list[dict[str, Any]] = []  # for a custom extractor, which reads the transcript
         self.summary = ChatSummary() if extract is default_extract else None  # O(1) per call, same state
         self.lock = anyio.Lock()  # one call at a time per key: the state advances in order
@@ -121,7 +122,8 @@ class Session:
             derived = self.summary.state()
         else:
             conversation = {"id": self.task, "task": self.task, "messages": self.messages}
-            derived = decision_state(self.messages, len(self.messages), conversation, self.extract, "$.messages")
+            derived = decision_state(self.messages, len(self.messages), conversation, self.extract,
+                                     "$.messages")
         return merge(derived, self.context)
 
     def record(self, action: str, arguments: Mapping[str, Any], text: str) -> None:

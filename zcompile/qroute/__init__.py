@@ -20,15 +20,17 @@ from typing import Any
 from ..extras import require
 
 _API = {
-    "distill": ("pipeline", "distill"), "Settings": ("pipeline", "Settings"), "Result": ("pipeline", "Result"),
-    "TARGET_ABSTENTION": ("pipeline", "TARGET_ABSTENTION"),
+    "distill": ("pipeline", "distill"), "Settings": ("pipeline", "Settings"),
+    "Result": ("pipeline", "Result"), "TARGET_ABSTENTION": ("pipeline", "TARGET_ABSTENTION"),
     "load_specialist": ("loading", "load"), "Specialist": ("specialist", "Specialist"),
-    "PairwiseSpecialist": ("pairwise", "PairwiseSpecialist"), "read_manifest": ("specialist", "read_manifest"),
-    "Decision": ("dataset", "Decision"), "Dataset": ("dataset", "Dataset"), "load_decisions": ("dataset", "load"),
-    "split_by_task": ("dataset", "split_by_task"), "seal": ("dataset", "seal"), "Report": ("dataset", "Report"),
-    "evaluate": ("metrics", "evaluate"), "answer_right": ("metrics", "answer_right"), "RISKY_TAGS": ("metrics", "RISKY_TAGS"),
-    "risky_actions": ("metrics", "risky_actions"), "choose_threshold": ("threshold", "choose"),
-    "NEVER": ("threshold", "NEVER"), "recipe": ("recipes", "recipe"), "threshold_line": ("report", "threshold_line"),
+    "PairwiseSpecialist": ("pairwise", "PairwiseSpecialist"),
+    "read_manifest": ("specialist", "read_manifest"), "Decision": ("dataset", "Decision"),
+    "Dataset": ("dataset", "Dataset"), "load_decisions": ("dataset", "load"), "split_by_task": (
+        "dataset", "split_by_task"), "seal": ("dataset", "seal"), "Report": ("dataset", "Report"),
+    "evaluate": ("metrics", "evaluate"), "answer_right": ("metrics", "answer_right"),
+    "RISKY_TAGS": ("metrics", "RISKY_TAGS"), "risky_actions": ("metrics", "risky_actions"),
+    "choose_threshold": ("threshold", "choose"), "NEVER": ("threshold", "NEVER"),
+    "recipe": ("recipes", "recipe"), "threshold_line": ("report", "threshold_line"),
     "describe": ("pairwise", "describe"), "nearest": ("pairs", "nearest"), "words_of": ("pairs", "words_of"),
 }
 __all__ = sorted(_API)

@@ -10,7 +10,8 @@ from scipy.optimize import minimize, minimize_scalar
 from .specialist import masked_confidence
 
 
-def fit_temperature(probs: np.ndarray, class_index: np.ndarray, masks: np.ndarray, labels: np.ndarray) -> float:
+def fit_temperature(probs: np.ndarray, class_index: np.ndarray, masks: np.ndarray,
+                    labels: np.ndarray) -> float:
     """The temperature minimising the masked negative log-likelihood of the teacher's actions."""
     usable = labels >= 0
     if not usable.any():

@@ -1,4 +1,5 @@
-"""Receipts -> validated decisions (state converted once, legal set once), the chronological task split and its seal."""
+"""Receipts -> validated decisions (state converted once, legal set once), the chronological task split and
+its seal."""
 
 from __future__ import annotations
 
@@ -48,9 +49,11 @@ class Decision:
     gold: str | None = None
     arguments: dict | None = None  # the teacher's call's arguments, when the receipt has them
     candidates: tuple = ()  # argument candidates available at decision time, when the receipt has them
-    tools: dict = field(default_factory=dict)  # offered tool schemas by name (`meta.tools`, else the policy's)
+    # offered tool schemas by name (`meta.tools`, else the policy's)
+    tools: dict = field(default_factory=dict)
     verified: bool | None = None
-    offer: frozenset[str] | None = None  # what the harness could take (`meta.offer`); None: every legal action
+    # what the harness could take (`meta.offer`); None: every legal action
+    offer: frozenset[str] | None = None
     # the judge (`receipts.judge`): the calls acceptable here, the teacher's own first ((): not judged)
     acceptable: tuple = ()
     # what training learns (`targets`): one of the acceptable calls; else the label and its arguments
@@ -186,8 +189,8 @@ def _shared(candidates: Any) -> tuple:
     """The candidates with their strings interned: a conversation's decisions repeat the values and
     keys of the ones before (on the bundled receipts 188,495 candidates hold 2,288 distinct values
     and 100 keys), and one copy of each is most of a decision's memory saved."""
-    return tuple(Candidate(sys.intern(c.value) if type(c.value) is str else c.value, c.source, sys.intern(c.key),
-                           c.age, c.count) for c in candidates)
+    return tuple(Candidate(sys.intern(c.value) if type(c.value) is str else c.value, c.source,
+                           sys.intern(c.key), c.age, c.count) for c in candidates)
 
 
 # ---- bounded memory: a seeded, task-stratified sample beyond a size limit ---------------------------
@@ -216,9 +219,9 @@ class Sampling:
     def text(self) -> str:
         if self.method == "all":
             return f"all {self.usable} decisions (limit {self.limit})"
-        return (f"a seeded task-stratified sample of {self.kept} of {self.usable} decisions (limit {self.limit}, "
-                f"seed {self.seed}; each task keeps its share, rounded at random; the split and its seal "
-                "cover every task)")
+        return (f"a seeded task-stratified sample of {self.kept} of {self.usable} decisions (limit "
+                f"{self.limit}, seed {self.seed}; each task keeps its share, rounded at random; the split "
+                "and its seal cover every task)")
 
 
 def sample_key(seed: int, rid: str) -> int:
@@ -283,7 +286,8 @@ def load_split(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid:
     hold at most `limit` rows; beyond it two streaming passes. The first reads and validates every
     receipt, keeping only each usable one's task and position; the split by task is made and sealed
     over all of them; then each split keeps, per task, a seeded random share `limit / usable` of its
-    decisions (rounded up or down at random: `thresholds`), and the second pass builds only those, decoding only their
+    decisions (rounded up or down at random: `thresholds`), and the second pass builds only those, decoding
+    only their
     lines (Parquet: reading only their row groups). `scan` runs the first pass (`seen_locally`, or an
     engine's: the Ray engine's validates in Ray workers), yielding the same rows in the same order.
     """
@@ -303,7 +307,8 @@ def load_split(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid:
     tasks: dict[str, int] = {}
     first: dict[str, tuple[float, int]] = {}
     task_of, keys, raw, position = array("q"), array("Q"), array("q"), array("q")  # 32 bytes a decision
-    for i, (task, ts, rid, where, dropped) in enumerate((scan or seen_locally)(paths, policy, skip_invalid, none_fits,
+    for i, (task, ts, rid, where, dropped) in enumerate((scan or seen_locally)(
+        paths, policy, skip_invalid, none_fits,
                                                                                rstats, report)):
         counts["receipts"] += 1
         if dropped is not None:
@@ -332,7 +337,8 @@ def load_split(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid:
     key_arr = np.frombuffer(keys, dtype=np.uint64)
     theta = thresholds(task_arr, key_arr, min(1.0, limit / usable), names, seed)
     keep = np.array([k <= th for k, th in zip(key_arr.tolist(), theta[task_arr].tolist())], dtype=bool)
-    at = dict(zip(np.frombuffer(raw, dtype=np.int64)[keep].tolist(), np.frombuffer(position, dtype=np.int64)[keep].tolist()))
+    at = dict(zip(np.frombuffer(raw, dtype=np.int64)[keep].tolist(), np.frombuffer(position, dtype=np.int64)[
+        keep].tolist()))
     sampling = Sampling("sample", usable, len(at), limit, seed, dict(zip(names, theta.tolist())))
     del task_of, keys, raw, position, task_arr, key_arr, keep
     described = policy_tools(policy) if policy is not None else {}
@@ -437,7 +443,8 @@ def task_parts(first: dict[str, tuple[float, int]]) -> dict[str, str]:
 
 
 def seal(part: Sequence[Decision]) -> Split:
-    """The split's sorted task ids, their sha256 and its size: what `zc eval` checks held-out claims against."""
+    """The split's sorted task ids, their sha256 and its size: what `zc eval` checks held-out claims
+    against."""
     return _seal_tasks({d.task for d in part}, len(part))
 
 

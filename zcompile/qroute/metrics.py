@@ -1,4 +1,5 @@
-"""Figures of a specialist on scored decisions: coverage, precision with intervals, calibration, selections."""
+"""Figures of a specialist on scored decisions: coverage, precision with intervals, calibration,
+selections."""
 
 from __future__ import annotations
 
@@ -108,7 +109,8 @@ def call_figures(answers: Sequence[Any], decisions: Sequence[Decision], sig: Any
     reply_ok = sum(1 for i in reply_ans if answers[i].action == decisions[i].label)
     off = len(call_ans) + len(reply_ans)
     return {"calls": _share(call_ok, len(call_ans), len(tool)) | {"decisions": len(tool),
-                                                                  "strict": _share(call_strict, len(call_ans), len(tool))},
+                                                                  "strict": _share(call_strict, len(
+                                                                      call_ans), len(tool))},
             "replies": _share(reply_ok, len(reply_ans), len(reply)) | {"handed_to_text_tier": len(reply_ans)},
             "off_teacher": _share(call_ok + reply_ok, off, len(decisions))
             | {"strict": _share(call_strict + reply_ok, off, len(decisions))},

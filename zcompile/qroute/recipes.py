@@ -97,7 +97,8 @@ class ClassifierRecipe:
             raise ZcError("the training decisions hold fewer than two distinct actions: nothing to learn")
         return self._fit(self.take(x, np.flatnonzero(ok)), names, report)
 
-    def fit_calibration(self, raw: tuple[np.ndarray, np.ndarray], decisions: Sequence[Decision]) -> Calibration:
+    def fit_calibration(self, raw: tuple[np.ndarray, np.ndarray],
+                        decisions: Sequence[Decision]) -> Calibration:
         p, seen = raw
         mask = seen & _legal_mask(decisions, self.index)
         t = fit_temperature(p, np.arange(len(self.actions)), mask.astype(np.float32), self.labels(decisions))
@@ -115,7 +116,8 @@ class ClassifierRecipe:
         return best, top, full
 
     def correct(self, best: Sequence[str | None], decisions: Sequence[Decision]) -> np.ndarray:
-        return np.array([accepts(d.acceptable, b, None, frozenset(), names=True) for b, d in zip(best, decisions)],
+        return np.array([accepts(d.acceptable, b, None, frozenset(), names=True) for b,
+                         d in zip(best, decisions)],
                         dtype=bool)
 
 
@@ -130,7 +132,8 @@ class TabularRecipe(ClassifierRecipe):
     def __init__(self, kind: str, seed: int, spec: F.FeatureSpec) -> None:
         super().__init__(spec)
         if kind not in TABULAR:
-            raise ZcError(f"unknown model `{kind}` (choose {', '.join(TABULAR)}, transformer, pairwise or auto)")
+            raise ZcError(f"unknown model `{kind}` (choose {', '.join(TABULAR)}, transformer, pairwise or "
+                          "auto)")
         self.kind, self.seed = kind, seed
 
     def prepare(self, pool: Sequence[Decision]) -> None:
@@ -188,17 +191,21 @@ class TabularRecipe(ClassifierRecipe):
         import onnxruntime as ort
         from skl2onnx import to_onnx
 
-        onx = to_onnx(clf, clf.sample_.astype(np.float32), options={id(clf): {"zipmap": False}}, target_opset=18)
-        opsets = sorted((o.domain, o.version) for o in onx.opset_import)  # skl2onnx's order varies from run to run
+        onx = to_onnx(clf, clf.sample_.astype(np.float32), options={id(clf): {"zipmap": False}},
+                      target_opset=18)
+        # skl2onnx's order varies from run to run
+        opsets = sorted((o.domain, o.version) for o in onx.opset_import)
         del onx.opset_import[:]
         for domain, version in opsets:
             onx.opset_import.add(domain=domain, version=version)
         blob = onx.SerializeToString()
         (work / "model.onnx").write_bytes(blob)
         classes = tuple(str(c) for c in clf.classes_)
-        session = ort.InferenceSession(blob, sess_options=session_options(1), providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(blob, sess_options=session_options(1),
+                                       providers=["CPUExecutionProvider"])
         return Model(self.kind, classes, "model.onnx", hashlib.sha256(blob).hexdigest(),
-                     {k: plain(v) for k, v in clf.get_params().items()} | {"train_seconds": clf.train_seconds_},
+                     {k: plain(v) for k, v in clf.get_params().items()}
+                     | {"train_seconds": clf.train_seconds_},
                      probes=probes_for(session, clf.probe_pool_, classes))
 
     def specialist(self, work: Path, policy: Any) -> Any:
@@ -304,7 +311,8 @@ class PairwiseRecipe:
         from .render import Renderer
 
         self.described = policy_tools(self.policy) if self.policy is not None else {}
-        self.renderer = Renderer(self.policy.ir.fields, self.policy.actions) if self.policy is not None else None
+        self.renderer = (Renderer(self.policy.ir.fields, self.policy.actions) if self.policy is not None
+                         else None)
 
     def inputs(self, decisions: Sequence[Decision]) -> list[Any]:
         from . import pairs
@@ -327,8 +335,8 @@ class PairwiseRecipe:
         examples, y = pairs.training_pairs(x, decisions, self.described, self.negatives, self.seed)
         if len(set(y)) < 2:
             raise ZcError("the training split needs both fitting and non-fitting (request, action) pairs")
-        report.step(f"  {len(examples)} pairs from {len(decisions)} decisions ({self.negatives} negatives each, "
-                    f"decisions where no action fits ×{pairs.none_fits_weight(decisions)})")
+        report.step(f"  {len(examples)} pairs from {len(decisions)} decisions ({self.negatives} negatives "
+                    f"each, decisions where no action fits ×{pairs.none_fits_weight(decisions)})")
         clf = transformer_model(self.seed, self.options)
         clf.fit(examples, y, bar=report.bar)
         clf.pairs_ = len(examples)
@@ -397,5 +405,6 @@ def recipe(kind: str, seed: int, spec: F.FeatureSpec, policy: Any, options: dict
     if kind == "pairwise":
         return PairwiseRecipe(seed, spec, policy, options, negatives)
     if options:
-        raise ZcError(f"{', '.join(sorted(options))}: options of the transformer and pairwise models, not of `{kind}`")
+        raise ZcError(f"{', '.join(sorted(options))}: options of the transformer and pairwise models, not of "
+                      f"`{kind}`")
     return TabularRecipe(kind, seed, spec)

@@ -76,8 +76,10 @@ def differences(rebuilt: str | Path, shipped: str | Path) -> list[str]:
     if encode(timed) != (shipped / "manifest.json").read_bytes():
         plain = msgspec.to_builtins
         paths = [p for p in _paths(plain(timed), plain(b)) if p != "$.sha256"]
-        out.append("manifest.json: " + (", ".join(paths[:12]) + (f" (+{len(paths) - 12} more)" if len(paths) > 12
-                                                                  else "") if paths else "its layout differs"))
+        out.append("manifest.json: " + (", ".join(paths[:12]) + (f" (+{len(paths) - 12} more)" if len(
+            paths) > 12
+                                                                  else "") if paths
+                                        else "its layout differs"))
     if (shipped / "report.md").exists() and render(timed) != (shipped / "report.md").read_text():
         out.append("report.md: the text differs")
     return out
@@ -96,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     if found:
         print(f"{args[0]} is not {args[1]}:\n" + "\n".join(f"  {d}" for d in found), file=sys.stderr)
         return 1
-    print(f"{args[0]} is {args[1]}: every file byte for byte, but for the measured times ({', '.join(MEASURED)})")
+    print(f"{args[0]} is {args[1]}: every file byte for byte, but for the measured times "
+          f"({', '.join(MEASURED)})")
     return 0
 
 

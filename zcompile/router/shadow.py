@@ -127,7 +127,8 @@ class Monitor:
             answers.append((receipt.model, receipt.action, args, True))
         for s in receipt.meta.get("shadow") or ():
             if isinstance(s, Mapping) and s.get("outcome") == "answered":
-                answers.append((str(s.get("specialist")), s.get("action"), s.get("arguments"), bool(s.get("same"))))
+                answers.append((str(s.get("specialist")), s.get("action"), s.get("arguments"),
+                                bool(s.get("same"))))
         out = []
         for name, a, a_args, same in answers:
             if action is not None:
