@@ -11,7 +11,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-HEADER = ("# Benchmarks\n\nMeasured figures for the performance targets of DESIGN.md §8. Each section is "
+HEADER = ("# Benchmarks\n\nMeasured figures for the performance targets of docs/design.md. Each section is "
           "written by the script named in it; rerun the command to refresh it (`make bench` reruns all).\n")
 
 

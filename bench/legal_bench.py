@@ -2,7 +2,7 @@
 """Benchmark: zc legal sets against Cedar (cedarpy) and Casbin (pycasbin) on generated, equivalent policies.
 
 A seeded generator writes the same authorization policy three times, at 10 / 100 / 1,000 actions with
-~1.2 rules per action: in the zc language (DESIGN.md section 2), as a Cedar policy set with its
+~1.2 rules per action: in the zc language (docs/language.md), as a Cedar policy set with its
 entities, and as a Casbin ABAC model with its policy rows. Before anything is timed, the three
 engines (and a reference interpreter) are checked to agree exactly, for every generated state and
 every action; a disagreement aborts the benchmark (timing engines that give different answers is
@@ -889,7 +889,7 @@ def time_case(case: Case, rounds: int, batch_calls: int, casbin_calls: int | Non
             if k % 16 == 15:
                 gc.collect()
         # zc alone, back to back over the states (no other engine between its calls): the figure the
-        # DESIGN.md targets speak of; the interleaved series above are for the ratios
+        # docs/design.md targets speak of; the interleaved series above are for the ratios
         for _ in range(rounds):
             for i in order:
                 st = case.states[i]
@@ -1028,10 +1028,10 @@ def render(results: list[dict], checks: list[dict], command: str, mode: str, loa
                  f"{_r(zl.median / cbt.median)} | {co.n:,} | {_f(co.median)} | {_f(co.p99)} | "
                  f"{_r(zo.median / co.median)} | {_r(zo.p99 / co.p99)} |")
     L.append("")
-    L.append("**DESIGN.md §8 targets** (zc legal set, p50 on one CPython 3.11 core; measured with zc alone, "
-             "`legal` back to back over every state, after the interleaved loops; beside it the interleaved "
-             "figure of the tables above, where Cedar and Casbin calls run between zc's calls and zc's "
-             "figure rises with them):")
+    L.append("**docs/design.md targets** (zc legal set, p50 on one CPython 3.11 core; measured with zc "
+             "alone, `legal` back to back over every state, after the interleaved loops; beside it the "
+             "interleaved figure of the tables above, where Cedar and Casbin calls run between zc's calls "
+             "and zc's figure rises with them):")
     L.append("")
     L.append("| what | target p50 | zc alone: p50 (p99), n | met | interleaved p50 (p99), n |")
     L.append("|---|---:|---:|---|---:|")

