@@ -41,7 +41,7 @@ from zcompile.qroute import (  # noqa: E402
     TARGET_ABSTENTION,
     Decision,
     PairwiseSpecialist,
-    Report,
+    Progress,
     Settings,
     describe,
     distill,
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(model="pairwise", target_precision=args.target_precision,
                         target_abstention=args.target_abstention, seed=args.seed, options=options)
     res = distill([ROOT / "build" / "bfcl_receipts" / f"{c}.jsonl" for c in FILES], None, args.out, settings,
-                  report=Report(step, bar), parts=parts)
+                  report=Progress(step, bar), parts=parts)
     wall = time.time() - started
     m = res.manifest
     t = m.metrics

@@ -30,12 +30,12 @@ def main() -> None:
               flush=True)
 
     import zcompile
-    from zcompile.qroute import Report, Settings, distill
+    from zcompile.qroute import Progress, Settings, distill
 
     os.chdir(ROOT)  # the manifest records the receipts' path as given, as `make distill` gives it
     policy = zcompile.load("build/airline_chat.zcp")
-    res = distill(["receipts/"], policy, args.out, Settings(guarantee="conformal"), report=Report(step=step),
-                  name="airline_chat")
+    res = distill(["receipts/"], policy, args.out, Settings(guarantee="conformal"),
+                  report=Progress(step=step), name="airline_chat")
     step(f"done: kept {res.manifest.model.kind}; load average "
          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 

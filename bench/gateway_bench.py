@@ -99,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
                 for url in targets.values():  # warm-up, and a check that each answers a tool call
                     for _ in range(50):
                         r = client.post(url, content=content)
-                        assert r.status_code == 200 and r.json()["choices"][0]["message"][
-                            "tool_calls"], r.text
+                        assert (r.status_code == 200
+                                and r.json()["choices"][0]["message"]["tool_calls"]), r.text
                 gc.disable()
                 try:
                     for _ in range(args.rounds):

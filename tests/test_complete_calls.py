@@ -83,7 +83,7 @@ def test_above_the_row_limit_the_argument_model_trains_on_a_sample(policy, tmp_p
     receipts = make_receipts(tmp_path / "r.jsonl")
     steps = []
     res = Q.distill([receipts], policy, tmp_path / "desk", Q.Settings(model="logistic"),
-                    report=Q.Report(step=steps.append))
+                    report=Q.Progress(step=steps.append))
     sample = res.manifest.metrics["argument_sample"]
     assert sample["limit"] == 400 and 0 < sample["kept"] < sample["n"] and sample["candidates"] > 400, sample
     assert any("each fit trains on a seeded sample of whole arguments" in s for s in steps), steps

@@ -122,10 +122,10 @@ def test_crossfit_never_trains_on_the_scored_task_or_the_test_split(policy, rece
     pool = parts["train"] + parts["calibration"]
     rec = TabularRecipe("logistic", 0, spec_for(policy.ir))
     rec.prepare(pool)
-    from zcompile.qroute.dataset import Report, task_folds
+    from zcompile.qroute.dataset import Progress, task_folds
 
     folds = np.array(task_folds(pool, 5))
-    (p, seen), refit = pipeline.crossfit(rec, rec.inputs(pool), pool, folds, Report())
+    (p, seen), refit = pipeline.crossfit(rec, rec.inputs(pool), pool, folds, Progress())
     assert refit is None  # asked for the folds only
     assert len(seen_fits) == 5 and p.shape == (len(pool), len(rec.actions))
     # the fits run two at a time, so in any order: each is fit on exactly the other folds' tasks

@@ -360,8 +360,8 @@ def test_completion_offers_each_name_once_and_hover_shows_a_signature(lsp):
                                                          "text": text}})
     where = {"textDocument": {"uri": uri}, "position": position(text, "add_bags when")}
     hover = lsp.request("textDocument/hover", where)
-    assert "action add_bags(order_id: text, bags: int, express: bool?) tags(write)" in hover["contents"][
-        "value"]
+    shown = hover["contents"]["value"]
+    assert "action add_bags(order_id: text, bags: int, express: bool?) tags(write)" in shown
     items = lsp.request("textDocument/completion", where)["items"]
     labels = [i["label"] for i in items]
     assert len(labels) == len(set(labels)) and "rule" in labels  # keywords in a policy

@@ -61,8 +61,8 @@ def test_two_servers_prefixed_one_stdio_one_http(tmp_path, http_server):
             assert [t.name for t in (await c.list_tools()).tools] == ["a.get_reservation", "b.search"]
             assert (await c.call_tool("a.cancel", {"reservation_id": "X"})).is_error
             undeclared = await c.call_tool("b.get_reservation", {"reservation_id": "X"})
-            assert undeclared.is_error and "not an action of policy `two_servers`" in undeclared.content[
-                0].text
+            assert (undeclared.is_error
+                    and "not an action of policy `two_servers`" in undeclared.content[0].text)
             assert not (await c.call_tool("b.search", {"q": "x"})).is_error
             # b's call is not a's lookup
             assert "a.cancel" not in [t.name for t in (await c.list_tools()).tools]

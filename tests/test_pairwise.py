@@ -253,7 +253,7 @@ def test_pair_threshold_bounds_precision_where_fits_and_abstention_where_none_fi
 def test_pipeline_chooses_pairwise_tau_above_the_abstention_floor():
     """`pipeline` composes the two on the calibration split: the figures of the hand-computed case above,
     and when no τ keeps abstention, none is tested, on the same decisions (n is theirs, not 0)."""
-    from zcompile.qroute import Report, pipeline
+    from zcompile.qroute import Progress, pipeline
     from zcompile.qroute.features import VERSION, FeatureSpec
     from zcompile.qroute.manifest import Calibration
     from zcompile.qroute.recipes import PairwiseRecipe
@@ -269,7 +269,7 @@ def test_pipeline_chooses_pairwise_tau_above_the_abstention_floor():
         s = pairwise(target_precision=0.6, target_abstention=target_abstention)
         best, c, _ = rec.confidence((raw[0][:k], raw[1][:k]), oof[:k], platt)
         assert c == pytest.approx(conf[:k])
-        return pipeline._threshold(rec, best, c, oof[:k], s, 1, Report())
+        return pipeline._threshold(rec, best, c, oof[:k], s, 1, Progress())
 
     th, fig = threshold(0.88)  # the floor above 0.935, then 6 of 6 (see the test above)
     assert (th.tau, th.n, th.calibration_answered, th.calibration_correct) == (pytest.approx(0.94), 12, 6, 6)
@@ -510,8 +510,8 @@ def test_cli_eval_pairwise_without_policy(trained, tmp_path):
     assert (ag["k"], ag["n"]) == (want["correct"] + want["abstained"], want["answered"] + want["abstained"])
     assert sp["agreement_teacher"] == ag  # these receipts' teacher is their gold
     # the scores are those of `decide` with the offered tools (names alone score differently)
-    assert rep["risk_coverage"]["n"] == n and rep["risk_coverage"]["aurc"] == pytest.approx(want[
-        "aurc"], abs=1e-9)
+    assert rep["risk_coverage"]["n"] == n and rep["risk_coverage"]["aurc"] == pytest.approx(
+        want["aurc"], abs=1e-9)
     head, *lines = r.stdout.splitlines()
     assert head.startswith("taken off the expensive model: ") and "no text tier is declared" in head
     assert lines[0].startswith("no policy (legal sets from the receipts), specialist spec (pairwise")
@@ -604,10 +604,10 @@ def test_cli_eval_pairwise_with_policy(trained, tmp_path):
     asked = [x for x in read([path]) if x.state["offered"]]
     want = _expected(PairwiseSpecialist(spec, policy), asked, lambda x: policy.legal(x.state).actions)
     assert sp["reached"] == 4 and (sp["answered"], sp["correct"]) == (want["answered"], want["correct"])
-    assert sp["abstained_where_none_fits"]["k"] == want["abstained"] and sp["abstained_where_none_fits"][
-        "n"] == 1
-    assert o["abstained_where_none_fits"]["n"] == 2 and o["abstained_where_none_fits"]["k"] == want[
-        "abstained"]
+    assert (sp["abstained_where_none_fits"]["k"] == want["abstained"]
+            and sp["abstained_where_none_fits"]["n"] == 1)
+    assert (o["abstained_where_none_fits"]["n"] == 2
+            and o["abstained_where_none_fits"]["k"] == want["abstained"])
     assert o["answered"] == 2 + want["answered"] and rep["remote"]["reached"] == 4 - want["answered"]
     wrong = tmp_path / "other.zc"
     wrong.write_text(TOOLS_POLICY.replace("action respond", "action wait\naction respond"))

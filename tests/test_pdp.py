@@ -307,8 +307,8 @@ def test_mcp_profile_server_methods(desk):
     stranger = {"type": "identity", "id": "mallory@example.com"}  # not in the directory: denied everything
     r = desk.post("/access/v1/evaluation", json={"subject": stranger, "action": {"name": "tools/list"},
                                                  "resource": server})
-    assert r.json()["decision"] is False and r.json()["context"]["zc"]["reasons"][0][
-        "kind"] == "unknown_subject"
+    assert (r.json()["decision"] is False
+            and r.json()["context"]["zc"]["reasons"][0]["kind"] == "unknown_subject")
     for who, methods in ((sub, ["initialize", "tools/list", "ping"]), (stranger, [])):
         r = desk.post("/access/v1/search/action", json={"subject": who, "resource": server})
         assert [x["name"] for x in r.json()["results"]] == methods
@@ -358,8 +358,8 @@ OK = {"subject": SUB, "action": {"name": "get_order"}, "resource": {"type": "des
     ("evaluations", {"evaluations": [OK, {"subject": SUB}]},
      "$.evaluations[1].action: required field is missing (in the evaluation or at the top level)"),
     ("evaluations", {"evaluations": [OK, 3]}, "$.evaluations[1]: expected an object, got a number"),
-    ("evaluations", {"subject": {"type": "identity"}, "evaluations": [{"action": OK["action"], "resource": OK[
-        "resource"]}]},
+    ("evaluations", {"subject": {"type": "identity"},
+                     "evaluations": [{"action": OK["action"], "resource": OK["resource"]}]},
      "$.subject.id: required field is missing"),
     ("evaluations", {"evaluations": [OK], "options": {"evaluations_semantic": "first"}},
      '$.options.evaluations_semantic: expected one of execute_all|deny_on_first_deny|permit_on_first_permit, '
@@ -411,13 +411,12 @@ def test_engine_failure_fails_closed(serve):
     r = client.post("/access/v1/evaluation", json=OK)
     assert r.status_code == 200 and r.json()["decision"] is False
     assert r.json()["context"]["error"] == {"status": 500, "message": "RuntimeError: the evaluator broke"}
-    r = client.post("/access/v1/evaluations", json={"evaluations": [OK, OK],
-                                                    "options": {"evaluations_semantic":
-                                                                                         "permit_on_first_permit"}})
+    options = {"evaluations_semantic": "permit_on_first_permit"}
+    r = client.post("/access/v1/evaluations", json={"evaluations": [OK, OK], "options": options})
     assert [d["decision"] for d in r.json()["evaluations"]] == [False, False]
     r = client.post("/access/v1/search/action", json={"subject": SUB, "resource": OK["resource"]})
-    assert r.status_code == 200 and r.json()["results"] == [] and r.json()["context"]["error"][
-        "status"] == 500
+    assert (r.status_code == 200 and r.json()["results"] == []
+            and r.json()["context"]["error"]["status"] == 500)
 
 
 def test_api_key_and_hidden_reasons(serve):

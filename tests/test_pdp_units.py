@@ -151,8 +151,8 @@ def test_renamed_tools_in_the_history(tmp_path, desk):
             "resource": {"type": "tool", "id": "cancel-order"}}
     assert pdp.evaluate({**call, "context": {"history": ["get-order"], "order": {"status": "pending"}}}) == \
         {"decision": True}
-    assert pdp.evaluate({**call, "context": {"history": [], "order": {"status": "pending"}}})[
-        "decision"] is False
+    assert pdp.evaluate({**call, "context": {"history": [],
+                                             "order": {"status": "pending"}}})["decision"] is False
     got = pdp.search_action({"subject": call["subject"], "resource": {"type": "desk", "id": "1"},
                              "context": {"history": ["get-order"], "order": {"status": "pending"}}})
     # refund unexposed

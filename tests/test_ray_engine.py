@@ -48,10 +48,10 @@ def _both(policy, shards, tmp_path, limit):
     rec.prepare(b.parts["train"] + b.parts["calibration"])
     (tmp_path / "local").mkdir()
     (tmp_path / "ray").mkdir()
-    local = E.Local().inputs(rec, b.parts, tmp_path / "local", D.Report())
+    local = E.Local().inputs(rec, b.parts, tmp_path / "local", D.Progress())
     engine = E.make("ray", [shards], policy)
     engine.sampling = b.sampling
-    return b, local, engine.inputs(rec, b.parts, tmp_path / "ray", D.Report())
+    return b, local, engine.inputs(rec, b.parts, tmp_path / "ray", D.Progress())
 
 
 @pytest.mark.parametrize("limit", [10_000, 120])

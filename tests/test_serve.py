@@ -140,8 +140,8 @@ def test_bad_arguments_are_blocked_and_the_reask_can_fix_them(client, stub, serv
     assert calls_of(r.choices[0].message) == [("get_user_details", {"user_id": "mia_li_3668"})]
     assert len(stub.requests) == 2
     x = r.model_extra["x_zc"]
-    assert len(x["blocked"]) == 1 and "missing required argument `user_id`" in " ".join(x["blocked"][0][
-        "reasons"])
+    assert len(x["blocked"]) == 1 and "missing required argument `user_id`" in " ".join(
+        x["blocked"][0]["reasons"])
 
 
 def test_one_illegal_call_among_several_blocks_the_message(client, stub, airline):

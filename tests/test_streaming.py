@@ -84,7 +84,7 @@ def test_features_are_written_in_float32_chunks_identical_to_rows(policy, receip
     parts = D.split_by_task(D.load([receipts], policy).decisions)
     rec = recipe("logistic", 0, F.spec_for(policy.ir), policy, {}, 3)
     rec.prepare(parts["train"] + parts["calibration"])
-    x = E.Local().inputs(rec, parts, tmp_path, D.Report())
+    x = E.Local().inputs(rec, parts, tmp_path, D.Progress())
     for p in D.PARTS:
         assert isinstance(x[p], np.memmap) and x[p].dtype == np.float32
         rows = np.stack([rec.fz.row(d.root, d.legal) for d in parts[p]])

@@ -84,8 +84,8 @@ def test_refund_goes_to_the_original_method_or_a_gift_card(db, policy):
     assert rules(policy, w, history, "return_delivered_order_items", ret) == []
     others = [p for p in db["users"]["fatima_johnson_7581"]["payment_methods"].values() if p["id"] != paid]
     for pm in others:
-        got = rules(policy, w, history, "return_delivered_order_items", {**ret, "payment_method_id": pm[
-            "id"]})
+        got = rules(policy, w, history, "return_delivered_order_items",
+                    {**ret, "payment_method_id": pm["id"]})
         assert got == ([] if pm["source"] == "gift_card" else ["refund_destination"]), pm
     assert rules(policy, w, history, "return_delivered_order_items", {**ret, "item_ids": ["123"]}) == \
         ["return_delivered"]

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar, dataclass_transform
 
+from .kinds import ArithOp, CmpOp, FieldKind, RuleKind
 from .source import Span, stored_init
 
 _FIELDS: dict[type, tuple[str, ...]] = {}  # a node class -> its fields but `span`
@@ -46,7 +47,7 @@ class EnumType:
 
 @node
 class ScalarType:
-    kind: str  # bool | int | float | text
+    kind: FieldKind  # bool | int | float | text
     span: Span = _span()
 
 
@@ -190,7 +191,7 @@ class Or:
 
 @node
 class Compare:
-    op: str  # == != < <= > >=
+    op: CmpOp
     left: Expr
     right: Expr
     span: Span = _span()
@@ -214,7 +215,7 @@ class InField:
 
 @node
 class Arith:
-    op: str  # + - *
+    op: ArithOp
     left: Expr
     right: Expr
     span: Span = _span()
@@ -297,7 +298,7 @@ Target = TargetActions | TargetTags | TargetAll
 @node
 class RuleDecl:
     name: Ident
-    kind: str  # requires | forbid_when | forbid_unless | after
+    kind: RuleKind
     target: Target
     cond: Expr | None  # None for `after`
     after: tuple[Ident, ...]  # only for `after`

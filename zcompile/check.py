@@ -11,6 +11,7 @@ from .ast import walk
 from .checked import HISTORY, Checked, FieldInfo
 from .errors import Diagnostic, ZcError, did_you_mean
 from .ir import MAX_FLOAT
+from .kinds import FieldKind, RuleKind
 from .lint import allowed, lint
 from .source import Source, Span
 
@@ -191,9 +192,9 @@ class _Checker:
                          prm.name.span)
                 continue
             if isinstance(prm.type, A.ListType):
-                params[name] = FieldInfo(name, "list", (), prm.optional)
+                params[name] = FieldInfo(name, FieldKind.LIST, (), prm.optional)
             elif isinstance(prm.type, A.SetType):  # the grammar never builds it; kept total
-                params[name] = FieldInfo(name, "set", (), prm.optional)
+                params[name] = FieldInfo(name, FieldKind.SET, (), prm.optional)
             else:
                 params[name] = self._field_info(
                     A.FieldDecl(path=prm.name, type=prm.type, optional=prm.optional, default=None,
@@ -224,7 +225,7 @@ class _Checker:
                          "a path cannot be both a value and an object holding other fields")
             decls[path] = f
             self.fields[path] = self._field_info(f)
-        self.fields[HISTORY] = FieldInfo(HISTORY, "set", default=frozenset(), has_default=True)
+        self.fields[HISTORY] = FieldInfo(HISTORY, FieldKind.SET, default=frozenset(), has_default=True)
 
     def _field_info(self, f: A.FieldDecl) -> FieldInfo:
         t = f.type
@@ -235,9 +236,9 @@ class _Checker:
                     self.err("ZC0110", f"enum member `{m.text}` is listed twice", m.span)
                 else:
                     members[m.text] = None
-            kind = "enum"
+            kind = FieldKind.ENUM
         else:
-            members, kind = [], ("set" if isinstance(t, A.SetType) else t.kind)
+            members, kind = [], (FieldKind.SET if isinstance(t, A.SetType) else t.kind)
         info = FieldInfo(f.path.text, kind, tuple(members), f.optional)
         if f.default is None:
             return info
@@ -257,16 +258,16 @@ class _Checker:
         if not ok:
             self.err("ZC0307", f"default of `{info.path}` must have type `{info.kind}`", d.span)
             return None
-        if info.kind == "enum":
+        if info.kind == FieldKind.ENUM:
             if d.name.text not in info.members:
                 self.err("ZC0202", f"`{d.name.text}` is not a member of `{info.path}`", d.span,
                          did_you_mean(d.name.text, info.members)
                          or f"members: {', '.join(info.members)}")
                 return None
             return d.name.text
-        if info.kind == "float":
+        if info.kind == FieldKind.FLOAT:
             return float(d.value)
-        if info.kind == "set":
+        if info.kind == FieldKind.SET:
             names = []
             for item in d.items:
                 if not isinstance(item, A.LitMember):
@@ -292,10 +293,10 @@ class _Checker:
 
     def _cycles(self) -> None:
         graph: dict[str, list[tuple[str, A.RuleDecl]]] = {}
-        after = {r.name.text for r in self.p.rules if r.kind == "after"}
+        after = {r.name.text for r in self.p.rules if r.kind == RuleKind.AFTER}
         targets = {r.name.text: self._target_quiet(r.target) for r in self.p.rules if r.name.text in after}
         for rule in self.p.rules:
-            if rule.kind == "after":
+            if rule.kind == RuleKind.AFTER:
                 for t in sorted(targets[rule.name.text]):
                     for a in rule.after:
                         graph.setdefault(t, []).append((a.text, rule))
@@ -389,7 +390,7 @@ class _Checker:
                     return e, TName(path)
                 self.reads.add(path)
                 ref = A.FieldRef(path=path, span=e.span)
-                if info.kind == "text":
+                if info.kind == FieldKind.TEXT:
                     self.err("ZC0305", f"rules cannot read text field `{path}`", e.span,
                              "text fields are features for specialists, not for rules")
                     return ref, T_ERR
@@ -566,6 +567,6 @@ _SCALAR_TYPES = {"bool": T_BOOL, "int": T_NUM, "float": T_NUM, "text": T_TEXT, "
 
 
 def _field_type(info: FieldInfo):
-    if info.kind == "enum":
+    if info.kind == FieldKind.ENUM:
         return TEnum(info.members, frozenset(info.members))
     return _SCALAR_TYPES[info.kind]

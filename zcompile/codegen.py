@@ -15,6 +15,7 @@ from typing import Any
 
 from . import ir
 from .errors import ZcError
+from .kinds import FieldKind, RuleKind
 
 HOIST = 24  # parenthesis nesting past which a sub-expression becomes its own statement
 MAX_LITERAL_BITS = 60  # longer integers are passed as named constants, not written out
@@ -105,7 +106,7 @@ class Gen:
             leaf = f"{expr}.{chain[-1]}"
             read = leaf if not guards else \
                 f"({leaf} if {' is not None and '.join(guards)} is not None else None)"
-            if f.kind == "set":
+            if f.kind == FieldKind.SET:
                 members = f.default if isinstance(f.default, tuple) else ()
                 default = self.const(frozenset(members)) if f.has_default else "None"
                 lines.append(f"    {var} = {read}\n"
@@ -265,17 +266,17 @@ def legal_program(p: ir.PolicyIR, gen: Gen, index: dict[str, int],
             continue
         by_test: dict[tuple[bool, Test], list[int]] = {}  # (keep if, condition) -> targets
         cond = rule.cond
-        if rule.kind == "after":
+        if rule.kind == RuleKind.AFTER:
             by_test[(True, gen.history_test(rule.after))] = [index[n] for n in rule.targets]
         elif cond is None:
             raise ValueError(f"rule `{rule.name}`: a `{rule.kind}` rule without a condition")
-        elif (test := memo.get(cond)) is not None or not _reads_action(cond):
+        elif (test := memo.get(cond)) is not None or not ir.holds(cond, ir.Self, ir.Cost):
             if test is None:
                 test = memo[cond] = gen.test(cond, None)
-            by_test[(rule.kind != "forbid_when", test)] = [index[n] for n in rule.targets]
+            by_test[(rule.kind != RuleKind.FORBID_WHEN, test)] = [index[n] for n in rule.targets]
         else:
             for name in rule.targets:
-                key = (rule.kind != "forbid_when", gen.test(cond, p.actions[index[name]]))
+                key = (rule.kind != RuleKind.FORBID_WHEN, gen.test(cond, p.actions[index[name]]))
                 by_test.setdefault(key, []).append(index[name])
         for key, targets in by_test.items():
             keep_if, test = key
@@ -317,17 +318,6 @@ def _fire(gen: Gen, key: tuple[bool, Test], fired: tuple[int, ...], targets: tup
     return test.statements(f"{note}\n{store}", keep_if)
 
 
-def _reads_action(e: ir.Expr) -> bool:
-    """Whether a condition reads `self` or `cost` (its code then differs per target)."""
-    stack = [e]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ir.Self, ir.Cost)):
-            return True
-        stack.extend(ir.children(node))
-    return False
-
-
 def _judged(action: ir.ActionDef | None) -> ir.ActionDef:
     """The action a condition reading `self` or `cost` is judged for (there is one)."""
     if action is None:
@@ -343,7 +333,7 @@ def check_program(p: ir.PolicyIR, gen: Gen, action: ir.ActionDef, rules: tuple[i
         if rule.cond is None:
             raise ValueError(f"rule `{rule.name}`: an argument rule without a condition")
         body.append(gen.test(rule.cond, action).statements(f"fired |= {gen.const(1 << j)}",
-                                                           rule.kind != "forbid_when"))
+                                                           rule.kind != RuleKind.FORBID_WHEN))
     return function("_check", "st, args", gen, body, "return fired")
 
 

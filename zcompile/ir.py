@@ -8,12 +8,13 @@ import hashlib
 import os
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
 from .errors import ZcError
 from .inputs import too_deep
+from .kinds import ArithOp, CmpOp, FieldKind, RuleKind
 
 FORMAT = "zcp"
 VERSION = 2  # 2: action signatures (`ActionDef.params`), `Arg` and `Len` expressions, `RuleDef.args`
@@ -74,7 +75,7 @@ class Or(msgspec.Struct, frozen=True, tag="or"):
 
 
 class Cmp(msgspec.Struct, frozen=True, tag="cmp"):
-    op: Literal["==", "!=", "<", "<=", ">", ">="]
+    op: CmpOp
     left: Expr
     right: Expr
 
@@ -92,7 +93,7 @@ class InSet(msgspec.Struct, frozen=True, tag="in_set"):
 
 
 class Arith(msgspec.Struct, frozen=True, tag="arith"):
-    op: Literal["+", "-", "*"]
+    op: ArithOp
     left: Expr
     right: Expr
 
@@ -109,6 +110,18 @@ def children(e: Expr) -> tuple[Expr, ...]:
     """The direct sub-expressions of an IR expression."""
     get = _CHILDREN.get(type(e))
     return () if get is None else get(e)
+
+
+def holds(e: Expr, *types: type) -> bool:
+    """Whether an expression holds a node of one of `types` (`Self`, `Cost`: it reads the judged
+    action, so its value differs per target)."""
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, types):
+            return True
+        stack.extend(children(node))
+    return False
 
 
 def _operand(e: Len | Not | Neg | InConst | InSet) -> tuple[Expr]:
@@ -132,11 +145,15 @@ _CHILDREN: dict[type, Callable[[Any], tuple[Expr, ...]]] = {
 # ---- declarations -------------------------------------------------------------------------
 class FieldDef(msgspec.Struct, frozen=True):
     path: str
-    kind: Literal["enum", "bool", "int", "float", "text", "set"]
+    kind: FieldKind  # not `list`
     members: tuple[str, ...] = ()
     optional: bool = False
     has_default: bool = False
     default: Scalar | tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind is FieldKind.LIST:
+            raise ValueError("a state field cannot be a `list` (an argument's kind)")
 
     @property
     def may_be_absent(self) -> bool:
@@ -145,9 +162,13 @@ class FieldDef(msgspec.Struct, frozen=True):
 
 class ParamDef(msgspec.Struct, frozen=True):
     name: str
-    kind: Literal["enum", "bool", "int", "float", "text", "list"]
+    kind: FieldKind  # not `set`
     members: tuple[str, ...] = ()
     optional: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind is FieldKind.SET:
+            raise ValueError("an argument cannot be a `set` (a state field's kind)")
 
 
 class ActionDef(msgspec.Struct, frozen=True):
@@ -166,7 +187,7 @@ class IntentDef(msgspec.Struct, frozen=True):
 
 class RuleDef(msgspec.Struct, frozen=True):
     name: str
-    kind: Literal["requires", "forbid_when", "forbid_unless", "after"]
+    kind: RuleKind
     targets: tuple[str, ...]
     span: SpanDef
     text: str  # the condition (or the `after` list) as written

@@ -9,6 +9,7 @@ from . import ast as A
 from . import ir
 from .ast import walk
 from .checked import Checked
+from .kinds import RuleKind
 from .source import Source, Span
 
 
@@ -32,9 +33,9 @@ def lower(checked: Checked, source: Source) -> ir.PolicyIR:
             targets=tuple(sorted(checked.targets[r.name.text], key=order.__getitem__)),
             span=span_def(r.span),
             text=_one_line(r.cond.span.text) if r.cond is not None else ", ".join(a.text for a in r.after),
-            cond=(checked.lowered.get(id(r.cond)) or expr(r.cond)) if r.cond is not None else None,
+            cond=(checked.lowered.get(r.cond) or expr(r.cond)) if r.cond is not None else None,
             after=tuple(a.text for a in r.after),
-            reads=reads + (("history",) if r.kind == "after" else ()),
+            reads=reads + (("history",) if r.kind == RuleKind.AFTER else ()),
             args=args)
         for r in p.rules for reads, args in [_reads_args(r.cond)])
     return ir.PolicyIR(

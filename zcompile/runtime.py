@@ -25,11 +25,14 @@ import msgspec
 
 from . import codegen, ir
 from .errors import ZcError, did_you_mean
-from .inputs import read_file
+from .inputs import json_type, read_file
+from .kinds import NUMBERS, FieldKind, RuleKind
 from .state import Schema, number_problem, read_path
 from .verify import verify
 
 MAX_SHOWN = 160  # a longer condition is cut in reason messages (its span points at the whole rule)
+
+_json_type = functools.partial(json_type, integers=True)  # errors here name an int `an integer`
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,11 +370,11 @@ class Policy:
         cost = self.ir.actions[self._index[action]].cost
         reads_cost = self._reads_cost.get(rule.name)
         if reads_cost is None:
-            reads_cost = self._reads_cost[rule.name] = rule.cond is not None and _reads_cost(rule.cond)
+            reads_cost = self._reads_cost[rule.name] = rule.cond is not None and ir.holds(rule.cond, ir.Cost)
         if reads_cost:
             values = values + (("cost", cost),)
         shown = ", ".join(f"{k} = {_show(v)}" for k, v in values)
-        if rule.kind == "after":
+        if rule.kind == RuleKind.AFTER:
             history = dict(values).get("history") or frozenset()
             missing = [a for a in rule.after if a not in history]
             msg = f"`{action}` must come after {', '.join(f'`{m}`' for m in missing)}"
@@ -398,16 +401,6 @@ def _flags(n: int, on: Iterable[int]) -> bytes:
     return bytes(out)
 
 
-def _reads_cost(e: ir.Expr) -> bool:
-    stack = [e]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ir.Cost):
-            return True
-        stack.extend(ir.children(node))
-    return False
-
-
 def tool_name(tool: Any, path: str = "$.tools[0]") -> str:
     """The name of an OpenAI tool (`{"type": "function", "function": {"name": …}}`, or a flat
     `{"name": …}` schema); anything else is refused naming `path`."""
@@ -426,22 +419,6 @@ def _schema_reason(action: str, arg: str, problem: str, value: Any = None) -> Re
                   ((f"args.{arg}", value),) if value is not None else ())
 
 
-def _json_type(v: Any) -> str:
-    if isinstance(v, bool):
-        return "a boolean"
-    if isinstance(v, int):
-        return "an integer"
-    if isinstance(v, float):
-        return "a number"
-    if isinstance(v, str):
-        return "a string"
-    if isinstance(v, (list, tuple)):
-        return "an array"
-    if isinstance(v, Mapping):
-        return "an object"
-    return "null" if v is None else type(v).__name__
-
-
 def _type_problem(p: ir.ParamDef, v: Any) -> str | None:
     """What is wrong with argument value `v` for parameter `p` (None: nothing)."""
     ok = {"bool": isinstance(v, bool),
@@ -451,8 +428,8 @@ def _type_problem(p: ir.ParamDef, v: Any) -> str | None:
           "list": isinstance(v, (list, tuple)),
           "enum": isinstance(v, str) and v in p.members}[p.kind]
     if ok:
-        return number_problem(v) if p.kind in ("int", "float") else None
-    if p.kind == "enum":
+        return number_problem(v) if p.kind in NUMBERS else None
+    if p.kind == FieldKind.ENUM:
         shown = "|".join(p.members[:12]) + ("|…" if len(p.members) > 12 else "")
         got = msgspec.json.encode(v).decode() if isinstance(v, str) else _json_type(v)
         return f"expected one of {shown}, got {got}"

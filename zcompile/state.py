@@ -9,6 +9,7 @@ import msgspec
 
 from . import ir
 from .errors import ZcError, did_you_mean, json_problem
+from .kinds import FieldKind
 
 
 class StateError(ZcError):
@@ -38,9 +39,9 @@ def number_problem(v: Any) -> str | None:
 
 def _leaf_type(f: ir.FieldDef, actions: tuple[str, ...]) -> Any:
     base: Any
-    if f.kind == "enum":
+    if f.kind == FieldKind.ENUM:
         base = Literal[f.members]
-    elif f.kind == "set":
+    elif f.kind == FieldKind.SET:
         # a Literal of the policy's actions, known at run time only
         base = list[Literal[actions]] if actions else list[str]  # type: ignore[valid-type]
     else:
@@ -123,7 +124,7 @@ class Schema:
         bad = re.match(r"invalid enum value (.*)", msg)
         field = self.fields.get(re.sub(r"\[\d+\]$", "", path)[2:])
         if bad and field is not None:
-            allowed = field.members if field.kind == "enum" else self.actions
+            allowed = field.members if field.kind == FieldKind.ENUM else self.actions
             shown = "|".join(allowed[:12]) + ("|…" if len(allowed) > 12 else "")
             value = bad.group(1).strip("'")
             hint = did_you_mean(value, allowed)
@@ -145,6 +146,6 @@ def read_path(schema: Schema, root: Any, path: str) -> Any:
     f = schema.fields[path]
     if node is None:
         node = f.default if f.has_default else None
-    if f.kind == "set" and node is not None:
+    if f.kind == FieldKind.SET and node is not None:
         return frozenset(node)
     return node

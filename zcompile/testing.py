@@ -13,8 +13,10 @@ import msgspec
 
 from . import ast as A
 from . import interp
+from .checked import Checked
 from .errors import ZcError, did_you_mean
 from .inputs import files_under, read_file
+from .kinds import FieldKind, RuleKind
 from .runtime import Policy
 from .state import StateError
 from .yamldoc import Refused, compose, locate
@@ -238,8 +240,8 @@ def run_case(compiled: Compiled, case: Case, at: str = "$") -> CaseResult:
                       time.perf_counter() - t0, wrong[0][0])
 
 
-def _flat_keys(state: Mapping[str, Any], fields: set[str], at: str, prefix: str = "") -> list[tuple[
-    str, str]]:
+def _flat_keys(state: Mapping[str, Any], fields: set[str], at: str,
+               prefix: str = "") -> list[tuple[str, str]]:
     """A state key written flat (`"user.role": …`) would be ignored: say how to nest it."""
     out = []
     for key, value in state.items():
@@ -341,7 +343,7 @@ class Coverage:
             self.compiled.policy.legal(case.state, case.intent)
         except ZcError:
             return
-        state = _flat(checked, case.state)
+        state = flat_state(checked, case.state)
         if case.call is not None:
             if case.call.name not in checked.costs:
                 return
@@ -419,7 +421,7 @@ _KLEENE = (*_BOOL, ("unknown", None))
 
 def _leaves(rule: A.RuleDecl) -> list:
     """The atomic conditions of a rule: every maximal sub-expression that is not and/or/not."""
-    if rule.kind == "after":
+    if rule.kind == RuleKind.AFTER:
         return list(rule.after)
     out, stack = [], [rule.cond]
     while stack:
@@ -433,7 +435,7 @@ def _leaves(rule: A.RuleDecl) -> list:
     return out
 
 
-def _flat(checked, state: Mapping[str, Any]) -> dict[str, Any]:
+def flat_state(checked: Checked, state: Mapping[str, Any]) -> dict[str, Any]:
     """The interpreter's reading of a state: field path -> value (defaults applied, None absent)."""
     out = {}
     for path, info in checked.fields.items():
@@ -442,7 +444,7 @@ def _flat(checked, state: Mapping[str, Any]) -> dict[str, Any]:
             node = node.get(part) if isinstance(node, Mapping) else None
         if node is None:
             node = info.default if info.has_default else None
-        if info.kind == "set" and node is not None:
+        if info.kind == FieldKind.SET and node is not None:
             node = frozenset(node)
         out[path] = node
     return out

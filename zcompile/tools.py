@@ -15,6 +15,8 @@ from typing import Any
 
 from . import ir
 from .errors import Diagnostic, ZcError, did_you_mean
+from .inputs import json_type
+from .kinds import FieldKind
 
 
 def tool_schemas(tools: Any) -> dict[str, Mapping[str, Any]]:
@@ -57,7 +59,7 @@ _JSON_TYPE = {"bool": "boolean", "int": "integer", "float": "number", "text": "s
 def signature_schema(params: Sequence[Any]) -> dict[str, Any]:
     """The JSON schema of a declared signature (`ir.ParamDef`s): a closed object whose required
     properties are the non-optional parameters (no `required` key for an empty signature)."""
-    props = {p.name: ({"type": "string", "enum": list(p.members)} if p.kind == "enum"
+    props = {p.name: ({"type": "string", "enum": list(p.members)} if p.kind == FieldKind.ENUM
                       else {"type": _JSON_TYPE[p.kind]})
              for p in params}
     required = [p.name for p in params if not p.optional]
@@ -72,7 +74,7 @@ def signature_schema(params: Sequence[Any]) -> dict[str, Any]:
 # that a signature drops (an array's `items`, `minimum`, `pattern`, ...) is a warning at its `$.path`.
 
 # enum: `string` + `enum`
-_KIND = {json_type: kind for kind, json_type in _JSON_TYPE.items() if kind != "enum"}
+_KIND = {jt: kind for kind, jt in _JSON_TYPE.items() if kind != FieldKind.ENUM}
 _ALIASES = {"dict": "object", "float": "number", "tuple": "array", "bool": "boolean", "int": "integer",
             "str": "string", "list": "array"}  # BFCL's Python-flavoured type names
 _ANNOTATIONS = frozenset({"description", "title", "default", "examples", "deprecated", "readOnly",
@@ -143,7 +145,7 @@ def read_tools(data: Any) -> tuple[list[ImportedTool], list[Problem]]:
                                       '`{"tools": [...]}`' + (f", found keys {_keys(data)}" if data else ""))]
         data, base = data["tools"], f"{base}.tools"
     if not isinstance(data, list):
-        return [], [Problem(base, f"expected an array of tools, found {_json_type(data)}")]
+        return [], [Problem(base, f"expected an array of tools, found {json_type(data)}")]
     tools: list[ImportedTool] = []
     seen: dict[str, str] = {}
     for i, entry in enumerate(data):
@@ -161,7 +163,7 @@ def read_tools(data: Any) -> tuple[list[ImportedTool], list[Problem]]:
 
 def _read_tool(entry: Any, path: str, problems: list[Problem]) -> ImportedTool | None:
     if not isinstance(entry, dict):
-        problems.append(Problem(path, f"expected a tool object, found {_json_type(entry)}"))
+        problems.append(Problem(path, f"expected a tool object, found {json_type(entry)}"))
         return None
     if "function" in entry:  # OpenAI: {type: function, function: {...}}
         if entry.get("type", "function") != "function":
@@ -170,12 +172,12 @@ def _read_tool(entry: Any, path: str, problems: list[Problem]) -> ImportedTool |
             return None
         entry, path = entry["function"], f"{path}.function"
         if not isinstance(entry, dict):
-            problems.append(Problem(path, f"expected a function object, found {_json_type(entry)}"))
+            problems.append(Problem(path, f"expected a function object, found {json_type(entry)}"))
             return None
     name = entry.get("name")
     if not isinstance(name, str):
         problems.append(Problem(f"{path}.name", "a tool needs a string `name`" if name is None else
-                                f"expected a string, found {_json_type(name)}"))
+                                f"expected a string, found {json_type(name)}"))
         return None
     named = bool(_ACTION.fullmatch(name)) and not any(part in RESERVED for part in name.split("."))
     if not named:
@@ -184,7 +186,7 @@ def _read_tool(entry: Any, path: str, problems: list[Problem]) -> ImportedTool |
                                                 "word); rename the tool"))
     desc = entry.get("description")
     if desc is not None and not isinstance(desc, str):
-        problems.append(Problem(f"{path}.description", f"expected a string, found {_json_type(desc)}"))
+        problems.append(Problem(f"{path}.description", f"expected a string, found {json_type(desc)}"))
         desc = None
     key = "inputSchema" if "inputSchema" in entry else "parameters"
     schema = entry.get(key)
@@ -206,7 +208,7 @@ def params_from_schema(schema: Any, path: str, problems: list[Problem]) -> tuple
     None (with errors in `problems`) when it states something a signature cannot."""
     n = len(problems)
     if not isinstance(schema, dict):
-        problems.append(Problem(path, f"expected a JSON schema object, found {_json_type(schema)}"))
+        problems.append(Problem(path, f"expected a JSON schema object, found {json_type(schema)}"))
         return None
     kind = _ALIASES.get(schema.get("type"), schema.get("type")) if isinstance(schema.get("type"), str) \
         else schema.get("type")
@@ -216,7 +218,7 @@ def params_from_schema(schema: Any, path: str, problems: list[Problem]) -> tuple
         return None
     props = schema.get("properties", {})
     if not isinstance(props, dict):
-        problems.append(Problem(f"{path}.properties", f"expected an object, found {_json_type(props)}"))
+        problems.append(Problem(f"{path}.properties", f"expected an object, found {json_type(props)}"))
         return None
     required = schema.get("required", [])
     if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
@@ -256,7 +258,7 @@ def _param_kind(prop: Any, path: str, problems: list[Problem]) -> tuple[str, tup
         problems.append(Problem(path, "an argument of any type is not expressible in a zc signature"))
         return None
     if not isinstance(prop, dict):
-        problems.append(Problem(path, f"expected a JSON schema object, found {_json_type(prop)}"))
+        problems.append(Problem(path, f"expected a JSON schema object, found {json_type(prop)}"))
         return None
     for key in _UNIONS:  # pydantic's Optional[T]: anyOf [T, {type: null}]
         if key in prop:
@@ -274,7 +276,7 @@ def _param_kind(prop: Any, path: str, problems: list[Problem]) -> tuple[str, tup
             i, branch = others[0]
             if not isinstance(branch, dict):
                 problems.append(Problem(f"{path}.{key}[{i}]", f"expected a JSON schema object, found "
-                                                              f"{_json_type(branch)}"))
+                                                              f"{json_type(branch)}"))
                 return None
             rest = {k: v for k, v in prop.items() if k != key}
             clash = next((k for k in branch if k in rest and rest[k] != branch[k]), None)
@@ -306,7 +308,7 @@ def _param_kind(prop: Any, path: str, problems: list[Problem]) -> tuple[str, tup
         problems.append(Problem(path, "an argument without a `type` is not expressible in a zc signature"))
         return None
     if not isinstance(raw, str):
-        problems.append(Problem(f"{path}.type", f"expected a type name, found {_json_type(raw)}"))
+        problems.append(Problem(f"{path}.type", f"expected a type name, found {json_type(raw)}"))
         return None
     typ = _ALIASES.get(raw, raw)
     if typ == "object":
@@ -328,7 +330,7 @@ def _param_kind(prop: Any, path: str, problems: list[Problem]) -> tuple[str, tup
             problems.append(Problem(f"{path}.{ekey}", "expected distinct strings"))
             return None
         elif all(_WORD.fullmatch(v) and v not in RESERVED for v in enum):
-            kind, members = "enum", tuple(enum)
+            kind, members = FieldKind.ENUM, tuple(enum)
         else:
             bad = next(v for v in enum if not _WORD.fullmatch(v) or v in RESERVED)
             problems.append(Problem(f"{path}.{ekey}", f"member {_shown(bad)} is not a zc name: imported as "
@@ -345,11 +347,6 @@ def _param_kind(prop: Any, path: str, problems: list[Problem]) -> tuple[str, tup
     return kind, members, nullable
 
 
-def _json_type(v: Any) -> str:
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null",
-            int: "a number", float: "a number"}.get(type(v), type(v).__name__)
-
-
 def _shown(v: Any) -> str:
     return json.dumps(v)[:80]
 
@@ -364,7 +361,8 @@ def _member(path: str, key: str) -> str:
 
 
 def _type_text(p: ir.ParamDef) -> str:
-    return (f"enum({', '.join(p.members)})" if p.kind == "enum" else p.kind) + ("?" if p.optional else "")
+    return ((f"enum({', '.join(p.members)})" if p.kind == FieldKind.ENUM else p.kind)
+            + ("?" if p.optional else ""))
 
 
 def signature_text(params: Sequence[ir.ParamDef]) -> str:
@@ -451,9 +449,9 @@ def _param_def(p: Any) -> ir.ParamDef:
 
     t = p.type
     if isinstance(t, A.EnumType):
-        return ir.ParamDef(name=p.name.text, kind="enum", members=tuple(m.text for m in t.members),
+        return ir.ParamDef(name=p.name.text, kind=FieldKind.ENUM, members=tuple(m.text for m in t.members),
                            optional=p.optional)
-    kind = "list" if isinstance(t, A.ListType) else t.kind
+    kind = FieldKind.LIST if isinstance(t, A.ListType) else t.kind
     return ir.ParamDef(name=p.name.text, kind=kind, optional=p.optional)
 
 

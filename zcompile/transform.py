@@ -12,6 +12,7 @@ from lark import Transformer
 from . import ast as A
 from .errors import Diagnostic
 from .ir import MAX_DEPTH, MAX_FLOAT, MAX_INT
+from .kinds import FieldKind, RuleKind
 from .source import Source, Span
 
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
@@ -220,7 +221,7 @@ class Builder(Transformer):
         return A.EnumType(members=_items(c[2:-1]), span=self._span(c))
 
     def scalar_type(self, c):
-        return A.ScalarType(kind=c[0][0], span=self._tok(c[0]))
+        return A.ScalarType(kind=FieldKind(c[0][0]), span=self._tok(c[0]))
 
     def set_type(self, c):
         return A.SetType(span=self._span(c))
@@ -281,16 +282,16 @@ class Builder(Transformer):
         return _RuleDecl(c[1], kind, target, cond, after, self._span(c))
 
     def requires(self, c):  # target "requires" expr
-        return _Part(("requires", c[0], _expr(c[2]), ()), _lo(c[0]), _hi(c[2]))
+        return _Part((RuleKind.REQUIRES, c[0], _expr(c[2]), ()), _lo(c[0]), _hi(c[2]))
 
     def forbid_when(self, c):  # "forbid" target "when" expr
-        return _Part(("forbid_when", c[1], _expr(c[3]), ()), c[0][1], _hi(c[3]))
+        return _Part((RuleKind.FORBID_WHEN, c[1], _expr(c[3]), ()), c[0][1], _hi(c[3]))
 
     def forbid_unless(self, c):  # "forbid" target "unless" expr
-        return _Part(("forbid_unless", c[1], _expr(c[3]), ()), c[0][1], _hi(c[3]))
+        return _Part((RuleKind.FORBID_UNLESS, c[1], _expr(c[3]), ()), c[0][1], _hi(c[3]))
 
     def after(self, c):  # target "after" path_list
-        return _Part(("after", c[0], None, c[2].value), _lo(c[0]), _hi(c[2]))
+        return _Part((RuleKind.AFTER, c[0], None, c[2].value), _lo(c[0]), _hi(c[2]))
 
     def target_actions(self, c):
         part = c[0]

@@ -169,8 +169,8 @@ def _args(args) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m examples.tau.conformance", description=__doc__.split("\n\n")[
-        0])
+    ap = argparse.ArgumentParser(prog="python -m examples.tau.conformance",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--domain", required=True, choices=("airline", "retail"))
     ap.add_argument("--tasks", required=True, help="tau2 tasks JSON (e.g. tasks.train.json)")
     ap.add_argument("--db", required=True, help="the domain's database (airline: its db/ directory; retail: "

@@ -13,6 +13,7 @@ import msgspec
 
 from ..errors import ZcError, did_you_mean
 from ..inputs import read_file
+from ..kinds import FieldKind
 from ..yamldoc import compose, locate
 
 VERSION = 1
@@ -148,8 +149,8 @@ class Mapping:
                 self._state.append((field, *self._compile(src, at)))
             self._action = self._compile(spec.action, "$.action")[0]
             self._intent = self._compile(spec.intent, "$.intent") if spec.intent is not None else None
-            if self._intent is not None and self._intent[0][0] == "const" and self._intent[0][
-                1] not in policy.intents:
+            const = self._intent[0] if self._intent is not None and self._intent[0][0] == "const" else None
+            if const is not None and const[1] not in policy.intents:
                 hint = did_you_mean(str(self._intent[0][1]), policy.intents) or "not declared by the policy"
                 raise _Bad("$.intent.const", f"unknown intent `{self._intent[0][1]}` ({hint})")
             self._arguments = _split(spec.arguments, "$.arguments") if spec.arguments is not None else None
@@ -170,7 +171,8 @@ class Mapping:
             self.names.setdefault(target, key)
         # the sets of actions (`history`, `set[action]` fields) a PEP fills with its own names
         self._renamed = {k: v for k, v in self.actions.items() if k != v}
-        self._sets = [f.path.split(".") for f in policy.ir.fields if f.kind == "set"] if self._renamed else []
+        self._sets = ([f.path.split(".") for f in policy.ir.fields if f.kind == FieldKind.SET]
+                      if self._renamed else [])
 
     @staticmethod
     def _directory(types: dict[str, Any], at: str, bad) -> dict[str, dict[str, Props]]:

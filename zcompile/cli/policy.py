@@ -11,6 +11,7 @@ import msgspec
 from .. import ir
 from ..errors import ZcError
 from ..outdir import new_file, refuse_foreign_file
+from ..state import StateError
 from .common import (
     check_all,
     fail,
@@ -134,7 +135,7 @@ def legal_cmd(artifact: str, state_path: str, intent: str | None, call_json: str
         else:
             result = policy.legal(state, intent, strict=strict)
     except ZcError as exc:
-        if state_path != "-" and exc.__class__.__name__ == "StateError":
+        if state_path != "-" and isinstance(exc, StateError):
             exc = ZcError(f"{state_path}: {exc}")
         fail(exc)
     if call is not None:

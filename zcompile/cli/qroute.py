@@ -10,6 +10,7 @@ import msgspec
 
 from ..errors import ZcError
 from ..outdir import refuse_foreign_file, write_output
+from ..state import StateError
 from .common import fail, load_policy, main, progress, read_json, timed_steps
 
 
@@ -79,7 +80,7 @@ def distill_cmd(sources, policy_path, out, model, guarantee, folds, negatives, t
                 learning_rate, batch_size, ensemble, quantization, engine, max_decisions) -> None:
     """Distil receipts into an ONNX specialist that answers with a certified confidence or abstains."""
     try:
-        from ..qroute import Report, Settings, distill
+        from ..qroute import Progress, Settings, distill
     except ZcError as exc:  # the `distill` extra is not installed
         fail(exc)
 
@@ -102,7 +103,7 @@ def distill_cmd(sources, policy_path, out, model, guarantee, folds, negatives, t
                         target_abstention=target_abstention, min_coverage=min_coverage, seed=seed,
                         folds=folds, negatives=negatives, skip_invalid=skip_invalid, options=options,
                         engine=engine, max_decisions=max_decisions)
-    report = Report(step=timed_steps(), bar=progress)
+    report = Progress(step=timed_steps(), bar=progress)
     try:
         policy = load_policy(policy_path) if policy_path else None
         result = distill(list(sources), policy, out, settings, report=report, name=Path(out).name)
@@ -172,11 +173,11 @@ def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, spl
                 raise ZcError("--tiers needs --policy: tiers are rungs of a policy's routes")
             tiers = load_tiers(tiers_path, policy)
         try:
-            from ..qroute.dataset import Report
+            from ..qroute.dataset import Progress
 
             rep = evals.run(policy, specialist_dir, [*sources, *more], split=split,
                             allow_trained=allow_trained, skip_invalid=skip_invalid, tiers=tiers,
-                            progress=Report(bar=progress))
+                            progress=Progress(bar=progress))
         finally:
             for tier in tiers.values():
                 tier.close()
@@ -254,7 +255,7 @@ def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts
                     deadline_ms=deadline_ms) as router:
             d = router.decide(state, intent)
     except ZcError as exc:
-        if state_path != "-" and exc.__class__.__name__ == "StateError":
+        if state_path != "-" and isinstance(exc, StateError):
             exc = ZcError(f"{state_path}: {exc}")
         fail(exc)
     if as_json:

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from ..kinds import FieldKind
 from ..receipts.judge import accepts
 
 BOOTSTRAP = 2000  # resamples of the states for the interval
@@ -37,7 +38,8 @@ class NoiseFloor:
     """Decisions grouped by (task, structural state), added one at a time; `figures()` at the end."""
 
     def __init__(self, policy: Any) -> None:
-        self.paths = [f.path for f in policy.ir.fields if f.kind != "text"] if policy is not None else None
+        self.paths = ([f.path for f in policy.ir.fields if f.kind != FieldKind.TEXT] if policy is not None
+                      else None)
         self.groups: dict[tuple[str, str], list[tuple[str, tuple]]] = {}
 
     def add(self, d: Any, conversation: str) -> None:

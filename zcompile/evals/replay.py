@@ -135,8 +135,8 @@ class Seal:
         }
 
 
-def seal(decisions: Sequence[Any], manifest: Any, split: str, allow_trained: bool) -> tuple[list, dict[
-    str, Any]]:
+def seal(decisions: Sequence[Any], manifest: Any, split: str,
+         allow_trained: bool) -> tuple[list, dict[str, Any]]:
     """`Seal` over a list: the decisions that may be reported under `split`, and what was left out and why."""
     sealer = Seal(manifest, split, allow_trained)
     kept = [d for d in decisions if sealer.admit(d)]

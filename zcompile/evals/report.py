@@ -26,7 +26,7 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
     `PairwiseSpecialist`) on its rung and `tiers` (none: off); the whole evaluation as a JSON-ready
     dict. `policy` may be None only for a pairwise specialist distilled without one. `decisions`:
     also list what the router decided for each receipt (the one part that grows with the receipts).
-    `progress`: a `qroute.Report` whose `bar` wraps the pass over the receipts. `sample`: latencies
+    `progress`: a `qroute.Progress` whose `bar` wraps the pass over the receipts. `sample`: latencies
     and the risk–coverage curve are exact up to this many decisions, then from a uniform sample.
 
     The receipts are read twice, one at a time: first for the judge (`receipts.judge`: what each
@@ -39,7 +39,7 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
             legal actions), no usable decision, trained-on tasks under `split="all"` without
             `allow_trained`, nothing held out, an unknown split, a policy missing or given wrongly.
     """
-    from ..qroute.dataset import Report, no_usable, rows_in, stream
+    from ..qroute.dataset import Progress, no_usable, rows_in, stream
     from ..receipts.judge import LOOKAHEAD, RULE, conversation_of
 
     if split not in SPLITS:
@@ -50,7 +50,7 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
     check_policy(m, policy)
     paths = [str(p) for p in paths]
     length = rows_in(paths) if progress is not None else 0  # for the progress bar: rows, counted undecoded
-    progress = progress or Report()
+    progress = progress or Progress()
     counts: Counter = Counter()
     sealer = Seal(m, split, allow_trained)
     shadows = metrics.Shadows()

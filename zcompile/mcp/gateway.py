@@ -22,12 +22,22 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..errors import ZcError
+from ..inputs import json_type
 from ..outdir import refuse_foreign_file
 from ..receipts import Receipt, ReceiptWriter
 from ..receipts.chat import default_extract, extractor_name
 from ..receipts.io import is_receipts_file
 from ..runtime import Policy
-from .session import SESSION_META, Extract, KeyError_, Session, Sessions, StateKeySpec, key_of, result_text
+from .session import (
+    SESSION_META,
+    Extract,
+    MissingStateKey,
+    Session,
+    Sessions,
+    StateKeySpec,
+    key_of,
+    result_text,
+)
 from .upstream import ServerSpec, Upstream, UpstreamError
 
 _log = logging.getLogger("zcompile.mcp")
@@ -156,7 +166,7 @@ class McpGateway:
             key = key_of(modern=modern, spec=self.key_spec, session_id=headers.get("mcp-session-id")
                          if headers else None, headers=headers, meta=meta, principal=principal,
                          stdio_key=self.sessions.stdio_key)
-        except KeyError_ as exc:
+        except MissingStateKey as exc:
             raise MCPError(INVALID_PARAMS, str(exc)) from None
         return self.sessions.get(key)
 
@@ -324,19 +334,14 @@ async def _params_checked(ctx: Any, call_next: Any) -> Any:
     if fields and ctx.request_id is not None:
         params = ctx.params
         if params is not None and not isinstance(params, Mapping):
-            raise MCPError(INVALID_PARAMS, f"$.params: expected an object, got {_kind(params)}")
+            raise MCPError(INVALID_PARAMS, f"$.params: expected an object, got {json_type(params)}")
         for key, typ, what in fields:
             value = (params or {}).get(key)
             if value is None and key == "name":
                 raise MCPError(INVALID_PARAMS, "$.params.name: required (the tool to call)")
             if value is not None and not isinstance(value, typ):
-                raise MCPError(INVALID_PARAMS, f"$.params.{key}: expected {what}, got {_kind(value)}")
+                raise MCPError(INVALID_PARAMS, f"$.params.{key}: expected {what}, got {json_type(value)}")
     return await call_next(ctx)
-
-
-def _kind(v: Any) -> str:
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number",
-            float: "a number"}.get(type(v), "null" if v is None else type(v).__name__)
 
 
 def _listener(session: Session) -> tuple[InMemorySubscriptionBus, ListenHandler]:

@@ -5,7 +5,7 @@ The public API (bench/, examples/ and harnesses use these names; modules load on
 
 - `distill(paths, policy, out, Settings(...))` -> `Result`: the ten distillation steps (pipeline.py)
 - `load_specialist(directory, policy)`: a specialist for decision time (classifier or pairwise)
-- `load_decisions(paths, policy)` -> `Dataset`; `split_by_task`, `seal`, `Decision`, `Report`
+- `load_decisions(paths, policy)` -> `Dataset`; `split_by_task`, `seal`, `Decision`, `Progress`
 - `choose_threshold(conf, correct, target, guarantee)`; `evaluate(...)` (the figures of a split);
   `threshold_line(manifest)` (τ and its guarantee in words); `recipe(kind, seed, spec, policy, options)`
   (what differs between model kinds: `.model()` is a tabular recipe's unfitted scikit-learn estimator)
@@ -26,7 +26,7 @@ _API = {
     "PairwiseSpecialist": ("pairwise", "PairwiseSpecialist"),
     "read_manifest": ("specialist", "read_manifest"), "Decision": ("dataset", "Decision"),
     "Dataset": ("dataset", "Dataset"), "load_decisions": ("dataset", "load"), "split_by_task": (
-        "dataset", "split_by_task"), "seal": ("dataset", "seal"), "Report": ("dataset", "Report"),
+        "dataset", "split_by_task"), "seal": ("dataset", "seal"), "Progress": ("dataset", "Progress"),
     "evaluate": ("metrics", "evaluate"), "answer_right": ("metrics", "answer_right"),
     "RISKY_TAGS": ("metrics", "RISKY_TAGS"), "risky_actions": ("metrics", "risky_actions"),
     "choose_threshold": ("threshold", "choose"), "NEVER": ("threshold", "NEVER"),

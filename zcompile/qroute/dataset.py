@@ -26,7 +26,7 @@ PARTS = ("train", "calibration", "test")
 
 
 @dataclass
-class Report:
+class Progress:
     """Progress sink: `step(text)` announces a stage; `bar(iterable, label, n)` wraps long loops."""
 
     step: Callable[[str], None] = lambda text: None
@@ -71,7 +71,7 @@ class Dataset:
 
 
 def load(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid: bool = False,
-         none_fits: bool = False, report: Report | None = None) -> Dataset:
+         none_fits: bool = False, report: Progress | None = None) -> Dataset:
     """Read and validate receipts into decisions; drop those judged wrong (`verified == false`).
 
     A receipt without an action is dropped as an abstention, unless `none_fits` and it is verified:
@@ -122,14 +122,14 @@ def no_usable(counts: Counter) -> ZcError:
 
 
 def stream(paths: Sequence[str | Path], policy: Any, counts: Counter, *, skip_invalid: bool = False,
-           none_fits: bool = False, report: Report | None = None, label: str = "reading receipts",
+           none_fits: bool = False, report: Progress | None = None, label: str = "reading receipts",
            length: int = 0) -> Iterator[tuple[Any, Decision | None]]:
     """`load` one receipt at a time: each valid receipt read with its decision (None: dropped, and
     counted in `counts`); once exhausted, `counts` holds what `load` reports. Nothing is kept."""
     from ..receipts import ReadStats, read
     from ..tools import policy_tools
 
-    report = report or Report()
+    report = report or Progress()
     rstats = ReadStats()
     used = 0
     described = policy_tools(policy) if policy is not None else {}
@@ -269,7 +269,7 @@ Seen = tuple  # (task, ts, id, where, dropped): one valid receipt of pass 1; `wh
 
 
 def seen_locally(paths: Sequence[str | Path], policy: Any, skip_invalid: bool, none_fits: bool,
-                 stats: Any, report: Report) -> Iterator[Seen]:
+                 stats: Any, report: Progress) -> Iterator[Seen]:
     """Pass 1 in this process: every receipt read and validated (`receipts.read`), in file order."""
     from ..receipts import read
 
@@ -281,7 +281,7 @@ def seen_locally(paths: Sequence[str | Path], policy: Any, skip_invalid: bool, n
 
 def load_split(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid: bool = False,
                none_fits: bool = False, limit: int = MAX_DECISIONS, seed: int = 0,
-               report: Report | None = None, scan: Callable[..., Iterator[Seen]] | None = None) -> Bounded:
+               report: Progress | None = None, scan: Callable[..., Iterator[Seen]] | None = None) -> Bounded:
     """Steps 1–2 in memory bounded by `limit` decisions: `load` and `split_by_task` when the files
     hold at most `limit` rows; beyond it two streaming passes. The first reads and validates every
     receipt, keeping only each usable one's task and position; the split by task is made and sealed
@@ -291,7 +291,7 @@ def load_split(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid:
     lines (Parquet: reading only their row groups). `scan` runs the first pass (`seen_locally`, or an
     engine's: the Ray engine's validates in Ray workers), yielding the same rows in the same order.
     """
-    report = report or Report()
+    report = report or Progress()
     if rows_in(paths) <= limit:
         data = load(paths, policy, skip_invalid=skip_invalid, none_fits=none_fits, report=report)
         report.step("2/10 splitting by task (chronological, sealed)")
@@ -337,8 +337,8 @@ def load_split(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid:
     key_arr = np.frombuffer(keys, dtype=np.uint64)
     theta = thresholds(task_arr, key_arr, min(1.0, limit / usable), names, seed)
     keep = np.array([k <= th for k, th in zip(key_arr.tolist(), theta[task_arr].tolist())], dtype=bool)
-    at = dict(zip(np.frombuffer(raw, dtype=np.int64)[keep].tolist(), np.frombuffer(position, dtype=np.int64)[
-        keep].tolist()))
+    at = dict(zip(np.frombuffer(raw, dtype=np.int64)[keep].tolist(),
+                  np.frombuffer(position, dtype=np.int64)[keep].tolist()))
     sampling = Sampling("sample", usable, len(at), limit, seed, dict(zip(names, theta.tolist())))
     del task_of, keys, raw, position, task_arr, key_arr, keep
     described = policy_tools(policy) if policy is not None else {}

@@ -65,7 +65,7 @@ class Local:
     name = "local"
 
     def inputs(self, rec: Any, parts: dict[str, list[D.Decision]], cdir: Path,
-               report: D.Report) -> dict[str, Any]:
+               report: D.Progress) -> dict[str, Any]:
         if not hasattr(rec, "fz"):
             return {p: rec.inputs(report.bar(parts[p], f"{rec.reading} {p}", len(parts[p]))) for p in D.PARTS}
         out = {}
@@ -101,7 +101,7 @@ class Ray:
         self.sampling: D.Sampling | None = None
 
     def scan(self, paths: Any, policy: Any, skip_invalid: bool, none_fits: bool, stats: Any,
-             report: D.Report) -> Iterator[D.Seen]:
+             report: D.Progress) -> Iterator[D.Seen]:
         """Pass 1 of a bounded distillation (`dataset.load_split`) in Ray workers: every Parquet row
         validated there (`Scan`), the rows back in file order, addressed by file and row as the local
         reader addresses them. An invalid row is read again here, so its error is the local one."""
@@ -142,7 +142,7 @@ class Ray:
                       "or policy on the workers?)")
 
     def inputs(self, rec: Any, parts: dict[str, list[D.Decision]], cdir: Path,
-               report: D.Report) -> dict[str, Any]:
+               report: D.Progress) -> dict[str, Any]:
         if not hasattr(rec, "fz"):
             raise ZcError(f"--engine ray featurises tabular models (logistic, mlp, gbt), not `{rec.kind}`")
         ray = _ray()

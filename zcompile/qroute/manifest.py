@@ -486,8 +486,8 @@ def check_text_probes(m: Manifest, logits: Any, path: str) -> None:
     for i, probe in enumerate(m.model.text_probes):
         recorded = np.array([probe.logits[c] for c in classes])
         got = logits[i]
-        ahead, behind = np.nonzero((recorded[:, None] - recorded[None, :] > RANK_MARGIN) & (got[
-            :, None] <= got[None, :]))
+        ahead, behind = np.nonzero((recorded[:, None] - recorded[None, :] > RANK_MARGIN) & (
+            got[:, None] <= got[None, :]))
         if len(ahead):
             a, b = int(ahead[0]), int(behind[0])
             moved = np.allclose(np.sort(got), np.sort(recorded), rtol=0.0, atol=RANK_MARGIN)

@@ -90,8 +90,8 @@ def training_pairs(x: Sequence[PairInput], decisions: Sequence[Decision], descri
 
 
 def score(x: Sequence[PairInput], margins_of_pairs: Callable[[list], Any] | None,
-          margins_of_one: Callable[[str, Sequence[str]], Any] | None = None) -> tuple[np.ndarray, list[
-              str | None]]:
+          margins_of_one: Callable[[str, Sequence[str]], Any]
+          | None = None) -> tuple[np.ndarray, list[str | None]]:
     """Choice score (`pairwise.choice_score`) and the best legal action per decision.
 
     Margins come from `margins_of_pairs(all pairs)` (the trained model, batched) or from

@@ -30,7 +30,7 @@ from ..errors import ZcError
 from ..outdir import staged
 from ..receipts.candidates import as_candidates
 from ..receipts.judge import LOOKAHEAD, RULE, lenient_actions, strict
-from . import arguments as A
+from . import arguments as argmodel
 from . import dataset as D
 from . import engine as E
 from . import features as F
@@ -96,7 +96,7 @@ def is_specialist_dir(path: Path) -> bool:
 
 
 def distill(paths: Sequence[str | Path], policy: Any, out: str | Path, settings: Settings | None = None, *,
-            report: D.Report | None = None, name: str | None = None,
+            report: D.Progress | None = None, name: str | None = None,
             parts: dict[str, list[D.Decision]] | None = None) -> Result:
     """Run the ten steps and write `out/` (model.onnx, manifest.json, report.md, and the model's files).
 
@@ -104,7 +104,7 @@ def distill(paths: Sequence[str | Path], policy: Any, out: str | Path, settings:
     trains on some categories and reports on others); they are sealed the same way.
     """
     s = settings or Settings()
-    report = report or D.Report()
+    report = report or D.Progress()
     _validate(s, policy)
     pairwise = s.model == "pairwise"
     engine = E.make(s.engine, paths, policy, skip_invalid=s.skip_invalid, none_fits=pairwise)
@@ -149,7 +149,7 @@ def distill(paths: Sequence[str | Path], policy: Any, out: str | Path, settings:
 
 
 def _targets(parts: dict[str, list[D.Decision]], policy: Any, engine: Any,
-             report: D.Report) -> tuple[dict[str, list[D.Decision]], dict[str, Any]]:
+             report: D.Progress) -> tuple[dict[str, list[D.Decision]], dict[str, Any]]:
     """Training targets from the judge (`dataset.targets`) for train and calibration, and what the
     report says of the judge. Test decisions keep the teacher's step as their label: the judge
     scores answers there, never chooses what they are."""
@@ -181,7 +181,7 @@ def _validate(s: Settings, policy: Any) -> None:
         raise ZcError("a policy is required (except for --model pairwise)")
 
 
-def _warn_thin(parts: dict[str, list[D.Decision]], pairwise: bool, report: D.Report) -> None:
+def _warn_thin(parts: dict[str, list[D.Decision]], pairwise: bool, report: D.Progress) -> None:
     """Say loudly when a split cannot support the figures it will be used for."""
     for p in ("calibration", "test"):
         fits = sum(1 for d in parts[p] if d.label is not None)
@@ -194,7 +194,7 @@ def _warn_thin(parts: dict[str, list[D.Decision]], pairwise: bool, report: D.Rep
 
 
 def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.Decision]], policy: Any, spec: F.FeatureSpec,
-               s: Settings, head: dict[str, Any], n_candidates: int, report: D.Report,
+               s: Settings, head: dict[str, Any], n_candidates: int, report: D.Progress,
                shared: dict[bytes, Any], engine: Any = None) -> Candidate:
     """Steps 3–8 for one recipe (`shared`: argument models already fit on the same folds and inputs
     already computed with the same feature spec; `engine`: the featurisation engine, local by default)."""
@@ -249,13 +249,13 @@ def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.Decision]], policy
     metrics["calibration"] = oof_figures
     if arguments is not None and arguments.final is not None and arguments.final.sampled_:
         kept, n, candidates = arguments.final.sampled_
-        metrics["argument_sample"] = {"kept": kept, "n": n, "candidates": candidates, "limit": A.MAX_ROWS,
-                                      "seed": s.seed}
+        metrics["argument_sample"] = {"kept": kept, "n": n, "candidates": candidates,
+                                      "limit": argmodel.MAX_ROWS, "seed": s.seed}
     return Candidate(kind, cdir, msgspec.structs.replace(manifest, metrics=D.plain(metrics)), oof_figures)
 
 
 def _train(rec: Any, parts: dict[str, list[D.Decision]], x: dict[str, Any], s: Settings,
-           report: D.Report) -> tuple[Any, Any, list[D.Decision], np.ndarray]:
+           report: D.Progress) -> tuple[Any, Any, list[D.Decision], np.ndarray]:
     """Step 4: the shipped model, out-of-fold raw scores (None: the calibration split is scored by
     the exported model later), the decisions they score, and each one's fold (-1: the holdout)."""
     pool = parts["train"] + parts["calibration"]
@@ -279,7 +279,7 @@ def _concat(a: Any, b: Any) -> Any:
     return np.concatenate([a, b]) if isinstance(a, np.ndarray) else list(a) + list(b)
 
 
-def crossfit(rec: Any, x: Any, pool: Sequence[D.Decision], folds: np.ndarray, report: D.Report,
+def crossfit(rec: Any, x: Any, pool: Sequence[D.Decision], folds: np.ndarray, report: D.Progress,
              refit: bool = False) -> tuple[Any, Any]:
     """Out-of-fold raw scores: fold j's decisions are scored by a model fit on the other folds'
     tasks only (grouped K-fold by task, `dataset.task_folds`), so every decision has a score from a
@@ -309,7 +309,7 @@ class Arguments:
 
 
 def _arguments(pool: list[D.Decision], folds: np.ndarray, sig: Signatures, seed: int,
-               report: D.Report) -> Arguments:
+               report: D.Progress) -> Arguments:
     """Step 4 for arguments, cross-fitted like the name model: fold j's decisions get proposals from
     an argument model fit on the other folds (a holdout recipe: the calibration split's from the
     train split's); the shipped one is fit on every training decision."""
@@ -318,9 +318,11 @@ def _arguments(pool: list[D.Decision], folds: np.ndarray, sig: Signatures, seed:
     per = [argument_examples([d], sig) if t else [] for d, t in zip(pool, trains)]
     examples = [e for es in per for e in es]
     n_rows, n_cands = len(examples), sum(len(e.candidates) for e in examples if e.present)
-    sampled = f"; above {A.MAX_ROWS:,} candidates each fit trains on a seeded sample of whole arguments"
+    sampled = (f"; above {argmodel.MAX_ROWS:,} candidates each fit trains on a seeded sample of whole "
+               "arguments")
     report.step(f"  argument model: {n_rows} teacher arguments, {n_cands:,} candidates"
-                + (sampled if n_cands > A.MAX_ROWS else "") + ("" if n_rows else " (none: names only)"))
+                + (sampled if n_cands > argmodel.MAX_ROWS else "")
+                + ("" if n_rows else " (none: names only)"))
     scored = sorted(set(folds.tolist())) if folds.min() >= 0 else [-1]
     jobs = [*scored, None]  # None: the shipped one
     fits = dict(zip(jobs, fit_in_threads(
@@ -331,7 +333,7 @@ def _arguments(pool: list[D.Decision], folds: np.ndarray, sig: Signatures, seed:
 
 
 def _threshold(rec: Any, best: list[str | None], conf: np.ndarray, oof: Sequence[D.Decision], s: Settings,
-               n_candidates: int, report: D.Report) -> tuple[Threshold, dict[str, Any]]:
+               n_candidates: int, report: D.Progress) -> tuple[Threshold, dict[str, Any]]:
     """Step 7 (names only): τ with the chosen guarantee on the out-of-fold confidences."""
     correct = rec.correct(best, oof)
     fits = np.array([d.label is not None for d in oof], dtype=bool)
@@ -366,7 +368,7 @@ def _as_threshold(choice: Any, s: Settings, delta: float, source: str, **extra: 
 
 def _call_thresholds(best: list[str | None], conf: np.ndarray, oof: list[D.Decision], sig: Signatures,
                      arguments: Arguments, risky: frozenset[str], s: Settings, n_candidates: int,
-                     report: D.Report) -> tuple[Threshold, Calls, dict[str, Any]]:
+                     report: D.Progress) -> tuple[Threshold, Calls, dict[str, Any]]:
     """Step 7 with complete calls: the out-of-fold output of each decision (a reply, a complete call
     with arguments proposed by a model that never saw its task, or a name left incomplete); the
     call confidence calibrated as a whole; one τ for calls, one for calls of risky actions and one
@@ -441,8 +443,8 @@ def _test_figures(rec: Any, sp: Any, x: Any, test: list[D.Decision], cal: Calibr
 
 
 def export_checked(rec: Any, model: Any, cdir: Path, pre: dict[str, Any], x_test: Any,
-                   test: Sequence[D.Decision], policy: Any, report: D.Report) -> tuple[Model, dict[
-                       str, Any], Any]:
+                   test: Sequence[D.Decision], policy: Any,
+                   report: D.Progress) -> tuple[Model, dict[str, Any], Any]:
     """Step 5: export, load through the decision-time specialist and compare with the trained
     model on the test split; the recipe's exports are tried in order until one passes parity, and
     when the last fails the distillation fails."""
@@ -487,7 +489,7 @@ def parity(rec: Any, ref: Any, ox: Any, decisions: Sequence[D.Decision],
 
 
 def _gate_and_write(best: Candidate, work: Path, policy: Any, s: Settings,
-                    report: D.Report) -> tuple[Manifest, str]:
+                    report: D.Progress) -> tuple[Manifest, str]:
     """Steps 9 and 10: gate the kept candidate (the policy's `specialist` tier bounds latency), move
     its files into the staged directory with the final manifest and report."""
     report.step("9/10 gate")

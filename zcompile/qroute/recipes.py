@@ -28,19 +28,19 @@ from ..errors import ZcError
 from ..receipts.judge import accepts
 from . import features as F
 from .calibrate import fit_platt, fit_temperature
-from .dataset import Decision, Report, plain
+from .dataset import Decision, Progress, plain
 from .manifest import PROBE_POOL, TEXT_PROBE_POOL, Calibration, Model, TextInput, probes_for, text_probes_for
 from .specialist import masked_confidence, session_options
 
 PARITY_TOLERANCE = 1e-4  # max |Δp|, tabular models
 ARGMAX_AGREEMENT = 0.995  # share of test decisions an int8 model must decide like its float model
-DECIDE_THREADS = 2  # onnxruntime threads of a transformer specialist at decision time (DESIGN.md §8)
+DECIDE_THREADS = 2  # onnxruntime threads of a transformer specialist at decision time (docs/design.md)
 TABULAR = ("logistic", "mlp", "gbt")
 AUTO = TABULAR  # what `--model auto` trains and compares
-WORKERS = 2  # fits run at a time (the 2 cores of DESIGN.md §8); each is seeded, so no model depends on it
+WORKERS = 2  # fits run at a time (the 2 cores of docs/design.md); each is seeded, so no model depends on it
 
 
-def fit_in_threads(fit: Callable[[Any], Any], jobs: Sequence[Any], report: Report, label: str) -> list[Any]:
+def fit_in_threads(fit: Callable[[Any], Any], jobs: Sequence[Any], report: Progress, label: str) -> list[Any]:
     """`fit(job)` for every job, `WORKERS` at a time in threads (scikit-learn's solvers and tree
     builders release the GIL), BLAS held to one thread per fit so that fits do not fight over the
     cores; the results in the order of `jobs`, the same as fitting one after another (every fit is
@@ -89,7 +89,7 @@ class ClassifierRecipe:
         seen[cols] = True
         return p, np.broadcast_to(seen, p.shape).copy()
 
-    def fit(self, x: Any, decisions: Sequence[Decision], report: Report) -> Any:
+    def fit(self, x: Any, decisions: Sequence[Decision], report: Progress) -> Any:
         y = self.labels(decisions)
         ok = y >= 0
         names = [self.actions[i] for i in y[ok]]
@@ -167,7 +167,7 @@ class TabularRecipe(ClassifierRecipe):
         return GradientBoostingClassifier(n_estimators=100, max_depth=3, learning_rate=0.05, subsample=0.8,
                                           min_samples_leaf=20, max_features="sqrt", random_state=self.seed)
 
-    def _fit(self, x: np.ndarray, y: list[str], report: Report) -> Any:
+    def _fit(self, x: np.ndarray, y: list[str], report: Progress) -> Any:
         from sklearn.exceptions import ConvergenceWarning
 
         clf = self.model()
@@ -187,7 +187,7 @@ class TabularRecipe(ClassifierRecipe):
     def exported(self, sp: Any, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self._on_actions(sp.probabilities(x), sp.model_classes)
 
-    def export(self, clf: Any, work: Path, report: Report, quantization: str) -> Model:
+    def export(self, clf: Any, work: Path, report: Progress, quantization: str) -> Model:
         import onnxruntime as ort
         from skl2onnx import to_onnx
 
@@ -248,7 +248,7 @@ class TransformerRecipe(ClassifierRecipe):
     def take(x: list[str], idx: np.ndarray) -> list[str]:
         return [x[i] for i in idx]
 
-    def _fit(self, x: list[str], y: list[str], report: Report) -> Any:
+    def _fit(self, x: list[str], y: list[str], report: Progress) -> Any:
         from .transformer import transformer_model
 
         try:
@@ -265,7 +265,7 @@ class TransformerRecipe(ClassifierRecipe):
     def exported(self, sp: Any, x: list[str]) -> tuple[np.ndarray, np.ndarray]:
         return self._on_actions(sp.text_probabilities(x), sp.model_classes)
 
-    def export(self, clf: Any, work: Path, report: Report, quantization: str) -> Model:
+    def export(self, clf: Any, work: Path, report: Progress, quantization: str) -> Model:
         import onnxruntime as ort
 
         from .render import VERSION as RENDER_VERSION
@@ -328,7 +328,7 @@ class PairwiseRecipe:
     def take(x: list[Any], idx: np.ndarray) -> list[Any]:
         return [x[i] for i in idx]
 
-    def fit(self, x: list[Any], decisions: Sequence[Decision], report: Report) -> Any:
+    def fit(self, x: list[Any], decisions: Sequence[Decision], report: Progress) -> Any:
         from . import pairs
         from .transformer import transformer_model
 
@@ -355,7 +355,7 @@ class PairwiseRecipe:
 
         return pairs.score(x, None, sp.margins)
 
-    def export(self, clf: Any, work: Path, report: Report, quantization: str) -> Model:
+    def export(self, clf: Any, work: Path, report: Progress, quantization: str) -> Model:
         from .render import VERSION as RENDER_VERSION
         from .specialist import TOKENIZER_FILE
 

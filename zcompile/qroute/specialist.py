@@ -283,8 +283,8 @@ class Specialist:
         found = self._legal_memo.get(key)
         if found is None:
             cols = [self._class_pos[a] for a in key if a in self._class_pos]
-            take = operator.itemgetter(*cols) if len(cols) > 1 else lambda row, c=cols[:1]: [row[
-                i] for i in c]
+            take = operator.itemgetter(*cols) if len(cols) > 1 else lambda row, c=cols[:1]: [
+                row[i] for i in c]
             if len(self._legal_memo) >= LEGAL_MEMO:
                 self._legal_memo.clear()
             found = self._legal_memo[key] = (cols, take)

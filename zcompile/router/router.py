@@ -35,7 +35,7 @@ from .rung import (
     stamped,
     timed,
 )
-from .shadow import RECEIPT_ARGUMENTS, Monitor, shadow_answers
+from .shadow import Monitor, shadow_answers
 
 DEADLINE = "overall deadline reached"  # the detail of a rung skipped for want of time
 TEXT_ONLY = "the text tier writes only replies handed on to it"  # the text tier met on the ladder
@@ -255,21 +255,18 @@ class Router:
         shadow = shadow_answers(self._shadow, step, action, arguments) if len(step.choices) > 1 else []
         receipt_meta.update({"route": route_name, "fallback": legal.fallback, "kind": kind,
                              "rungs": [a.to_dict() for a in answers]})
-        if arguments is not None and not RECEIPT_ARGUMENTS:
-            receipt_meta["arguments"] = arguments
         if text is not None:
             receipt_meta["text"] = text
         if receipt_tools is not None:
             receipt_meta["tools"] = receipt_tools
         if shadow:
             receipt_meta["shadow"] = shadow
-        extra = {"arguments": arguments} if RECEIPT_ARGUMENTS and arguments is not None else {}
         receipt = Receipt(
             id=os.urandom(16).hex(), task=task, state=receipt_state, tier=tier, ts=time.time(),
             policy=self.policy.sha256, intent=intent, legal=legal.actions, model=model, action=action,
             confidence=confidence if confidence is not None and 0.0 <= confidence <= 1.0 else None,
             latency_ms=round((time.perf_counter() - t0) * 1000, 4), cost=cost, meta=receipt_meta,
-            candidates=cands if candidates is not None else None, **extra)
+            candidates=cands if candidates is not None else None, arguments=arguments)
         if self._sink is not None:
             self._sink(receipt)  # if it raises, no decision is returned
         return Decision(action, tier, confidence, legal, tuple(answers), receipt, arguments, kind, text,

@@ -11,12 +11,10 @@ from ..receipts import Receipt
 from ..receipts.candidates import same_call
 from .rung import SPECIALIST, Step, ask, timed
 
-RECEIPT_ARGUMENTS = "arguments" in Receipt.__struct_fields__  # else the router writes `meta.arguments`
-
 
 def receipt_arguments(r: Receipt) -> Any:
     """The arguments of the call a receipt recorded (None: a bare name, or not recorded)."""
-    return getattr(r, "arguments", None) if RECEIPT_ARGUMENTS else r.meta.get("arguments")
+    return r.arguments
 
 
 def label_of(r: Receipt) -> tuple[str | None, Any] | None:
