@@ -21,7 +21,7 @@ class FieldInfo:
     kind: FieldKind
     members: tuple[str, ...] = ()
     optional: bool = False
-    default: object = None  # python value; frozenset for sets
+    default: ir.Scalar | frozenset[str] | None = None  # frozenset for sets
     has_default: bool = False
 
     @property

@@ -8,7 +8,7 @@ import re
 from . import ast as A
 from . import ir
 from .ast import walk
-from .checked import Checked
+from .checked import Checked, FieldInfo
 from .kinds import RuleKind
 from .source import Source, Span
 
@@ -70,7 +70,7 @@ def _one_line(text: str) -> str:
     return re.sub(r"[ \t\r]*(#[^\n]*)?\n\s*", " ", text)
 
 
-def _params(params) -> tuple[ir.ParamDef, ...] | None:
+def _params(params: dict[str, FieldInfo] | None) -> tuple[ir.ParamDef, ...] | None:
     if params is None:
         return None
     return tuple(ir.ParamDef(name=p.path, kind=p.kind, members=p.members, optional=p.optional)
@@ -119,8 +119,8 @@ def expr(e: A.Expr) -> ir.Expr:
                 assert isinstance(c, ir.Const), "checked set literals hold constants"
                 values.append(c.value)
             return ir.InConst(expr(o), tuple(values), neg)
-        case A.InField(operand=o, field=f, negated=neg):
-            return ir.InSet(expr(o), f.path, neg)
+        case A.InField(operand=o, field=A.FieldRef(path=path), negated=neg):  # checked: a field
+            return ir.InSet(expr(o), path, neg)
         case A.Arith(op=op, left=l, right=r):
             return ir.Arith(op, expr(l), expr(r))
         case A.Neg(operand=o):
