@@ -39,7 +39,7 @@ from benchdoc import machine_table, publish  # noqa: E402
 
 from zcompile.qroute import (  # noqa: E402
     TARGET_ABSTENTION,
-    Decision,
+    LoggedDecision,
     PairwiseSpecialist,
     Progress,
     Settings,
@@ -65,7 +65,7 @@ def bucket(qid: str) -> int:
     return zlib.crc32(qid.encode()) % 100
 
 
-def load(data: Path, out: Path) -> dict[str, list[Decision]]:
+def load(data: Path, out: Path) -> dict[str, list[LoggedDecision]]:
     out.mkdir(parents=True, exist_ok=True)
     decisions = {}
     for cat, name in FILES.items():
@@ -82,7 +82,7 @@ def same_tool(a: str, b: str) -> bool:
     return re.sub(r"[^a-z0-9]", "", a.lower()) == re.sub(r"[^a-z0-9]", "", b.lower())
 
 
-def with_distractors(decisions: list[Decision], seed: int) -> list[Decision]:
+def with_distractors(decisions: list[LoggedDecision], seed: int) -> list[LoggedDecision]:
     """Each decision offered its own functions plus 1–3 of the 8 functions of other decisions whose
     descriptions share the most words with its own (a `multiple`-like choice among related tools),
     never another copy of one of its own (`same_tool`)."""

@@ -15,7 +15,7 @@ from isolation import modules_after
 
 from zcompile import ZcError, stats
 from zcompile.cli import main
-from zcompile.qroute import NEVER, Decision, PairwiseSpecialist, Settings, distill, load_decisions
+from zcompile.qroute import NEVER, LoggedDecision, PairwiseSpecialist, Settings, distill, load_decisions
 from zcompile.qroute.gate import gate
 from zcompile.qroute.manifest import Threshold
 from zcompile.qroute.pairs import NONE_FITS_WEIGHT_MAX, none_fits_weight, pair_input, training_pairs
@@ -184,7 +184,8 @@ def test_pairwise_quantization_choice(tmp_path, monkeypatch):
 
 
 def _decision(k, label):
-    return Decision(f"d{k}", f"t{k}", (0.0, k), {"request": f"request {k}"}, None, None, ("a.one", "b.two"),
+    return LoggedDecision(f"d{k}", f"t{k}", (0.0, k), {"request": f"request {k}"}, None, None,
+                          ("a.one", "b.two"),
                     label)
 
 

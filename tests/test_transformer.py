@@ -337,7 +337,7 @@ def test_quantization_choice(policy, tmp_path, monkeypatch):
 def test_parity_counts_decisions_not_raw_probabilities(policy):
     import numpy as np
 
-    from zcompile.qroute.dataset import Decision
+    from zcompile.qroute.dataset import LoggedDecision
     from zcompile.qroute.features import spec_for
     from zcompile.qroute.manifest import Calibration
     from zcompile.qroute.pipeline import parity
@@ -345,7 +345,8 @@ def test_parity_counts_decisions_not_raw_probabilities(policy):
     rec = TransformerRecipe(0, spec_for(policy.ir), {})
     acts = list(policy.actions)
     legal = [acts[:2], acts[:3], acts[1:3]]
-    ds = [Decision(str(i), "t", (0.0, i), {}, None, None, tuple(lg), lg[0]) for i, lg in enumerate(legal)]
+    ds = [LoggedDecision(str(i), "t", (0.0, i), {}, None, None, tuple(lg), lg[0]) for i,
+          lg in enumerate(legal)]
     A = len(acts)
 
     def raw(rows):

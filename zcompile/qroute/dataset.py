@@ -34,7 +34,7 @@ class Progress:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class LoggedDecision:
     """One usable logged decision: the state (as logged and as validated), what was legal, what was right."""
 
     id: str
@@ -65,7 +65,7 @@ class Decision:
 class Dataset:
     """Decisions in input order, what was dropped and why, and the files they came from (with sha256)."""
 
-    decisions: list[Decision]
+    decisions: list[LoggedDecision]
     counts: Counter
     files: list[DataFile]
 
@@ -97,7 +97,8 @@ def make_judge(policy: Any) -> Any:
     return Judge(lenient_actions(policy), replies)
 
 
-def judged(pairs: Iterable[tuple[Any, Decision | None]], judge: Any) -> Iterator[tuple[Any, Decision | None]]:
+def judged(pairs: Iterable[tuple[Any, LoggedDecision | None]],
+           judge: Any) -> Iterator[tuple[Any, LoggedDecision | None]]:
     """`stream`'s pairs, unchanged, each receipt given to `judge` on the way (dropped ones too: a
     call judged wrong was still made, and ends a run of reads)."""
     for i, (r, d) in enumerate(pairs):
@@ -105,7 +106,7 @@ def judged(pairs: Iterable[tuple[Any, Decision | None]], judge: Any) -> Iterator
         yield r, d
 
 
-def with_acceptable(d: Decision, judge: Any) -> Decision:
+def with_acceptable(d: LoggedDecision, judge: Any) -> LoggedDecision:
     """`d` with its acceptable calls (keyed by its position in the stream, `order[1]`)."""
     return replace(d, acceptable=judge.acceptable(d.order[1]))
 
@@ -123,7 +124,7 @@ def no_usable(counts: Counter) -> ZcError:
 
 def stream(paths: Sequence[str | Path], policy: Any, counts: Counter, *, skip_invalid: bool = False,
            none_fits: bool = False, report: Progress | None = None, label: str = "reading receipts",
-           length: int = 0) -> Iterator[tuple[Any, Decision | None]]:
+           length: int = 0) -> Iterator[tuple[Any, LoggedDecision | None]]:
     """`load` one receipt at a time: each valid receipt read with its decision (None: dropped, and
     counted in `counts`); once exhausted, `counts` holds what `load` reports. Nothing is kept."""
     from ..receipts import ReadStats, read
@@ -155,7 +156,7 @@ def _dropped(r: Any, none_fits: bool) -> str | None:
     return None
 
 
-def _decision(r: Any, i: int, policy: Any, described: dict, counts: Counter) -> Decision:
+def _decision(r: Any, i: int, policy: Any, described: dict, counts: Counter) -> LoggedDecision:
     """The decision of receipt `r`, the `i`-th valid receipt read: the legal set computed once."""
     label = r.gold if r.gold is not None else r.action
     if policy is not None:
@@ -179,7 +180,7 @@ def _decision(r: Any, i: int, policy: Any, described: dict, counts: Counter) -> 
         offer = frozenset(offer)
     arguments = getattr(r, "arguments", None)
     own = (label, canonical(arguments if arguments is not None else {})) if label is not None else None
-    return Decision(r.id, r.task, (r.ts if r.ts is not None else math.inf, i), r.state, root, r.intent,
+    return LoggedDecision(r.id, r.task, (r.ts if r.ts is not None else math.inf, i), r.state, root, r.intent,
                     tuple(legal), label, r.action, r.gold, arguments,
                     _shared(getattr(r, "candidates", None) or ()), tools, r.verified, offer,
                     (own,) if own is not None else (), label, arguments)
@@ -233,7 +234,7 @@ def sample_key(seed: int, rid: str) -> int:
 class Bounded:
     """Decisions split by task (sampled beyond the limit), and the seal over every task."""
 
-    parts: dict[str, list[Decision]]
+    parts: dict[str, list[LoggedDecision]]
     splits: Splits
     counts: Counter
     files: list[DataFile]
@@ -342,7 +343,7 @@ def load_split(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid:
     sampling = Sampling("sample", usable, len(at), limit, seed, dict(zip(names, theta.tolist())))
     del task_of, keys, raw, position, task_arr, key_arr, keep
     described = policy_tools(policy) if policy is not None else {}
-    parts: dict[str, list[Decision]] = {p: [] for p in PARTS}
+    parts: dict[str, list[LoggedDecision]] = {p: [] for p in PARTS}
     for raw_at, r in report.bar(_again(files, at), "reading receipts (2 of 2: the sample)", len(at)):
         parts[which[r.task]].append(_decision(r, at[raw_at], policy, described, counts))
     kept = sum(len(v) for v in parts.values())
@@ -418,13 +419,13 @@ def sha256_file(p: Path) -> str:
     return h.hexdigest()
 
 
-def split_by_task(decisions: Sequence[Decision]) -> dict[str, list[Decision]]:
+def split_by_task(decisions: Sequence[LoggedDecision]) -> dict[str, list[LoggedDecision]]:
     """70/15/15 by task, tasks ordered by their first decision (timestamp, else input order)."""
     first: dict[str, tuple[float, int]] = {}
     for d in decisions:
         first[d.task] = min(first.get(d.task, d.order), d.order)
     which = task_parts(first)
-    out: dict[str, list[Decision]] = {p: [] for p in PARTS}
+    out: dict[str, list[LoggedDecision]] = {p: [] for p in PARTS}
     for d in decisions:
         out[which[d.task]].append(d)
     return out
@@ -442,7 +443,7 @@ def task_parts(first: dict[str, tuple[float, int]]) -> dict[str, str]:
             for i, t in enumerate(tasks)}
 
 
-def seal(part: Sequence[Decision]) -> Split:
+def seal(part: Sequence[LoggedDecision]) -> Split:
     """The split's sorted task ids, their sha256 and its size: what `zc eval` checks held-out claims
     against."""
     return _seal_tasks({d.task for d in part}, len(part))
@@ -453,11 +454,11 @@ def _seal_tasks(tasks: Iterable[str], n: int) -> Split:
     return Split(ordered, hashlib.sha256("\n".join(ordered).encode()).hexdigest(), n)
 
 
-def seal_all(parts: dict[str, list[Decision]]) -> Splits:
+def seal_all(parts: dict[str, list[LoggedDecision]]) -> Splits:
     return Splits(*(seal(parts[p]) for p in PARTS))
 
 
-def task_folds(decisions: Sequence[Decision], k: int) -> list[int]:
+def task_folds(decisions: Sequence[LoggedDecision], k: int) -> list[int]:
     """Fold index of each decision: tasks dealt round-robin in order of first appearance, so that a
     task is never in two folds (grouped K-fold, deterministic)."""
     order: dict[str, int] = {}
@@ -483,7 +484,7 @@ def plain(v: Any) -> Any:
     return repr(v)
 
 
-def targets(pool: Sequence[Decision], replies: frozenset[str]) -> tuple[list[Decision], int]:
+def targets(pool: Sequence[LoggedDecision], replies: frozenset[str]) -> tuple[list[LoggedDecision], int]:
     """What training learns at each decision of `pool` (train and calibration, never test): one call
     of its acceptable set (`receipts.judge`), chosen the same way everywhere so that equal states get
     equal targets. Among the acceptable calls a specialist could make here (every argument value is

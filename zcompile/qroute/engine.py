@@ -64,7 +64,7 @@ class Local:
 
     name = "local"
 
-    def inputs(self, rec: Any, parts: dict[str, list[D.Decision]], cdir: Path,
+    def inputs(self, rec: Any, parts: dict[str, list[D.LoggedDecision]], cdir: Path,
                report: D.Progress) -> dict[str, Any]:
         if not hasattr(rec, "fz"):
             return {p: rec.inputs(report.bar(parts[p], f"{rec.reading} {p}", len(parts[p]))) for p in D.PARTS}
@@ -141,7 +141,7 @@ class Ray:
         raise ZcError(f"{self.files[k]}:row {n}: refused in a Ray worker but valid here (a mismatched zc "
                       "or policy on the workers?)")
 
-    def inputs(self, rec: Any, parts: dict[str, list[D.Decision]], cdir: Path,
+    def inputs(self, rec: Any, parts: dict[str, list[D.LoggedDecision]], cdir: Path,
                report: D.Progress) -> dict[str, Any]:
         if not hasattr(rec, "fz"):
             raise ZcError(f"--engine ray featurises tabular models (logistic, mlp, gbt), not `{rec.kind}`")

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .dataset import Decision
+from .dataset import LoggedDecision
 from .pairwise import FIT, choice_score, describe
 
 OTHER = "other"
@@ -25,7 +25,7 @@ class PairInput:
     legal: tuple[str, ...]
 
 
-def pair_input(request: str, d: Decision, described: dict[str, dict]) -> PairInput:
+def pair_input(request: str, d: LoggedDecision, described: dict[str, dict]) -> PairInput:
     """The decision's legal actions described by the tools it was offered (else the policy's)."""
     tools = d.tools or described
     return PairInput(request, tuple(describe(a, tools.get(a)) for a in d.legal), d.legal)
@@ -44,7 +44,7 @@ def nearest(desc: str, pool: Sequence[str], pool_words: Sequence[frozenset[str]]
     return [i for _, i in sims[:k]]
 
 
-def none_fits_weight(decisions: Sequence[Decision]) -> int:
+def none_fits_weight(decisions: Sequence[LoggedDecision]) -> int:
     """How many times each decision where no action fits is trained on: as many times as balances
     them against the decisions where one does (round(fitting / none-fitting)), between 1 and
     NONE_FITS_WEIGHT_MAX. Such a decision teaches only "this related tool does not fit", the error
@@ -55,7 +55,7 @@ def none_fits_weight(decisions: Sequence[Decision]) -> int:
     return max(1, min(NONE_FITS_WEIGHT_MAX, round((len(decisions) - none) / none)))
 
 
-def training_pairs(x: Sequence[PairInput], decisions: Sequence[Decision], described: dict[str, dict],
+def training_pairs(x: Sequence[PairInput], decisions: Sequence[LoggedDecision], described: dict[str, dict],
                    negatives: int, seed: int) -> tuple[list[tuple[str, str]], list[str]]:
     """(request, description) pairs and fit/other labels. Besides each decision's own candidates,
     `negatives` descriptions of other training decisions are added as not-fit: half drawn at

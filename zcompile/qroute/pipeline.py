@@ -97,7 +97,7 @@ def is_specialist_dir(path: Path) -> bool:
 
 def distill(paths: Sequence[str | Path], policy: Any, out: str | Path, settings: Settings | None = None, *,
             report: D.Progress | None = None, name: str | None = None,
-            parts: dict[str, list[D.Decision]] | None = None) -> Result:
+            parts: dict[str, list[D.LoggedDecision]] | None = None) -> Result:
     """Run the ten steps and write `out/` (model.onnx, manifest.json, report.md, and the model's files).
 
     `parts` replaces steps 1–2 with given train / calibration / test decisions (a benchmark that
@@ -148,8 +148,8 @@ def distill(paths: Sequence[str | Path], policy: Any, out: str | Path, settings:
     return Result(manifest, Path(out), text)
 
 
-def _targets(parts: dict[str, list[D.Decision]], policy: Any, engine: Any,
-             report: D.Progress) -> tuple[dict[str, list[D.Decision]], dict[str, Any]]:
+def _targets(parts: dict[str, list[D.LoggedDecision]], policy: Any, engine: Any,
+             report: D.Progress) -> tuple[dict[str, list[D.LoggedDecision]], dict[str, Any]]:
     """Training targets from the judge (`dataset.targets`) for train and calibration, and what the
     report says of the judge. Test decisions keep the teacher's step as their label: the judge
     scores answers there, never chooses what they are."""
@@ -181,7 +181,7 @@ def _validate(s: Settings, policy: Any) -> None:
         raise ZcError("a policy is required (except for --model pairwise)")
 
 
-def _warn_thin(parts: dict[str, list[D.Decision]], pairwise: bool, report: D.Progress) -> None:
+def _warn_thin(parts: dict[str, list[D.LoggedDecision]], pairwise: bool, report: D.Progress) -> None:
     """Say loudly when a split cannot support the figures it will be used for."""
     for p in ("calibration", "test"):
         fits = sum(1 for d in parts[p] if d.label is not None)
@@ -193,8 +193,8 @@ def _warn_thin(parts: dict[str, list[D.Decision]], pairwise: bool, report: D.Pro
                         "not measured")
 
 
-def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.Decision]], policy: Any, spec: F.FeatureSpec,
-               s: Settings, head: dict[str, Any], n_candidates: int, report: D.Progress,
+def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.LoggedDecision]], policy: Any,
+               spec: F.FeatureSpec, s: Settings, head: dict[str, Any], n_candidates: int, report: D.Progress,
                shared: dict[bytes, Any], engine: Any = None) -> Candidate:
     """Steps 3–8 for one recipe (`shared`: argument models already fit on the same folds and inputs
     already computed with the same feature spec; `engine`: the featurisation engine, local by default)."""
@@ -254,8 +254,8 @@ def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.Decision]], policy
     return Candidate(kind, cdir, msgspec.structs.replace(manifest, metrics=D.plain(metrics)), oof_figures)
 
 
-def _train(rec: Any, parts: dict[str, list[D.Decision]], x: dict[str, Any], s: Settings,
-           report: D.Progress) -> tuple[Any, Any, list[D.Decision], np.ndarray]:
+def _train(rec: Any, parts: dict[str, list[D.LoggedDecision]], x: dict[str, Any], s: Settings,
+           report: D.Progress) -> tuple[Any, Any, list[D.LoggedDecision], np.ndarray]:
     """Step 4: the shipped model, out-of-fold raw scores (None: the calibration split is scored by
     the exported model later), the decisions they score, and each one's fold (-1: the holdout)."""
     pool = parts["train"] + parts["calibration"]
@@ -279,7 +279,7 @@ def _concat(a: Any, b: Any) -> Any:
     return np.concatenate([a, b]) if isinstance(a, np.ndarray) else list(a) + list(b)
 
 
-def crossfit(rec: Any, x: Any, pool: Sequence[D.Decision], folds: np.ndarray, report: D.Progress,
+def crossfit(rec: Any, x: Any, pool: Sequence[D.LoggedDecision], folds: np.ndarray, report: D.Progress,
              refit: bool = False) -> tuple[Any, Any]:
     """Out-of-fold raw scores: fold j's decisions are scored by a model fit on the other folds'
     tasks only (grouped K-fold by task, `dataset.task_folds`), so every decision has a score from a
@@ -308,7 +308,7 @@ class Arguments:
     proposed: dict[tuple[int, str], Any] = field(default_factory=dict)
 
 
-def _arguments(pool: list[D.Decision], folds: np.ndarray, sig: Signatures, seed: int,
+def _arguments(pool: list[D.LoggedDecision], folds: np.ndarray, sig: Signatures, seed: int,
                report: D.Progress) -> Arguments:
     """Step 4 for arguments, cross-fitted like the name model: fold j's decisions get proposals from
     an argument model fit on the other folds (a holdout recipe: the calibration split's from the
@@ -332,8 +332,8 @@ def _arguments(pool: list[D.Decision], folds: np.ndarray, sig: Signatures, seed:
     return Arguments(final, fits, folds[np.isin(folds, scored)])
 
 
-def _threshold(rec: Any, best: list[str | None], conf: np.ndarray, oof: Sequence[D.Decision], s: Settings,
-               n_candidates: int, report: D.Progress) -> tuple[Threshold, dict[str, Any]]:
+def _threshold(rec: Any, best: list[str | None], conf: np.ndarray, oof: Sequence[D.LoggedDecision],
+               s: Settings, n_candidates: int, report: D.Progress) -> tuple[Threshold, dict[str, Any]]:
     """Step 7 (names only): τ with the chosen guarantee on the out-of-fold confidences."""
     correct = rec.correct(best, oof)
     fits = np.array([d.label is not None for d in oof], dtype=bool)
@@ -366,7 +366,7 @@ def _as_threshold(choice: Any, s: Settings, delta: float, source: str, **extra: 
                      statement=choice.statement, n=choice.n, source=source, **extra)
 
 
-def _call_thresholds(best: list[str | None], conf: np.ndarray, oof: list[D.Decision], sig: Signatures,
+def _call_thresholds(best: list[str | None], conf: np.ndarray, oof: list[D.LoggedDecision], sig: Signatures,
                      arguments: Arguments, risky: frozenset[str], s: Settings, n_candidates: int,
                      report: D.Progress) -> tuple[Threshold, Calls, dict[str, Any]]:
     """Step 7 with complete calls: the out-of-fold output of each decision (a reply, a complete call
@@ -420,8 +420,8 @@ def _call_thresholds(best: list[str | None], conf: np.ndarray, oof: list[D.Decis
     return calls_th, calls, figures
 
 
-def _test_figures(rec: Any, sp: Any, x: Any, test: list[D.Decision], cal: Calibration, threshold: Threshold,
-                  sig: Signatures, policy: Any, with_calls: bool) -> dict[str, Any]:
+def _test_figures(rec: Any, sp: Any, x: Any, test: list[D.LoggedDecision], cal: Calibration,
+                  threshold: Threshold, sig: Signatures, policy: Any, with_calls: bool) -> dict[str, Any]:
     """Step 8: the sealed test split through the decision-time specialist, exactly as the router asks it."""
     best, conf, full = rec.confidence(rec.exported(sp, x), test, cal)
     labels = rec.labels(test) if full is not None else None
@@ -443,7 +443,7 @@ def _test_figures(rec: Any, sp: Any, x: Any, test: list[D.Decision], cal: Calibr
 
 
 def export_checked(rec: Any, model: Any, cdir: Path, pre: dict[str, Any], x_test: Any,
-                   test: Sequence[D.Decision], policy: Any,
+                   test: Sequence[D.LoggedDecision], policy: Any,
                    report: D.Progress) -> tuple[Model, dict[str, Any], Any]:
     """Step 5: export, load through the decision-time specialist and compare with the trained
     model on the test split; the recipe's exports are tried in order until one passes parity, and
@@ -468,7 +468,7 @@ def export_checked(rec: Any, model: Any, cdir: Path, pre: dict[str, Any], x_test
     raise ZcError("no export to try")
 
 
-def parity(rec: Any, ref: Any, ox: Any, decisions: Sequence[D.Decision],
+def parity(rec: Any, ref: Any, ox: Any, decisions: Sequence[D.LoggedDecision],
            neutral: Calibration) -> tuple[dict[str, Any], str | None]:
     """max |Δp| and agreement of the decision (the best legal action) between trained and exported."""
     n = len(decisions)

@@ -28,7 +28,7 @@ from ..errors import ZcError
 from ..receipts.judge import accepts
 from . import features as F
 from .calibrate import fit_platt, fit_temperature
-from .dataset import Decision, Progress, plain
+from .dataset import LoggedDecision, Progress, plain
 from .manifest import PROBE_POOL, TEXT_PROBE_POOL, Calibration, Model, TextInput, probes_for, text_probes_for
 from .specialist import masked_confidence, session_options
 
@@ -59,7 +59,7 @@ def fit_in_threads(fit: Callable[[Any], Any], jobs: Sequence[Any], report: Progr
             raise
 
 
-def _legal_mask(decisions: Sequence[Decision], index: dict[str, int]) -> np.ndarray:
+def _legal_mask(decisions: Sequence[LoggedDecision], index: dict[str, int]) -> np.ndarray:
     m = np.zeros((len(decisions), len(index)), dtype=bool)
     for i, d in enumerate(decisions):
         m[i, [index[a] for a in d.legal if a in index]] = True
@@ -77,7 +77,7 @@ class ClassifierRecipe:
         self.actions = spec.actions
         self.index = {a: i for i, a in enumerate(self.actions)}
 
-    def labels(self, decisions: Sequence[Decision]) -> np.ndarray:
+    def labels(self, decisions: Sequence[LoggedDecision]) -> np.ndarray:
         return np.array([self.index[d.target] if d.target in d.legal and d.target in self.index else -1
                          for d in decisions], dtype=np.int64)
 
@@ -89,7 +89,7 @@ class ClassifierRecipe:
         seen[cols] = True
         return p, np.broadcast_to(seen, p.shape).copy()
 
-    def fit(self, x: Any, decisions: Sequence[Decision], report: Progress) -> Any:
+    def fit(self, x: Any, decisions: Sequence[LoggedDecision], report: Progress) -> Any:
         y = self.labels(decisions)
         ok = y >= 0
         names = [self.actions[i] for i in y[ok]]
@@ -98,13 +98,13 @@ class ClassifierRecipe:
         return self._fit(self.take(x, np.flatnonzero(ok)), names, report)
 
     def fit_calibration(self, raw: tuple[np.ndarray, np.ndarray],
-                        decisions: Sequence[Decision]) -> Calibration:
+                        decisions: Sequence[LoggedDecision]) -> Calibration:
         p, seen = raw
         mask = seen & _legal_mask(decisions, self.index)
         t = fit_temperature(p, np.arange(len(self.actions)), mask.astype(np.float32), self.labels(decisions))
         return Calibration("temperature", t)
 
-    def confidence(self, raw: tuple[np.ndarray, np.ndarray], decisions: Sequence[Decision],
+    def confidence(self, raw: tuple[np.ndarray, np.ndarray], decisions: Sequence[LoggedDecision],
                    cal: Calibration) -> tuple[list[str | None], np.ndarray, np.ndarray]:
         """(best legal action, its confidence, the calibrated distribution over actions) per decision."""
         p, seen = raw
@@ -115,7 +115,7 @@ class ClassifierRecipe:
         best = [self.actions[k] if c > 0 else None for k, c in zip(j, top)]
         return best, top, full
 
-    def correct(self, best: Sequence[str | None], decisions: Sequence[Decision]) -> np.ndarray:
+    def correct(self, best: Sequence[str | None], decisions: Sequence[LoggedDecision]) -> np.ndarray:
         return np.array([accepts(d.acceptable, b, None, frozenset(), names=True) for b,
                          d in zip(best, decisions)],
                         dtype=bool)
@@ -136,14 +136,14 @@ class TabularRecipe(ClassifierRecipe):
                           "auto)")
         self.kind, self.seed = kind, seed
 
-    def prepare(self, pool: Sequence[Decision]) -> None:
+    def prepare(self, pool: Sequence[LoggedDecision]) -> None:
         numeric = [f.path for f in self.spec.fields if f.kind in ("int", "float")]
         fz = F.Featurizer(self.spec)
         values: dict[str, list] = {p: [F.read_path(fz.schema, d.root, p) for d in pool] for p in numeric}
         self.spec = F.fit_scaling(self.spec, values)
         self.fz = F.Featurizer(self.spec)
 
-    def inputs(self, decisions: Sequence[Decision]) -> np.ndarray:
+    def inputs(self, decisions: Sequence[LoggedDecision]) -> np.ndarray:
         rows = [self.fz.row(d.root, d.legal) for d in decisions]
         return np.stack(rows) if rows else np.zeros((0, self.fz.dim), np.float32)
 
@@ -213,7 +213,7 @@ class TabularRecipe(ClassifierRecipe):
 
         return Specialist(work, policy)
 
-    def ask(self, sp: Any, d: Decision) -> Any:
+    def ask(self, sp: Any, d: LoggedDecision) -> Any:
         return sp.decide(d.state, d.legal)
 
 
@@ -238,10 +238,10 @@ class TransformerRecipe(ClassifierRecipe):
         self.seed = seed
         self.renderer = Renderer(spec.fields, spec.actions)
 
-    def prepare(self, pool: Sequence[Decision]) -> None:
+    def prepare(self, pool: Sequence[LoggedDecision]) -> None:
         pass
 
-    def inputs(self, decisions: Sequence[Decision]) -> list[str]:
+    def inputs(self, decisions: Sequence[LoggedDecision]) -> list[str]:
         return [self.renderer.root(d.root) for d in decisions]
 
     @staticmethod
@@ -306,7 +306,7 @@ class PairwiseRecipe:
         self.options = dict(options)
         self.quantizations = quantizations(self.options.pop("quantization", "auto"))
 
-    def prepare(self, pool: Sequence[Decision]) -> None:
+    def prepare(self, pool: Sequence[LoggedDecision]) -> None:
         from ..tools import policy_tools
         from .render import Renderer
 
@@ -314,12 +314,12 @@ class PairwiseRecipe:
         self.renderer = (Renderer(self.policy.ir.fields, self.policy.actions) if self.policy is not None
                          else None)
 
-    def inputs(self, decisions: Sequence[Decision]) -> list[Any]:
+    def inputs(self, decisions: Sequence[LoggedDecision]) -> list[Any]:
         from . import pairs
 
         return [pairs.pair_input(self.request(d), d, self.described) for d in decisions]
 
-    def request(self, d: Decision) -> str:
+    def request(self, d: LoggedDecision) -> str:
         from .pairwise import render_plain
 
         return self.renderer.root(d.root) if self.renderer is not None else render_plain(d.state)
@@ -328,7 +328,7 @@ class PairwiseRecipe:
     def take(x: list[Any], idx: np.ndarray) -> list[Any]:
         return [x[i] for i in idx]
 
-    def fit(self, x: list[Any], decisions: Sequence[Decision], report: Progress) -> Any:
+    def fit(self, x: list[Any], decisions: Sequence[LoggedDecision], report: Progress) -> Any:
         from . import pairs
         from .transformer import transformer_model
 
@@ -373,15 +373,16 @@ class PairwiseRecipe:
 
         return PairwiseSpecialist(work, policy)
 
-    def ask(self, sp: Any, d: Decision) -> Any:
+    def ask(self, sp: Any, d: LoggedDecision) -> Any:
         return sp.decide(d.state, d.legal, d.tools or self.described)
 
-    def fit_calibration(self, raw: tuple[np.ndarray, list], decisions: Sequence[Decision]) -> Calibration:
+    def fit_calibration(self, raw: tuple[np.ndarray, list],
+                        decisions: Sequence[LoggedDecision]) -> Calibration:
         z, best = raw
         t, b = fit_platt(z, self.correct(best, decisions))
         return Calibration("platt", t, b)
 
-    def confidence(self, raw: tuple[np.ndarray, list], decisions: Sequence[Decision],
+    def confidence(self, raw: tuple[np.ndarray, list], decisions: Sequence[LoggedDecision],
                    cal: Calibration) -> tuple[list[str | None], np.ndarray, None]:
         from .pairwise import calibrated
 
@@ -393,7 +394,7 @@ class PairwiseRecipe:
         return list(best), conf, None
 
     @staticmethod
-    def correct(best: Sequence[str | None], decisions: Sequence[Decision]) -> np.ndarray:
+    def correct(best: Sequence[str | None], decisions: Sequence[LoggedDecision]) -> np.ndarray:
         return np.array([d.label is not None and b == d.label for b, d in zip(best, decisions)], dtype=bool)
 
 

@@ -20,8 +20,8 @@ from .format import Receipt, ReceiptError
 from .io import decoded_lines
 
 __all__ = ["EXTRACT_VERSION", "RESPOND", "SHAPES", "TOOL_TEXT_LIMIT", "ChatMessage", "ChatSummary",
-           "Decision", "call_arguments", "decision", "decision_state", "default_extract", "extractor_name",
-           "import_chat", "load_extractor"]
+           "AssistantTurn", "call_arguments", "decision", "decision_state", "default_extract",
+           "extractor_name", "import_chat", "load_extractor"]
 
 # 1: roles, last texts, counts, history; 2: + last.result, recent.*, mentioned.*, reused.*;
 EXTRACT_VERSION = 3
@@ -396,7 +396,7 @@ def extractor_name(extract: Callable[[list[dict], int, dict], dict]) -> str:
     return f"{getattr(extract, '__module__', '?')}:{getattr(extract, '__qualname__', '?')}"
 
 
-class Decision(msgspec.Struct, frozen=True):
+class AssistantTurn(msgspec.Struct, frozen=True):
     """What a chat log says about the decision at one assistant message (see `decision`)."""
 
     state: dict[str, Any]
@@ -423,7 +423,7 @@ def decision_state(messages: list[dict], index: int, conversation: dict,
 
 def decision(messages: list[dict], index: int, conversation: dict,
              extract: Callable[[list[dict], int, dict], dict] = default_extract, policy: Any = None,
-             where: str = "$", state: dict | None = None, memo: dict | None = None) -> Decision:
+             where: str = "$", state: dict | None = None, memo: dict | None = None) -> AssistantTurn:
     """The receipt fields of the decision taken by `messages[index]` (an assistant message), from
     the messages before it: the one code path of `import_chat` and the gateway (`zc serve`).
 
@@ -456,5 +456,6 @@ def decision(messages: list[dict], index: int, conversation: dict,
         except StateError as exc:
             raise ReceiptError(f"{where}: extracted state does not match policy "
                                f"`{policy.name}`: {exc}") from None
-    return Decision(state, legal, action, arguments, bad_arguments, tuple(extract_candidates(messages[max(
-        0, index - WINDOW):index], memo=memo)))
+    window = messages[max(0, index - WINDOW):index]
+    return AssistantTurn(state, legal, action, arguments, bad_arguments,
+                         tuple(extract_candidates(window, memo=memo)))
