@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 ZC     := $(VENV)/bin/zc
 
-.PHONY: venv test docs demo distill bench tables clean
+.PHONY: venv lint test docs demo distill bench tables clean
 
 # one environment for everything the Makefile runs: the core, the tests and the docs site, training
 # (`distill`) and the transformer extra (torch pinned to the 2.13.0 CPU build by constraints.txt)
@@ -20,8 +20,16 @@ venv: $(VENV)/.installed
 # One worker more than cores: while one waits on a subprocess, a server or Ray, the extra one computes
 # (on 2 cores 342 s against 390 s with two workers; BENCHMARKS.md)
 WORKERS := $(shell $(PYTHON) -c "import os; print(len(os.sched_getaffinity(0)) + 1)" 2>/dev/null || echo 3)
+# ruff first (a fraction of a second: style and import errors fail before the suite starts); mypy runs
+# inside the suite, beside the other tests (tests/test_static.py; about 10 s of CPU cold)
 test: venv
+	$(PY) -m ruff check .
 	$(PY) -m pytest -n $(WORKERS) --dist loadfile --durations=25
+
+# both static checks alone (configured in pyproject.toml)
+lint: venv
+	$(PY) -m ruff check .
+	$(PY) -m mypy --cache-dir build/mypy_cache
 
 # the documentation site, built as the tests build it: every warning is an error
 docs: venv

@@ -1,6 +1,7 @@
 """Argument proposals on logged chats: complete calls proposed exactly, confidence, precision–coverage.
 
-    python bench/arguments_bench.py [--chat FILE.jsonl] [--tools tools.json] [--folds 5] [--min-confidence 0.5]
+    python bench/arguments_bench.py [--chat FILE.jsonl] [--tools tools.json] [--folds 5] [--min-confidence
+0.5]
 
 Grouped K-fold by the conversation's `task` (no task is in a fold's training and its test): the
 argument model is fitted on the training folds' tool calls and proposes the arguments of every
@@ -25,14 +26,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
-from zcompile.receipts.candidates import extract_candidates  # noqa: E402
 from zcompile.qroute.arguments import (  # noqa: E402
     ArgumentModel,
     ArgumentScorer,
-    fit_value,
     call_examples,
+    fit_value,
     normalize,
 )
+from zcompile.receipts.candidates import extract_candidates  # noqa: E402
 from zcompile.stats import lower_bound, wilson  # noqa: E402
 
 DATA = ROOT.parent.parent / "shared" / "data"
@@ -75,7 +76,8 @@ def fmt(k: int, n: int) -> str:
 
 
 def coverage_at(conf: np.ndarray, correct: np.ndarray, target: float) -> tuple[int, int, float]:
-    """The most calls answered (top by confidence) with observed precision >= target: (answered, correct, τ)."""
+    """The most calls answered (top by confidence) with observed precision >= target: (answered, correct,
+    τ)."""
     order = np.argsort(-conf, kind="stable")
     hits = np.cumsum(correct[order])
     best = (0, 0, float("inf"))
@@ -101,7 +103,8 @@ def main() -> None:
 
     t0 = time.perf_counter()
     calls, _ = load_calls(args.chat, args.tools)
-    writes = {name for name, kind in json.loads(args.tools.read_text()).get("tool_type", {}).items() if kind == "WRITE"}
+    writes = {name for name, kind in json.loads(args.tools.read_text()).get("tool_type", {}).items()
+              if kind == "WRITE"}
     extract_s = time.perf_counter() - t0
     n = len(calls)
     sizes = [len(msgspec.json.encode(c["candidates"])) for c in calls]
@@ -122,7 +125,8 @@ def main() -> None:
     for train_idx, test_idx in GroupKFold(n_splits=args.folds).split(calls, groups=groups):
         assert not {groups[i] for i in train_idx} & {groups[i] for i in test_idx}
         examples = [e for i in train_idx for e in call_examples(calls[i]["action"], calls[i]["params"],
-                                                                 calls[i]["candidates"], calls[i]["arguments"],
+                                                                 calls[i]["candidates"],
+                                                                calls[i]["arguments"],
                                                                  group=calls[i]["task"])]
         t = time.perf_counter()
         model = ArgumentModel(kind=args.kind, n_estimators=args.trees, max_depth=args.depth,
@@ -144,7 +148,8 @@ def main() -> None:
     print(f"\ngrouped {args.folds}-fold by task, {args.kind}{size}, "
           f"min_confidence {args.min_confidence}; "
           f"fit {fit_s / args.folds:.1f} s per fold; spec {spec_bytes / 1e3:.0f} kB of JSON; "
-          f"propose median {statistics.median(propose_ms):.2f} ms, p99 {np.percentile(propose_ms, 99):.2f} ms")
+          f"propose median {statistics.median(propose_ms):.2f} ms, p99 {np.percentile(propose_ms, 99):.2f} "
+          "ms")
     print(f"proposed (no required argument abstained): {fmt(k_ans, n)} of tool calls")
     print(f"exact among proposed (precision):          {fmt(k_ok, k_ans)}")
     print(f"exact over all tool calls:                 {fmt(k_ok, n)}")
@@ -156,7 +161,8 @@ def main() -> None:
     for target in (0.90, 0.95, 0.99, 1.00):
         m, h, tau = coverage_at(conf, correct, target)
         print(f"  precision >= {target:.2f}: answered {fmt(m, n)} at τ {tau:.3f}, "
-              f"precision {fmt(h, m) if m else 'n/a'}, Clopper–Pearson 95% lower bound {lower_bound(h, m):.3f}")
+              f"precision {fmt(h, m) if m else 'n/a'}, Clopper–Pearson 95% lower bound "
+              f"{lower_bound(h, m):.3f}")
     tau95 = coverage_at(conf, correct, 0.95)[2]
     print(f"\nper action: proposed, exact; at τ {tau95:.3f} (precision >= 0.95): answered, exact; "
           f"ceiling (* a WRITE tool)")
@@ -164,9 +170,9 @@ def main() -> None:
     for action, k in by.most_common():
         idx = np.array([i for i, c in enumerate(calls) if c["action"] == action])
         at = idx[conf[idx] >= tau95]
-        print(f"  {action + ('*' if action in writes else ''):31s} n={k:4d}  proposed {int(answered[idx].sum()):4d}"
-              f"  exact {int(correct[idx].sum()):4d}  at τ {len(at):4d}  exact {int(correct[at].sum()):4d}"
-              f"  ceiling {sum(reachable(calls[i]) for i in idx):4d}")
+        print(f"  {action + ('*' if action in writes else ''):31s} n={k:4d}  proposed "
+              f"{int(answered[idx].sum()):4d}  exact {int(correct[idx].sum()):4d}  at τ {len(at):4d}  exact "
+              f"{int(correct[at].sum()):4d}  ceiling {sum(reachable(calls[i]) for i in idx):4d}")
 
 
 if __name__ == "__main__":

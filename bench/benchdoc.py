@@ -11,7 +11,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-HEADER = ("# Benchmarks\n\nMeasured figures for the performance targets of DESIGN.md §8. Each section is "
+HEADER = ("# Benchmarks\n\nMeasured figures for the performance targets of docs/design.md. Each section is "
           "written by the script named in it; rerun the command to refresh it (`make bench` reruns all).\n")
 
 
@@ -58,7 +58,8 @@ def section_head(title: str, script: str, rounds: int, write: Path | None, load:
     cmd = f"python bench/{script}" + (f" --rounds {rounds}" if rounds != default_rounds else "") + \
         (f" --write {shlex.quote(str(write))}" if write else "")
     return [title, "", f"Command: `{cmd}`, run on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
-            *machine_table(packages), f"| load average (1 min): start / end | {load[0]:.2f} / {load[1]:.2f} |", ""]
+            *machine_table(packages), f"| load average (1 min): start / end | {load[0]:.2f} / {load[1]:.2f} "
+                                      "|", ""]
 
 
 def cpu_times() -> tuple[int, int] | None:

@@ -1,7 +1,8 @@
 """BFCL: a pairwise specialist choosing among offered functions it never saw in training, or abstaining;
 writes its section of BENCHMARKS.md.
 
-    python bench/bfcl_bench.py [--data ../shared/data/bfcl] [--epochs 3] [--ensemble 3] [--write BENCHMARKS.md]
+    python bench/bfcl_bench.py [--data ../shared/data/bfcl] [--epochs 3] [--ensemble 3] [--write
+BENCHMARKS.md]
 
 Trained on `simple_python` and part of `irrelevance`; reported on `multiple` and on the rest of
 `irrelevance` (never trained on). Which `irrelevance` question goes where, and which
@@ -36,8 +37,19 @@ sys.path[:0] = [str(ROOT)]
 
 from benchdoc import machine_table, publish  # noqa: E402
 
-from zcompile.qroute import (TARGET_ABSTENTION, Decision, PairwiseSpecialist, Report, Settings,  # noqa: E402
-                             describe, distill, load_decisions, nearest, threshold_line, words_of)
+from zcompile.qroute import (  # noqa: E402
+    TARGET_ABSTENTION,
+    LoggedDecision,
+    PairwiseSpecialist,
+    Progress,
+    Settings,
+    describe,
+    distill,
+    load_decisions,
+    nearest,
+    threshold_line,
+    words_of,
+)
 from zcompile.receipts import bfcl_answers_path, import_bfcl, write_file  # noqa: E402
 
 PACKAGES = [("torch / onnxruntime / tokenizers", ("torch", "onnxruntime", "tokenizers"))]
@@ -53,7 +65,7 @@ def bucket(qid: str) -> int:
     return zlib.crc32(qid.encode()) % 100
 
 
-def load(data: Path, out: Path) -> dict[str, list[Decision]]:
+def load(data: Path, out: Path) -> dict[str, list[LoggedDecision]]:
     out.mkdir(parents=True, exist_ok=True)
     decisions = {}
     for cat, name in FILES.items():
@@ -70,7 +82,7 @@ def same_tool(a: str, b: str) -> bool:
     return re.sub(r"[^a-z0-9]", "", a.lower()) == re.sub(r"[^a-z0-9]", "", b.lower())
 
 
-def with_distractors(decisions: list[Decision], seed: int) -> list[Decision]:
+def with_distractors(decisions: list[LoggedDecision], seed: int) -> list[LoggedDecision]:
     """Each decision offered its own functions plus 1–3 of the 8 functions of other decisions whose
     descriptions share the most words with its own (a `multiple`-like choice among related tools),
     never another copy of one of its own (`same_tool`)."""
@@ -100,12 +112,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-steps", type=int, default=None)
     ap.add_argument("--max-length", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0,
-                    help="training seed (members use seed, seed+1, …); the questions and splits do not change")
+                    help="training seed (members use seed, seed+1, …); the questions and splits do not "
+                         "change")
     ap.add_argument("--target-precision", type=float, default=0.95,
                     help="precision where a function fits that τ must certify on the calibration split "
                     "(Learn-then-Test, 95%% confidence)")
     ap.add_argument("--target-abstention", type=float, default=TARGET_ABSTENTION,
-                    help="one-sided 95%% lower bound on calibration abstention where none fits that τ must keep")
+                    help="one-sided 95%% lower bound on calibration abstention where none fits that τ must "
+                         "keep")
     ap.add_argument("--ensemble", type=int, default=3,
                     help="models fine-tuned (seeds seed, seed+1, …), deciding by the mean of their logits")
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "bfcl_pairwise")
@@ -144,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(model="pairwise", target_precision=args.target_precision,
                         target_abstention=args.target_abstention, seed=args.seed, options=options)
     res = distill([ROOT / "build" / "bfcl_receipts" / f"{c}.jsonl" for c in FILES], None, args.out, settings,
-                  report=Report(step, bar), parts=parts)
+                  report=Progress(step, bar), parts=parts)
     wall = time.time() - started
     m = res.manifest
     t = m.metrics
@@ -180,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
 
     cmd = "python bench/bfcl_bench.py" + (f" --epochs {args.epochs:g}" if args.epochs != 3.0 else "") + \
         (f" --target-precision {args.target_precision:g}" if args.target_precision != 0.95 else "") + \
-        (f" --target-abstention {args.target_abstention:g}" if args.target_abstention != TARGET_ABSTENTION else "") + \
+        (f" --target-abstention {args.target_abstention:g}" if args.target_abstention != TARGET_ABSTENTION
+         else "") + \
         (f" --ensemble {args.ensemble}" if args.ensemble != 3 else "") + \
         (f" --seed {args.seed}" if args.seed else "") + \
         (f" --max-steps {args.max_steps}" if args.max_steps else "") + \
@@ -188,33 +203,37 @@ def main(argv: list[str] | None = None) -> int:
         (f" --write {shlex.quote(str(args.write))}" if args.write else "")
     lines = [
         "## BFCL: choosing among offered functions, or abstaining (`bench/bfcl_bench.py`)", "",
-        f"Command: `{cmd}`, run on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} in {wall / 60:.1f} min.",
+        f"Command: `{cmd}`, run on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} in {wall / 60:.1f} "
+        "min.",
         "", *machine_table(PACKAGES),
         f"| load average (1 min): start / end | {load0:.2f} / {os.getloadavg()[0]:.2f} |", "",
         f"Pairwise MiniLM-L6 specialist ({m.model.params['quantization']}, first {m.model.text.max_length} "
         f"tokens of each pair"
-        + (f"; an ensemble of {args.ensemble} fine-tuned with seeds {args.seed}–{args.seed + args.ensemble - 1}, "
-           "deciding by the mean of their logits" if args.ensemble > 1 else "")
+        + (f"; an ensemble of {args.ensemble} fine-tuned with seeds "
+           f"{args.seed}–{args.seed + args.ensemble - 1}, deciding by the mean of their logits"
+           if args.ensemble > 1 else "")
         + f"), fine-tuned {m.model.params['steps']} steps in all on "
-        f"{m.model.params['pairs']} (question, function description) pairs from {len(parts['train'])} questions: "
-        f"`simple_python` ({sum(1 for x in parts['train'] if x.label is not None)}) and "
+        f"{m.model.params['pairs']} (question, function description) pairs from {len(parts['train'])} "
+        f"questions: `simple_python` ({sum(1 for x in parts['train'] if x.label is not None)}) and "
         f"{sum(1 for x in parts['train'] if x.label is None)} `irrelevance` questions. Calibration "
-        f"({len(parts['calibration'])}): held-back `simple_python` questions offered 2–4 functions, and other "
-        f"`irrelevance` questions. Confidence: the calibrated choice score, min(best fit margin, lead over the "
-        f"runner-up). {threshold_line(m).removesuffix('.')}. Reported on questions never trained on:", "",
-        "| test set | n | answered | precision (answered) | Wilson 95% | coverage | abstained | target | met |",
+        f"({len(parts['calibration'])}): held-back `simple_python` questions offered 2–4 functions, and "
+        "other `irrelevance` questions. Confidence: the calibrated choice score, min(best fit margin, lead "
+        f"over the runner-up). {threshold_line(m).removesuffix('.')}. Reported on questions never trained "
+        "on:", "",
+        "| test set | n | answered | precision (answered) | Wilson 95% | coverage | abstained | target | met "
+        "|",
         "|---|---:|---:|---:|---|---:|---:|---|---|",
-        f"| `multiple` (2–4 functions offered) | {int(mult.sum())} | {n_ans} | {'—' if prec is None else f'{prec:.3f}'} | [{lo:.3f}, {hi:.3f}] | "
-        f"{cov:.3f} | {1 - cov:.3f} | precision ≥ 0.95 at coverage ≥ 0.70 | "
-        f"{'yes' if ok_p and ok_c else 'no'} |",
+        f"| `multiple` (2–4 functions offered) | {int(mult.sum())} | {n_ans} | "
+        f"{'—' if prec is None else f'{prec:.3f}'} | [{lo:.3f}, {hi:.3f}] | {cov:.3f} | {1 - cov:.3f} | "
+        f"precision ≥ 0.95 at coverage ≥ 0.70 | {'yes' if ok_p and ok_c else 'no'} |",
         f"| held-back `irrelevance` (no function fits) | {int(irr_test.sum())} | "
-        f"{int((answered & irr_test).sum())} | — | — | — | {abst / irr_test.sum():.3f} [{a_lo:.3f}, {a_hi:.3f}] | "
-        f"abstain ≥ 0.85 | {'yes' if ok_a else 'no'} |",
+        f"{int((answered & irr_test).sum())} | — | — | — | {abst / irr_test.sum():.3f} [{a_lo:.3f}, "
+        f"{a_hi:.3f}] | abstain ≥ 0.85 | {'yes' if ok_a else 'no'} |",
         "", f"Top-1 on `multiple` (answering everything): {float(correct[mult].mean()):.3f}. Parity "
         f"({t['parity']['quantization']} export vs the trained model): "
         f"same choice on {t['parity']['decision_agreement']:.2%} of the test split, max |Δp| "
-        f"{t['parity']['max_abs_delta']:.3f}. One decision (render, tokenize 2–4 pairs, one onnxruntime call): "
-        f"p50 {t['latency_us']['p50'] / 1000:.1f} ms, p99 {t['latency_us']['p99'] / 1000:.1f} ms.", "",
+        f"{t['parity']['max_abs_delta']:.3f}. One decision (render, tokenize 2–4 pairs, one onnxruntime "
+        f"call): p50 {t['latency_us']['p50'] / 1000:.1f} ms, p99 {t['latency_us']['p99'] / 1000:.1f} ms.", "",
         "Risk–coverage on `multiple` (answering the most confident share):", "",
         "| share | answered | precision | confidence ≥ |", "|---:|---:|---:|---:|",
         *(f"| {q:.0%} | {j} | {p:.3f} | {c:.3f} |" for q, j, p, c in curve),

@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import zcompile
-from zcompile.qroute import Report, load_decisions, split_by_task
+from zcompile.qroute import Progress, load_decisions, split_by_task
 from zcompile.tools import REPLY_TAG
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +50,7 @@ def main() -> None:
     a = ap.parse_args()
     policy = zcompile.compile_file(a.policy)
     replies = {x.name for x in policy.ir.actions if REPLY_TAG in x.tags}
-    parts = split_by_task(load_decisions([a.receipts], policy, report=Report()).decisions)
+    parts = split_by_task(load_decisions([a.receipts], policy, report=Progress()).decisions)
     pool = parts["train"] + parts["calibration"]
     paths = structural_paths(policy)
     groups: dict[tuple, list[str | None]] = defaultdict(list)

@@ -60,7 +60,8 @@ with open(sys.argv[1]) as f:
 print(time.process_time() - t)
 """
 GENERATORS = {
-    "legal_bench": lambda n: (lambda p: (legal_bench.to_zc(p), legal_bench.to_cedar(p)))(legal_bench.generate(n)),
+    "legal_bench": lambda n: (lambda p: (legal_bench.to_zc(p), legal_bench.to_cedar(p)))(legal_bench.generate(
+        n)),
     "shapes": lambda n: (lambda p: (shapes.to_zc(p), shapes.to_cedar(p)))(shapes.generate(n)),
 }
 
@@ -89,6 +90,7 @@ def _child(code: str, path: Path, env: dict[str, str]) -> tuple[float, float, fl
 
 def measure(gen: str, n: int, cold: int, warm: int, work: Path) -> dict:
     import cedarpy
+
     import zcompile
     from zcompile.driver import compile_source
     from zcompile.source import Source
@@ -140,8 +142,8 @@ def render(rows: list[dict], command: str, load: tuple[str, str]) -> str:
              __doc__.split("\n\n", 1)[1].split("\nUsage:")[0].strip(), "",
              "CPU seconds (wall seconds beside the whole-process and warm figures):", "",
              "| generator | actions | rules | zc KB | n cold / warm | cold in-process zc | Cedar | ratio | "
-             "cold process zc | Cedar | ratio | (wall zc / Cedar) | warm zc | Cedar | ratio | (wall zc / Cedar) | "
-             "warm with lints zc | ratio |",
+             "cold process zc | Cedar | ratio | (wall zc / Cedar) | warm zc | Cedar | ratio | (wall zc / "
+             "Cedar) | warm with lints zc | ratio |",
              "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---:|---:|"]
     worst = worst_lints = 0.0
     for r in rows:
@@ -150,8 +152,8 @@ def render(rows: list[dict], command: str, load: tuple[str, str]) -> str:
         lints = r["zc_lints"] / r["cedar_warm"]
         worst_lints = max(worst_lints, lints)
         lines.append(
-            f"| {r['gen']} | {r['actions']:,} | {r['rules']:,} | {r['kb']:,.0f} | {r['cold']} / {r['warm']} | "
-            f"{_s(r['zc_in'])} | {_s(r['cedar_in'])} | {ratios[0]:.1f} | {_s(r['zc_proc'])} | "
+            f"| {r['gen']} | {r['actions']:,} | {r['rules']:,} | {r['kb']:,.0f} | {r['cold']} / {r['warm']} "
+            f"| {_s(r['zc_in'])} | {_s(r['cedar_in'])} | {ratios[0]:.1f} | {_s(r['zc_proc'])} | "
             f"{_s(r['cedar_proc'])} | {ratios[1]:.1f} | {_s(r['zc_wall'])} / {_s(r['cedar_wall'])} | "
             f"{_s(r['zc_warm'])} | {_s(r['cedar_warm'])} | {ratios[2]:.1f} | "
             f"{_s(r['zc_warm_wall'])} / {_s(r['cedar_warm_wall'])} | {_s(r['zc_lints'])} | {lints:.1f} |")
@@ -178,7 +180,8 @@ def main() -> int:
                 rows.append(measure(gen, n, args.cold, args.warm, Path(tmp)))
                 r = rows[-1]
                 print(f"{gen} {n}: cold {r['zc_in']:.3f}/{r['cedar_in']:.3f} process "
-                      f"{r['zc_proc']:.3f}/{r['cedar_proc']:.3f} warm {r['zc_warm']:.3f}/{r['cedar_warm']:.3f}",
+                      f"{r['zc_proc']:.3f}/{r['cedar_proc']:.3f} warm "
+                      f"{r['zc_warm']:.3f}/{r['cedar_warm']:.3f}",
                       file=sys.stderr, flush=True)
     command = "python bench/compile_bench.py " + " ".join(sys.argv[1:])
     benchdoc.publish("compile_bench", render(rows, command.strip(), (load0, f"{os.getloadavg()[0]:.2f}")),

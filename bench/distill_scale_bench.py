@@ -133,18 +133,21 @@ def main() -> None:
         src = shards(n, a.work, a.shard_rows)
         gen = time.perf_counter() - t
         out = a.work / f"spec-{n}"
-        d = run(zc + ["distill", "--from", str(src), "--policy", str(policy), "-o", str(out), "--model", "logistic",
-                      "--engine", a.engine]
+        d = run(zc + ["distill", "--from", str(src), "--policy", str(policy), "-o", str(out), "--model",
+                      "logistic", "--engine", a.engine]
                 + ([] if a.max_decisions is None else ["--max-decisions", str(a.max_decisions)])
                 + ["--seed", str(a.seed)])
-        e = None if a.no_eval or d["rc"] else run(zc + ["eval", "--policy", str(policy), "--specialists", str(out),
+        e = None if a.no_eval or d["rc"] else run(zc + ["eval", "--policy", str(policy), "--specialists",
+                                                        str(out),
                                                          "--receipts", str(src)])
         used = next((ln.strip() for ln in d["stderr"].splitlines() if "training data:" in ln), "")
         d["stages"] = stages(d["stderr"])
         row = {"n": n, "generate_s": gen, "distill": d, "eval": e, "training_data": used}
         rows.append(row)
-        print(f"{n:>9,} receipts: distill {d['seconds']:7.1f} s, peak RSS {d['rss_mib']:7.0f} MiB (rc {d['rc']})"
-              + (f"; eval {e['seconds']:7.1f} s, peak RSS {e['rss_mib']:7.0f} MiB (rc {e['rc']})" if e else "")
+        print(f"{n:>9,} receipts: distill {d['seconds']:7.1f} s, peak RSS {d['rss_mib']:7.0f} MiB (rc "
+              f"{d['rc']})"
+              + (f"; eval {e['seconds']:7.1f} s, peak RSS {e['rss_mib']:7.0f} MiB (rc {e['rc']})" if e
+                 else "")
               + (f"; {used}" if used else "") + (f"; {d['stages']}" if d["stages"] else ""), flush=True)
     a.load.append(os.getloadavg()[0])
     if a.write_benchmarks:
@@ -162,14 +165,18 @@ def write_section(rows: list[dict], a: argparse.Namespace) -> None:
     for r in sorted(rows, key=lambda r: r["n"]):
         d, e = r["distill"], r["eval"]
         failed = "" if d["rc"] == 0 else " (FAILED: " + next(
-            (ln for ln in reversed(d["stderr"].splitlines()) if ln.startswith("error:")), f"exit {d['rc']}") + ")"
-        lines.append(f"| {r['n']:,} | {d['seconds']:.1f} s{failed} | {d['rss_mib']:.0f} MiB | {d['stages'] or '-'} | "
+            (ln for ln in reversed(d["stderr"].splitlines()) if ln.startswith("error:")),
+            f"exit {d['rc']}") + ")"
+        lines.append(f"| {r['n']:,} | {d['seconds']:.1f} s{failed} | {d['rss_mib']:.0f} MiB | "
+                     f"{d['stages'] or '-'} | "
                      + (f"{e['seconds']:.1f} s | {e['rss_mib']:.0f} MiB" if e else "not run | -")
                      + f" | {r['training_data'].removeprefix('training data:').strip() or '-'} |")
-    lines += ["", *machine_table([("scikit-learn", ("scikit-learn",)), ("pyarrow", ("pyarrow",)), ("ray", ("ray",))]),
+    lines += ["", *machine_table([("scikit-learn", ("scikit-learn",)), ("pyarrow", ("pyarrow",)),
+                                  ("ray", ("ray",))]),
               f"| load average (1 min): start / end | {a.load[0]:.2f} / {a.load[1]:.2f} (2 cores) |"]
     cmd = " ".join(["python bench/distill_scale_bench.py", *sys.argv[1:]])
-    publish("distill-scale", "\n".join([f"## Distillation at scale (`{cmd}`)", "", *lines]), ROOT / "BENCHMARKS.md")
+    publish("distill-scale", "\n".join([f"## Distillation at scale (`{cmd}`)", "", *lines]),
+            ROOT / "BENCHMARKS.md")
 
 
 if __name__ == "__main__":

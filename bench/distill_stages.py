@@ -1,4 +1,5 @@
-"""Where the time of a distillation goes: `zc distill` on the bundled receipts, wall and CPU seconds at each stage.
+"""Where the time of a distillation goes: `zc distill` on the bundled receipts, wall and CPU seconds at each
+stage.
 
     python bench/distill_stages.py [-o build/stages/airline_chat]     # after `zc compile policies/ -o build/`
 
@@ -25,16 +26,18 @@ def main() -> None:
     wall, cpu = time.perf_counter(), time.process_time()
 
     def step(text: str) -> None:
-        print(f"{time.perf_counter() - wall:7.1f} s wall {time.process_time() - cpu:7.1f} s CPU  {text}", flush=True)
+        print(f"{time.perf_counter() - wall:7.1f} s wall {time.process_time() - cpu:7.1f} s CPU  {text}",
+              flush=True)
 
     import zcompile
-    from zcompile.qroute import Report, Settings, distill
+    from zcompile.qroute import Progress, Settings, distill
 
     os.chdir(ROOT)  # the manifest records the receipts' path as given, as `make distill` gives it
     policy = zcompile.load("build/airline_chat.zcp")
-    res = distill(["receipts/"], policy, args.out, Settings(guarantee="conformal"), report=Report(step=step),
-                  name="airline_chat")
-    step(f"done: kept {res.manifest.model.kind}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    res = distill(["receipts/"], policy, args.out, Settings(guarantee="conformal"),
+                  report=Progress(step=step), name="airline_chat")
+    step(f"done: kept {res.manifest.model.kind}; load average "
+         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -38,7 +38,8 @@ PACKAGES = [("starlette / uvicorn / httpx", ("starlette", "uvicorn", "httpx")),
 
 def tool(name: str, **params: str) -> dict:
     return {"type": "function", "function": {"name": name, "description": f"the {name} tool", "parameters": {
-        "type": "object", "properties": {p: {"type": t} for p, t in params.items()}, "required": list(params)}}}
+        "type": "object", "properties": {p: {"type": t} for p, t in params.items()},
+        "required": list(params)}}}
 
 
 BODY = {"model": "stub-model", "messages": [
@@ -51,8 +52,9 @@ BODY = {"model": "stub-model", "messages": [
 
 def serve(policy: Path, upstream: str, out: Path, *extra: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "zcompile", "serve", "--policy", str(policy), "--upstream", upstream,
-                             "--model", "stub-model", "--receipts", str(out), "--port", str(port), *extra],
+    proc = subprocess.Popen([sys.executable, "-m", "zcompile", "serve", "--policy", str(policy), "--upstream",
+                             upstream, "--model", "stub-model", "--receipts", str(out), "--port", str(port),
+                             *extra],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
@@ -85,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             targets = {
                 "direct to the stub upstream (no zc)": stub.base_url + "/chat/completions",
                 "through zc serve, forwarded (airline_chat + its specialist; the upstream answers)": url_f,
-                "through zc serve, answered locally (desk.zc: the compiler's call; no upstream request)": url_l,
+                "through zc serve, answered locally (desk.zc: the compiler's call; no upstream "
+                "request)": url_l,
             }
             times: dict[str, list[float]] = {k: [] for k in targets}
             inside: dict[str, list[float]] = {k: [] for k in targets}  # zc's own time (x-zc-latency-ms)
@@ -96,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
                 for url in targets.values():  # warm-up, and a check that each answers a tool call
                     for _ in range(50):
                         r = client.post(url, content=content)
-                        assert r.status_code == 200 and r.json()["choices"][0]["message"]["tool_calls"], r.text
+                        assert (r.status_code == 200
+                                and r.json()["choices"][0]["message"]["tool_calls"]), r.text
                 gc.disable()
                 try:
                     for _ in range(args.rounds):
@@ -121,29 +125,30 @@ def main(argv: list[str] | None = None) -> int:
     names = list(stats)
     direct, fwd, loc = (stats[n] for n in names)
     lines = [
-        *section_head("## The gateway: `zc serve` (`bench/gateway_bench.py`)", "gateway_bench.py", args.rounds, args.write,
-                      (load0, load1), PACKAGES),
+        *section_head("## The gateway: `zc serve` (`bench/gateway_bench.py`)", "gateway_bench.py",
+                      args.rounds, args.write, (load0, load1), PACKAGES),
         "Wall-clock time of one `POST /v1/chat/completions` (5 tools offered, the answer a tool call) from a "
         "keep-alive httpx client, interleaved over the three targets after 50 warm-up requests each; GC off "
         "in the client while timing. The upstream is the local stub (no model), so these are zc's own costs. "
         "Each `zc serve` is its own process and appends one receipt per request.", "",
-        "| target | n | p50 µs | p99 µs | inside zc serve: p50 µs | p99 µs |", "|---|---:|---:|---:|---:|---:|",
-        *(f"| {n} | {len(times[n]):,} | {stats[n][0]:,.1f} | {stats[n][1]:,.1f} | " + (
+        "| target | n | p50 µs | p99 µs | inside zc serve: p50 µs | p99 µs |",
+        "|---|---:|---:|---:|---:|---:|", *(f"| {n} | {len(times[n]):,} | {stats[n][0]:,.1f} | "
+                                            f"{stats[n][1]:,.1f} | " + (
             f"{np.percentile(inside[n], 50):,.1f} | {np.percentile(inside[n], 99):,.1f} |"
             if inside[n] else "– | – |")
           for n in names), "",
         "*Inside zc serve* is the gateway's own `x-zc-latency-ms` header: from the start of the request "
         "handler to the reply built (body read, state, legal set, ladder, upstream call when forwarding, "
         "receipt); the rest is HTTP in and out (uvicorn with its pure-Python h11 parser, Starlette).", "",
-        f"Added by the proxy when forwarding: **{fwd[0] - direct[0]:,.0f} µs at p50, {fwd[1] - direct[1]:,.0f} µs "
-        f"at p99** (the forwarded request also makes its own call to the same stub). A locally answered request: "
-        f"{loc[0]:,.0f} µs p50 ({loc[0] / direct[0]:.2f}× a direct call to the stub, which answers instantly; a "
-        "real model's call takes hundreds of milliseconds or more).", "",
-        *([f"The machine was busy (load average {max(load0, load1):.1f} on {os.cpu_count()} cores, shared "
-           "with other work): every figure above is inflated by waiting for a core; rerun on a quiet machine "
-           "for zc's own cost.", ""] if max(load0, load1) > (os.cpu_count() or 1) else []),
-        f"Receipts written: {receipts['forwarded']:,} forwarded, {receipts['local']:,} local (warm-up included); "
-        f"requests the stub received: {requests_seen:,}.",
+        f"Added by the proxy when forwarding: **{fwd[0] - direct[0]:,.0f} µs at p50, "
+        f"{fwd[1] - direct[1]:,.0f} µs at p99** (the forwarded request also makes its own call to the same "
+        f"stub). A locally answered request: {loc[0]:,.0f} µs p50 ({loc[0] / direct[0]:.2f}× a direct call "
+        "to the stub, which answers instantly; a real model's call takes hundreds of milliseconds or more).",
+        "", *([f"The machine was busy (load average {max(load0, load1):.1f} on {os.cpu_count()} cores, "
+               "shared with other work): every figure above is inflated by waiting for a core; rerun on a "
+               "quiet machine for zc's own cost.", ""] if max(load0, load1) > (os.cpu_count() or 1) else []),
+        f"Receipts written: {receipts['forwarded']:,} forwarded, {receipts['local']:,} local (warm-up "
+        f"included); requests the stub received: {requests_seen:,}.",
     ]
     publish("gateway_bench", "\n".join(lines), args.write)
     return 0

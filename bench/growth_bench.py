@@ -35,9 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 import benchdoc  # noqa: E402
-from compile_bench import child_env  # noqa: E402
 import legal_bench  # noqa: E402
 import shapes  # noqa: E402
+from compile_bench import child_env  # noqa: E402
 
 COMMANDS = ("check", "compile", "legal")
 LEGAL_BENCH_MAX_RULES = 12_000  # beyond, its policies pass zc's 8 MB limit before 100,000 rules
@@ -59,12 +59,13 @@ def _run(args: list[str], env: dict[str, str]) -> tuple[float, float]:
     are fine) stops the benchmark."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "zcompile", *args], capture_output=True, text=True, check=False,
-                         env=env)
+    out = subprocess.run([sys.executable, "-m", "zcompile", *args], capture_output=True, text=True,
+                         check=False, env=env)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode:
-        raise SystemExit(f"zc {' '.join(args)} failed ({out.returncode}):\n{out.stdout[-1500:]}{out.stderr[-1500:]}")
+        raise SystemExit(f"zc {' '.join(args)} failed "
+                         f"({out.returncode}):\n{out.stdout[-1500:]}{out.stderr[-1500:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return cpu, wall
 
@@ -130,7 +131,8 @@ def render(rows: list[dict], command: str, load: tuple[str, str]) -> str:
         verdicts.append(f"100,000 rules checked in {max(r['check_cpu'] for r in big):.1f} s of CPU "
                         f"({max(r['check_wall'] for r in big):.1f} s wall): "
                         + ("**met**" if max(r["check_cpu"] for r in big) <= 10 else "**not met**"))
-    verdicts.append(f"growth exponent ≤ 1.2: worst {worst:.2f} — " + ("**met**" if worst <= 1.2 else "**not met**"))
+    verdicts.append(f"growth exponent ≤ 1.2: worst {worst:.2f} — "
+                    + ("**met**" if worst <= 1.2 else "**not met**"))
     lines += ["", "Issue 27 targets: " + "; ".join(verdicts) + "."]
     return "\n".join(lines)
 

@@ -2,7 +2,7 @@
 """Benchmark: zc legal sets against Cedar (cedarpy) and Casbin (pycasbin) on generated, equivalent policies.
 
 A seeded generator writes the same authorization policy three times, at 10 / 100 / 1,000 actions with
-~1.2 rules per action: in the zc language (DESIGN.md section 2), as a Cedar policy set with its
+~1.2 rules per action: in the zc language (docs/language.md), as a Cedar policy set with its
 entities, and as a Casbin ABAC model with its policy rows. Before anything is timed, the three
 engines (and a reference interpreter) are checked to agree exactly, for every generated state and
 every action; a disagreement aborts the benchmark (timing engines that give different answers is
@@ -165,7 +165,8 @@ def _c_style(e, path, literal, member_of) -> str:
         return f"!({_c_style(e[1], path, literal, member_of)})"
     if kind in ("and", "or"):
         sym = "&&" if kind == "and" else "||"
-        return f"({_c_style(e[1], path, literal, member_of)} {sym} {_c_style(e[2], path, literal, member_of)})"
+        return (f"({_c_style(e[1], path, literal, member_of)} {sym} "
+                f"{_c_style(e[2], path, literal, member_of)})")
     raise ValueError(e)
 
 
@@ -272,7 +273,8 @@ def _attr_atom(rng: random.Random):
     if pick == 4:
         return ("cmp", ("f", "principal.clearance"), ">=", ("k", rng.randrange(1, 3)))
     if pick == 5:
-        return ("in", "resource.kind", tuple(sorted(rng.sample(KINDS, rng.randrange(2, 5)), key=KINDS.index)), False)
+        return ("in", "resource.kind", tuple(sorted(rng.sample(KINDS, rng.randrange(2, 5)), key=KINDS.index)),
+                False)
     if pick == 6:
         return ("not", ("bool", "principal.contractor"))
     if pick == 7:
@@ -287,9 +289,11 @@ def _forbid_when_cond(rng: random.Random):
     if pick == 0:
         return ("bool", "resource.locked")
     if pick == 1:
-        return ("and", ("bool", "principal.contractor"), ("cmp", ("f", "resource.sensitivity"), ">=", ("k", 3)))
+        return ("and", ("bool", "principal.contractor"), ("cmp", ("f", "resource.sensitivity"), ">=",
+                                                          ("k", 3)))
     if pick == 2:
-        return ("and", ("cmp", ("f", "resource.kind"), "==", ("k", rng.choice(KINDS))), ("not", ("bool", "principal.mfa")))
+        return ("and", ("cmp", ("f", "resource.kind"), "==", ("k", rng.choice(KINDS))),
+                ("not", ("bool", "principal.mfa")))
     if pick == 3:
         return ("cmp", ("f", "resource.sensitivity"), ">", ("f", "principal.clearance"))
     if pick == 4:
@@ -351,7 +355,8 @@ def generate(n_actions: int, seed: int = SEED) -> GenPolicy:
             a = rng.choice(regular)
             rules.append(Rule(f"attr{i}_{a.name}", "requires", ("actions", (a.name,)), _attr_atom(rng)))
         elif r < 0.7:
-            targets = tuple(x.name for x in sorted(rng.sample(regular, min(len(regular), rng.randrange(2, 4))),
+            targets = tuple(x.name for x in sorted(rng.sample(regular, min(len(regular), rng.randrange(
+                2, 4))),
                                                    key=regular.index))
             rules.append(Rule(f"deny{i}", "forbid_when", ("actions", targets), _forbid_when_cond(rng)))
         else:
@@ -403,7 +408,8 @@ def to_cedar(pol: GenPolicy) -> str:
             (tag,) = r.target[1]
             scope = f'action in Action::"tag:{tag}"'
         clause = "when" if r.kind == "forbid_when" else "unless"
-        out.append(f'@id("{r.name}")\nforbid(principal, {scope}, resource)\n{clause} {{ {cedar_expr(r.cond)} }};')
+        out.append(f'@id("{r.name}")\nforbid(principal, {scope}, resource)\n'
+                   f"{clause} {{ {cedar_expr(r.cond)} }};")
     return "\n".join(out) + "\n"
 
 
@@ -509,7 +515,8 @@ def ref_legal(pol: GenPolicy, flat: dict) -> tuple[str, ...]:
     removed = set()
     for r in pol.rules:
         v = ref_eval(r.cond, flat)
-        if (r.kind == "requires" and not v) or (r.kind == "forbid_when" and v) or (r.kind == "forbid_unless" and not v):
+        if (r.kind == "requires" and not v) or (r.kind == "forbid_when"
+                                                and v) or (r.kind == "forbid_unless" and not v):
             removed.update(pol.targets(r))
     legal = tuple(a.name for a in pol.actions if a.name not in removed)
     return legal
@@ -544,6 +551,7 @@ class Case:
 def build_case(n: int, n_states: int) -> Case:
     import casbin  # noqa: F401 - imported here so the Casbin build time excludes the import
     import cedarpy
+
     import zcompile
 
     pol = generate(n)
@@ -581,6 +589,7 @@ def time_compile(case: Case, repeats: int) -> dict:
     `compile_text` runs them (the cyclic GC paused): parse, check (names and types; `compile_text`
     does not look for the lints' warnings), lower, load (the runtime's verification and code generation)."""
     import cedarpy
+
     import zcompile
     from zcompile import ir
     from zcompile.check import check
@@ -673,7 +682,8 @@ def _check_states(case: Case, indices: list[int]) -> tuple[int, list[int], tuple
             except Exception:  # noqa: BLE001 - reported by check_agreement
                 return compared, sizes, (i, a)
             if (res.diagnostics.errors or res.allowed != (a in zc_set) or (a in zc_set) != (a in ref)
-                    or cb is not (a in zc_set) or case.zc.check(case.states[i], a).allowed is not (a in zc_set)):
+                    or cb is not (a in zc_set) or case.zc.check(case.states[i],
+                                                                a).allowed is not (a in zc_set)):
                 return compared, sizes, (i, a)
         sizes.append(len(zc_set))
     return compared, sizes, None
@@ -692,8 +702,9 @@ def check_agreement(case: Case, log=print) -> dict:
     Large sizes are split over the usable cores (fork; the check is not timed).
     """
     global _FORK_CASE
-    import cedarpy
     import multiprocessing as mp
+
+    import cedarpy
 
     t0 = time.perf_counter()
     idx = list(range(len(case.states)))
@@ -730,7 +741,8 @@ def check_agreement(case: Case, log=print) -> dict:
 
 def _report_disagreement(case, i, action, zc_ok, cedar_ok, ref_ok, res, errs, log, casbin_ok=None):
     log(f"\nDISAGREEMENT at {case.n} actions, state #{i}, action `{action}`:")
-    log(f"  zc legal: {zc_ok}   cedar allowed: {cedar_ok}   casbin allowed: {casbin_ok}   reference: {ref_ok}")
+    log(f"  zc legal: {zc_ok}   cedar allowed: {cedar_ok}   casbin allowed: {casbin_ok}   reference: "
+        f"{ref_ok}")
     if errs:
         log(f"  cedar errors: {errs}")
     log(f"  state: {json.dumps(case.states[i], sort_keys=True)}")
@@ -747,7 +759,8 @@ def _report_disagreement(case, i, action, zc_ok, cedar_ok, ref_ok, res, errs, lo
     log("  zc rules on this action:")
     for r in case.pol.rules:
         if action in case.pol.targets(r):
-            log(f"    rule {r.name}: {r.kind} {zc_expr(r.cond)}   ref value = {ref_eval(r.cond, case.flat_states[i])}")
+            log(f"    rule {r.name}: {r.kind} {zc_expr(r.cond)}   ref value = "
+                f"{ref_eval(r.cond, case.flat_states[i])}")
     log("  casbin rows on this action:")
     for row in case.casbin_rows:
         if row[2] == action:
@@ -876,7 +889,7 @@ def time_case(case: Case, rounds: int, batch_calls: int, casbin_calls: int | Non
             if k % 16 == 15:
                 gc.collect()
         # zc alone, back to back over the states (no other engine between its calls): the figure the
-        # DESIGN.md targets speak of; the interleaved series above are for the ratios
+        # docs/design.md targets speak of; the interleaved series above are for the ratios
         for _ in range(rounds):
             for i in order:
                 st = case.states[i]
@@ -921,9 +934,9 @@ def render(results: list[dict], checks: list[dict], command: str, mode: str, loa
     L.append("")
     L += machine_table(PACKAGES)
     L.append("| load average (1 min): start of run; before / after timing | "
-             f"{loads['start']:.2f}; {loads['before']:.2f} / {loads['after']:.2f} (timing alone accounts for ~1 "
-             "and the agreement check's worker processes for up to ~2 more; anything beyond means other work "
-             "shared the cores, and the p99s suffer) |")
+             f"{loads['start']:.2f}; {loads['before']:.2f} / {loads['after']:.2f} (timing alone accounts for "
+             "~1 and the agreement check's worker processes for up to ~2 more; anything beyond means other "
+             "work shared the cores, and the p99s suffer) |")
     L.append("")
     L.append(
         "Workload: seeded generated policies (`generate()` in the script, seed "
@@ -945,36 +958,37 @@ def render(results: list[dict], checks: list[dict], command: str, mode: str, loa
         "request `r = sub, obj, act` with the state's `principal` and `resource` as two ready-made dicts "
         "(built once per state, like Cedar's entities; not validated), policy `p = sub_rule, eft, act`, "
         "matcher `r.act == p.act && eval(p.sub_rule)`, effect "
-        "`some(where (p.eft == allow)) && !some(where (p.eft == deny))`. Each action has one `allow` row with "
-        "the conjunction of its `requires` and each zc forbid one `deny` row per target action (tags "
-        "expanded; `unless E` as `!(E)`). The conditions are plain Casbin matcher expressions (`&&`, `||`, `!`, "
-        "`in (…)`): no Python function is registered. The enforcer is pycasbin's `FastEnforcer` indexed on "
-        "the action (`cache_key_order=[2]`), so a request evaluates only its own action's rows; pycasbin "
+        "`some(where (p.eft == allow)) && !some(where (p.eft == deny))`. Each action has one `allow` row "
+        "with the conjunction of its `requires` and each zc forbid one `deny` row per target action (tags "
+        "expanded; `unless E` as `!(E)`). The conditions are plain Casbin matcher expressions (`&&`, `||`, "
+        "`!`, `in (…)`): no Python function is registered. The enforcer is pycasbin's `FastEnforcer` indexed "
+        "on the action (`cache_key_order=[2]`), so a request evaluates only its own action's rows; pycasbin "
         "still re-parses every `eval()` rule text (`ast.parse` into a new `SimpleEval`) on every request, "
         "which is most of its time. The plain `Enforcer` scans all rows per request (measured by hand once: "
-        "~0.17 s per `enforce` at 1,000 actions, so minutes per legal set) and is not timed. Casbin has no batch engine: `batch_enforce` is a Python "
-        "loop over `enforce`, timed anyway next to an explicit loop."
+        "~0.17 s per `enforce` at 1,000 actions, so minutes per legal set) and is not timed. Casbin has no "
+        "batch engine: `batch_enforce` is a Python loop over `enforce`, timed anyway next to an explicit "
+        "loop."
     )
     L.append("")
     L.append("**Agreement** (checked before timing; any disagreement aborts the run):")
     L.append("")
-    L.append("| actions | states | actions compared per state | decisions compared (zc `legal` = zc `check` = "
-             "Cedar = Casbin = reference) | disagreements | legal-set size mean (min–max) |")
+    L.append("| actions | states | actions compared per state | decisions compared (zc `legal` = zc `check` "
+             "= Cedar = Casbin = reference) | disagreements | legal-set size mean (min–max) |")
     L.append("|---:|---:|---:|---:|---:|---|")
     for c in checks:
-        L.append(f"| {c['n']:,} | {c['states']} | {c['decisions'] // c['states']:,} | {c['decisions']:,} | 0 | "
-                 f"{c['mean_legal']:.1f} ({c['min_legal']}–{c['max_legal']}) |")
+        L.append(f"| {c['n']:,} | {c['states']} | {c['decisions'] // c['states']:,} | {c['decisions']:,} | 0 "
+                 f"| {c['mean_legal']:.1f} ({c['min_legal']}–{c['max_legal']}) |")
     if any(c["n"] > 1000 for c in checks):
         L.append("")
         L.append(f"Past 1,000 actions Cedar, Casbin and zc `check` are compared on {AGREE_ACTIONS} seeded "
-                 "actions per state (Cedar's whole-set batch costs minutes per state there); zc's whole legal "
-                 "set is compared with the reference interpreter on every action of every state.")
+                 "actions per state (Cedar's whole-set batch costs minutes per state there); zc's whole "
+                 "legal set is compared with the reference interpreter on every action of every state.")
     L.append("")
     L.append("**The whole legal set for one state** (µs; zc: `policy.legal(state)`; Cedar: "
              "`is_authorized_batch` over every action):")
     L.append("")
-    L.append("| actions | rules | Cedar policies | zc n | zc median | zc p99 | Cedar batch n | Cedar median | "
-             "Cedar p99 | Cedar in-engine median | zc/Cedar (median) | zc/Cedar in-engine (median) |")
+    L.append("| actions | rules | Cedar policies | zc n | zc median | zc p99 | Cedar batch n | Cedar median "
+             "| Cedar p99 | Cedar in-engine median | zc/Cedar (median) | zc/Cedar in-engine (median) |")
     L.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         s = r["series"]
@@ -999,24 +1013,25 @@ def render(results: list[dict], checks: list[dict], command: str, mode: str, loa
                  f"{_r(zo.p99 / co.p99)} | {_r(zo.median / coe.median)} |")
     L.append("")
     L.append("**Casbin** (µs; the same zc series as above, measured in the same loops; legal set: a loop of "
-             "`enforce` over every action, and `batch_enforce` over every action; one question: one `enforce`):")
+             "`enforce` over every action, and `batch_enforce` over every action; one question: one "
+             "`enforce`):")
     L.append("")
-    L.append("| actions | Casbin rows | legal set: Casbin n | loop median | loop p99 | `batch_enforce` median | "
-             "`batch_enforce` p99 | zc/Casbin loop (median) | zc/Casbin batch (median) | one action: Casbin n | "
-             "Casbin median | Casbin p99 | zc/Casbin (median) | zc/Casbin (p99) |")
+    L.append("| actions | Casbin rows | legal set: Casbin n | loop median | loop p99 | `batch_enforce` "
+             "median | `batch_enforce` p99 | zc/Casbin loop (median) | zc/Casbin batch (median) | one "
+             "action: Casbin n | Casbin median | Casbin p99 | zc/Casbin (median) | zc/Casbin (p99) |")
     L.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         s = r["series"]
         zl, zo, cl, cbt, co = s["zc_legal"], s["zc_one"], s["casbin_loop"], s["casbin_batch"], s["casbin_one"]
         L.append(f"| {r['n']:,} | {r['casbin_rows']:,} | {cl.n:,} | {_f(cl.median)} | {_f(cl.p99)} | "
-                 f"{_f(cbt.median)} | {_f(cbt.p99)} | {_r(zl.median / cl.median)} | {_r(zl.median / cbt.median)} | "
-                 f"{co.n:,} | {_f(co.median)} | {_f(co.p99)} | {_r(zo.median / co.median)} | "
-                 f"{_r(zo.p99 / co.p99)} |")
+                 f"{_f(cbt.median)} | {_f(cbt.p99)} | {_r(zl.median / cl.median)} | "
+                 f"{_r(zl.median / cbt.median)} | {co.n:,} | {_f(co.median)} | {_f(co.p99)} | "
+                 f"{_r(zo.median / co.median)} | {_r(zo.p99 / co.p99)} |")
     L.append("")
-    L.append("**DESIGN.md §8 targets** (zc legal set, p50 on one CPython 3.11 core; measured with zc alone, "
-             "`legal` back to back over every state, after the interleaved loops; beside it the interleaved "
-             "figure of the tables above, where Cedar and Casbin calls run between zc's calls and zc's "
-             "figure rises with them):")
+    L.append("**docs/design.md targets** (zc legal set, p50 on one CPython 3.11 core; measured with zc "
+             "alone, `legal` back to back over every state, after the interleaved loops; beside it the "
+             "interleaved figure of the tables above, where Cedar and Casbin calls run between zc's calls "
+             "and zc's figure rises with them):")
     L.append("")
     L.append("| what | target p50 | zc alone: p50 (p99), n | met | interleaved p50 (p99), n |")
     L.append("|---|---:|---:|---|---:|")
@@ -1030,8 +1045,8 @@ def render(results: list[dict], checks: list[dict], command: str, mode: str, loa
     L.append("")
     L.append("One-off costs (not part of any timing above): "
              + "; ".join(f"{r['n']:,} actions: zc `compile_text` {r['zc_compile_s']:.2f} s (+ the first "
-                         f"`check` of each action, which makes its evaluator: {r['zc_first_checks_s'] * 1e3:.1f} ms "
-                         "in all), Cedar "
+                         "`check` of each action, which makes its evaluator: "
+                         f"{r['zc_first_checks_s'] * 1e3:.1f} ms in all), Cedar "
                          f"`PolicySet.from_str` {r['cedar_parse_s'] * 1e3:.1f} ms, Casbin model + "
                          f"`add_policies` {r['casbin_build_s'] * 1e3:.1f} ms" for r in results) + ".")
     L.append("")
@@ -1059,8 +1074,8 @@ def render(results: list[dict], checks: list[dict], command: str, mode: str, loa
                      f"**{'met' if c['zc'] <= most and got <= ratio else 'missed'}**.")
     L.append("")
     slow = max(results, key=lambda r: r["n"])
-    L.append("Ratios below 1 mean zc is faster. Medians are of the samples listed (n); the p99 of a small n is "
-             f"close to its maximum. Cedar's batch at {slow['n']:,} actions takes "
+    L.append("Ratios below 1 mean zc is faster. Medians are of the samples listed (n); the p99 of a small n "
+             f"is close to its maximum. Cedar's batch at {slow['n']:,} actions takes "
              f"{slow['series']['cedar_batch'].median / 1e6:.2f} s per call and Casbin's legal set "
              f"{slow['series']['casbin_loop'].median / 1e6:.2f} s, so their repetitions are limited. "
              "zc's legal set was also timed between the batch calls (same states): "
@@ -1077,9 +1092,11 @@ def render(results: list[dict], checks: list[dict], command: str, mode: str, loa
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run, not for the record)")
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run, not for the "
+                                                         "record)")
     ap.add_argument("--check-only", action="store_true", help="run only the zc/Cedar/Casbin agreement check")
-    ap.add_argument("--sizes", default="10,100,1000", help="comma-separated action counts (default 10,100,1000)")
+    ap.add_argument("--sizes", default="10,100,1000", help="comma-separated action counts (default "
+                                                           "10,100,1000)")
     ap.add_argument("--states", type=int, default=None,
                     help="random states per size (default 200, and 100 at 1,000 actions: the agreement check "
                          "runs on all of them, and at 1,000 actions it costs ~1 s of Cedar per state)")
@@ -1094,7 +1111,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.states is not None and args.states < 100 and not args.check_only:
         print(f"note: {args.states} states (< 100) per size", file=sys.stderr)
     mode = "quick" if args.quick else "full"
-    command = "python bench/legal_bench.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    command = "python bench/legal_bench.py " + " ".join(shlex.quote(a)
+                                                        for a in (argv if argv is not None else sys.argv[1:]))
     command = command.strip()
 
     if args.compile_only:
@@ -1114,10 +1132,12 @@ def main(argv: list[str] | None = None) -> int:
             (d / f"{case.pol.name}.casbin.rows").write_text(casbin_text(case.casbin_rows))
         print(f"[{n} actions] {len(case.pol.rules)} zc rules, {case.n_cedar_policies} Cedar policies, "
               f"{len(case.casbin_rows)} Casbin rows; "
-              f"built in {time.perf_counter() - t0:.2f} s; checking agreement on {n_states} states ...", flush=True)
+              f"built in {time.perf_counter() - t0:.2f} s; checking agreement on {n_states} states ...",
+              flush=True)
         c = check_agreement(case)
-        print(f"[{n} actions] agree: {c['decisions']:,} decisions (zc = Cedar = Casbin = reference), legal-set size mean {c['mean_legal']:.1f} "
-              f"(min {c['min_legal']}, max {c['max_legal']}), {c['seconds']:.1f} s", flush=True)
+        print(f"[{n} actions] agree: {c['decisions']:,} decisions (zc = Cedar = Casbin = reference), "
+              f"legal-set size mean {c['mean_legal']:.1f} (min {c['min_legal']}, max {c['max_legal']}), "
+              f"{c['seconds']:.1f} s", flush=True)
         checks.append(c)
         cases.append(case)
     if args.check_only:
@@ -1133,7 +1153,8 @@ def main(argv: list[str] | None = None) -> int:
         series = time_case(case, rounds, batch_calls, casbin_calls)
         compiled = time_compile(case, COMPILE_REPEATS[mode].get(case.n, 2))
         print(f"[{case.n} actions] timed in {time.perf_counter() - t0:.1f} s; compile_text "
-              f"{compiled['zc']:.3f} s, Cedar from_str {compiled['cedar']:.4f} s (medians of {compiled['n']})",
+              f"{compiled['zc']:.3f} s, Cedar from_str {compiled['cedar']:.4f} s (medians of "
+              f"{compiled['n']})",
               flush=True)
         results.append({"n": case.n, "rules": len(case.pol.rules), "cedar_policies": case.n_cedar_policies,
                         "casbin_rows": len(case.casbin_rows),

@@ -85,8 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for op in ("tools/call", "tools/list"):
         d, g = f"{op} direct", f"{op} zc mcp"
-        rows.append(f"| `{op}` | {len(times[d]):,} | {med[d]:,.0f} | {med[g]:,.0f} | **{med[g] - med[d]:,.0f}** | "
-                    f"{med[g] / med[d]:.2f}× | {p90[d]:,.0f} | {p90[g]:,.0f} | {inside[op]:,.0f} |")
+        rows.append(f"| `{op}` | {len(times[d]):,} | {med[d]:,.0f} | {med[g]:,.0f} | "
+                    f"**{med[g] - med[d]:,.0f}** | {med[g] / med[d]:.2f}× | {p90[d]:,.0f} | {p90[g]:,.0f} | "
+                    f"{inside[op]:,.0f} |")
     lines = [
         "## The MCP gateway: `zc mcp` (`bench/mcp_bench.py`)", "",
         f"Command: `{cmd}`, run on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
@@ -96,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         "straight to the reservations server, and through `zc mcp` (policy "
         "`tests/fixtures/mcp/reservations.zc`, its own stdio connection to another copy of the server, one "
         f"receipt appended per request) after {WARMUP} warm-up requests of each kind; GC off in the client "
-        "while timing. `tools/call` is `get_reservation` (legal, forwarded, the state advanced); `tools/list` "
-        "bypasses the client's cache.", "",
+        "while timing. `tools/call` is `get_reservation` (legal, forwarded, the state advanced); "
+        "`tools/list` bypasses the client's cache.", "",
         "| request | n | direct: median µs | through zc mcp: median µs | added: median µs | ratio | "
         "direct: p90 µs | zc mcp: p90 µs | inside zc mcp: median µs |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -107,9 +108,9 @@ def main(argv: list[str] | None = None) -> int:
         "`list_changed`, and a receipt appended; a list reads the state, the legal set and appends a receipt "
         "(the servers' tools are read once at start, not per list). *Inside zc mcp* is the receipts' "
         "`latency_ms`: from the gateway's handler starting to the receipt (a call's includes its own round "
-        "trip to the server over stdio); the rest is the SDK's stdio transport and JSON-RPC on both sides.", "",
-        *([f"The machine was busy (load average {max(load0, load1):.1f} on {os.cpu_count()} cores, shared "
-           "with other work): every figure above is inflated by waiting for a core.", ""]
+        "trip to the server over stdio); the rest is the SDK's stdio transport and JSON-RPC on both sides.",
+        "", *([f"The machine was busy (load average {max(load0, load1):.1f} on {os.cpu_count()} cores, "
+               "shared with other work): every figure above is inflated by waiting for a core.", ""]
           if max(load0, load1) > (os.cpu_count() or 1) else []),
         f"Receipts written by the gateway: {written:,} (warm-up included).",
     ]

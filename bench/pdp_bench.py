@@ -33,7 +33,7 @@ from zcompile.authzen import PDP, load_mapping  # noqa: E402
 from zcompile.cli.common import load_policy  # noqa: E402
 
 PACKAGES = [("starlette / uvicorn / httpx", ("starlette", "uvicorn", "httpx"))]
-POLICY, MAPPING = ROOT / "examples" / "authzen" / "desk.zc", ROOT / "examples" / "authzen" / "desk.mapping.yaml"
+POLICY, MAPPING = (ROOT / "examples" / "authzen" / f for f in ("desk.zc", "desk.mapping.yaml"))
 SUB = {"type": "identity", "id": "alice@example.com"}
 CTX = {"history": ["get_order"], "order": {"status": "pending"}}
 STATE = {**CTX, "user": {"role": "agent"}}  # what the mapping makes of SUB and CTX
@@ -77,7 +77,8 @@ def in_process(rounds: int) -> dict[str, list[float]]:
     policy = load_policy(str(POLICY))
     pdp = PDP(policy, load_mapping(MAPPING, policy))
     permit = REQUESTS["evaluation, permitted (`cancel_order`)"][1]
-    fns = {"in process: `Policy.check` (the evaluation's engine call)": lambda: policy.check(STATE, "cancel_order"),
+    fns = {"in process: `Policy.check` (the evaluation's engine call)": lambda: policy.check(
+        STATE, "cancel_order"),
            "in process: `Policy.legal` + every reason (the search's)":
                lambda: policy.legal(STATE).removed,
            "in process: `PDP.evaluate` (the request checked and mapped, `Policy.check`)":
@@ -109,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     times: dict[str, list[float]] = {k: [] for k in bodies}
     try:
         nodelay = httpx.HTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
-        with httpx.Client(base_url=url, headers={"content-type": "application/json"}, timeout=10, trust_env=False,
-                          transport=nodelay) as client:
+        with httpx.Client(base_url=url, headers={"content-type": "application/json"}, timeout=10,
+                          trust_env=False, transport=nodelay) as client:
             for path, content in bodies.values():  # warm-up, and a check of each answer
                 for _ in range(50):
                     r = client.post(path, content=content)
@@ -139,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     decisions = [d["decision"] for d in answers[names[2]]["evaluations"]]
     found = [x["name"] for x in answers[names[3]]["results"]]
     lines = [
-        *section_head("## The decision point: `zc pdp` (`bench/pdp_bench.py`)", "pdp_bench.py", args.rounds, args.write,
-                      (load0, load1), PACKAGES),
+        *section_head("## The decision point: `zc pdp` (`bench/pdp_bench.py`)", "pdp_bench.py", args.rounds,
+                      args.write, (load0, load1), PACKAGES),
         "Wall-clock time of one AuthZEN request to `zc pdp` (the desk policy and mapping of "
         "docs/authzen.md, the MCP profile's `tools/call` shape) from a keep-alive httpx client, "
         "interleaved after 50 warm-up requests each, GC off in the client while timing; `zc pdp` is its "
@@ -148,11 +149,11 @@ def main(argv: list[str] | None = None) -> int:
         "| request | n | p50 µs | p99 µs |", "|---|---:|---:|---:|",
         *(f"| {n} | {len(times[n]):,} | {stats[n][0]:,.1f} | {stats[n][1]:,.1f} |" for n in names), "",
         f"An evaluation over HTTP is {permit / check:,.0f}× the `Policy.check` it makes; the PDP's own work "
-        f"(the request checked and mapped, the check) is {evaluate:,.1f} µs of it, so {permit - evaluate:,.0f} µs "
-        "at p50 are HTTP in and out (uvicorn, Starlette, the client). The action "
-        f"search answers the four tools' question in one legal set: {search:,.0f} µs against {batch:,.0f} µs "
-        f"for the four-entry batch ({batch / search:.2f}×), and it also returns every reason. "
-        f"Answers: the batch {decisions}, the search {found}.", "",
+        f"(the request checked and mapped, the check) is {evaluate:,.1f} µs of it, so "
+        f"{permit - evaluate:,.0f} µs at p50 are HTTP in and out (uvicorn, Starlette, the client). The "
+        f"action search answers the four tools' question in one legal set: {search:,.0f} µs against "
+        f"{batch:,.0f} µs for the four-entry batch ({batch / search:.2f}×), and it also returns every "
+        f"reason. Answers: the batch {decisions}, the search {found}.", "",
         *([f"The machine was busy (load average {max(load0, load1):.1f} on {os.cpu_count()} cores, shared "
            "with other work): every figure above is inflated by waiting for a core.", ""]
           if max(load0, load1) > (os.cpu_count() or 1) else []),

@@ -27,9 +27,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-import zcompile  # noqa: E402
 from benchdoc import cpu_times, machine_table, publish, steal_share  # noqa: E402
 from openai_stub import OpenAIStub  # noqa: E402
+
+import zcompile  # noqa: E402
 from zcompile.qroute import Specialist, features, load_decisions, recipe, split_by_task  # noqa: E402
 from zcompile.qroute.features import _TEXT, count_text  # noqa: E402
 from zcompile.receipts import ReceiptWriter  # noqa: E402
@@ -40,7 +41,8 @@ from zcompile.router.router import json_copy  # noqa: E402
 
 C_PATH = features.C_EXTENSION  # the C extension zcompile.qroute._features_c is built
 
-PACKAGES = [("onnxruntime / numpy / scikit-learn", ("onnxruntime", "numpy", "scikit-learn")), ("httpx", ("httpx",))]
+PACKAGES = [("onnxruntime / numpy / scikit-learn", ("onnxruntime", "numpy", "scikit-learn")),
+            ("httpx", ("httpx",))]
 
 
 def interleaved(parts: dict, n_states: int, rounds: int) -> dict[str, tuple[int, float, float]]:
@@ -63,7 +65,8 @@ def interleaved(parts: dict, n_states: int, rounds: int) -> dict[str, tuple[int,
                 times[name].append((clock() - t0) / 1000)
     finally:
         gc.enable()
-    return {k: (len(ts), float(np.percentile(ts, 50)), float(np.percentile(ts, 99))) for k, ts in times.items()}
+    return {k: (len(ts), float(np.percentile(ts, 50)), float(np.percentile(ts, 99))) for k,
+            ts in times.items()}
 
 
 def time_configs(configs: dict, rounds: int) -> list[tuple]:
@@ -84,12 +87,14 @@ def time_configs(configs: dict, rounds: int) -> list[tuple]:
                     times[name].append((time.perf_counter_ns() - t) / 1000)
     finally:
         gc.enable()
-    return [(k, len(ts), float(np.percentile(ts, 50)), float(np.percentile(ts, 99))) for k, ts in times.items()]
+    return [(k, len(ts), float(np.percentile(ts, 50)), float(np.percentile(ts, 99))) for k,
+            ts in times.items()]
 
 
 def median_rows(runs: list[list[tuple]]) -> list[tuple]:
     """One table from several runs of it: each row's p50 and p99 the median of the runs'."""
-    return [(rows[0][0], rows[0][1], float(np.median([r[2] for r in rows])), float(np.median([r[3] for r in rows])))
+    return [(rows[0][0], rows[0][1], float(np.median([r[2] for r in rows])),
+             float(np.median([r[3] for r in rows])))
             for rows in zip(*runs)]
 
 
@@ -113,7 +118,8 @@ def specialist_parts(policy, spec_dir: Path, decisions, rounds: int) -> list[tup
     rows = [fz.row(ls.root, ls.actions)[None, :] for ls in legals]
     outputs = [sp.probabilities(x)[0].tolist() for x in rows]
     dim = fz.spec.text_dim
-    texts = [[(v, j, cache) for (kind, j, cache, *_), v in zip(fz._plan, fz.values(ls.root)) if kind == _TEXT and v]
+    texts = [[(v, j, cache) for (kind, j, cache, *_), v in zip(fz._plan, fz.values(ls.root)) if kind == _TEXT
+              and v]
              for ls in legals]
 
     def hash_texts(i: int) -> None:
@@ -140,10 +146,12 @@ def specialist_parts(policy, spec_dir: Path, decisions, rounds: int) -> list[tup
             ("the same from a plain state and the legal names (validated here)", *t["dec"]),
             ("  of which: state validation (msgspec; not done when given a LegalSet)", *t["validate"]),
             ("  of which: feature row from the validated state (all fields, one pass)", *t["features"]),
-            (f"    of which: the text fields' tokens hashed and counted, log1p ({n_texts:.1f} non-empty texts "
-             f"a state; {'C extension' if C_PATH else 'Python path: the C extension is not built'})", *t["texts"]),
+            (f"    of which: the text fields' tokens hashed and counted, log1p ({n_texts:.1f} non-empty "
+             f"texts a state; {'C extension' if C_PATH else 'Python path: the C extension is not built'})",
+             *t["texts"]),
             ("  of which: its ONNX model call alone (onnxruntime, 1 thread)", *t["onnx"]),
-            ("  of which: legal classes, softmax over them, τ, the call logic (`Specialist.choose`)", *t["choose"]),
+            ("  of which: legal classes, softmax over them, τ, the call logic (`Specialist.choose`)",
+             *t["choose"]),
             ("scikit-learn `predict_proba`, one row (same model kind, features, split)", *t["skl"])]
 
 
@@ -185,8 +193,8 @@ def router_parts(policy, spec_dir: Path, decisions, rounds: int, tmp: Path) -> l
             ("    of which: encoding the receipt (JSON)", *t["encode"]),
             ("the specialist alternating with receipt appends only", *after["specialist"]),
             ("the specialist alone, one state after another", *alone["specialist"]),
-            (f"the argument model proposing a call's arguments (`ArgumentScorer.propose`; the {len(asks)} teacher "
-             "calls with arguments among these decisions, their candidates)", *proposing["propose"])]
+            (f"the argument model proposing a call's arguments (`ArgumentScorer.propose`; the {len(asks)} "
+             "teacher calls with arguments among these decisions, their candidates)", *proposing["propose"])]
 
 
 def same_decisions(policy, spec_dir: Path, decisions) -> int:
@@ -194,7 +202,8 @@ def same_decisions(policy, spec_dir: Path, decisions) -> int:
     extension (rows bit-identical too); returns the number of states checked."""
     sp = Specialist(spec_dir, policy)
     legals = [policy.legal(d.state) for d in decisions]
-    fast = [(sp.featurizer.row(ls.root, ls.actions).tobytes(), sp.decide(d.state, ls)) for d, ls in zip(decisions, legals)]
+    fast = [(sp.featurizer.row(ls.root, ls.actions).tobytes(), sp.decide(d.state, ls)) for d,
+            ls in zip(decisions, legals)]
     saved = features._count_c, features._put_c
     features._count_c = features._put_c = None
     try:
@@ -249,8 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     chat_states = [{"state": d.state} for d in decisions[:300]]
     with_candidates = [{"state": d.state, "candidates": d.candidates} for d in decisions[:300]]
     n_cands = float(np.mean([len(d.candidates or ()) for d in decisions[:300]]))
-    core_state = {"state": {"user": {"role": "developer"}, "budget": {"units": 40}, "target": {"kind": "file"},
-                            "confidence": 0.9, "history": ["fs.read"]}}
+    core_state = {"state": {"user": {"role": "developer"}, "budget": {"units": 40},
+                            "target": {"kind": "file"}, "confidence": 0.9, "history": ["fs.read"]}}
     tmp = Path(tempfile.mkdtemp(prefix="router-bench-"))
     with OpenAIStub("correct") as stub:
         http = zcompile.OpenAITier(stub.base_url, "stub", timeout_ms=2000)
@@ -259,19 +268,21 @@ def main(argv: list[str] | None = None) -> int:
                 (Router(core, receipts=tmp / "a.jsonl"), [core_state]),
             "compiler + tabular specialist (airline_chat, GPT-4o receipt states)":
                 (Router(chat, specialists=spec_dir, receipts=tmp / "b.jsonl"), chat_states),
-            f"the same with each decision's argument candidates ({n_cands:.0f} a decision, kept in its receipt)":
+            f"the same with each decision's argument candidates ({n_cands:.0f} a decision, kept in its "
+            "receipt)":
                 (Router(chat, specialists=spec_dir, receipts=tmp / "d.jsonl"), with_candidates),
             "compiler + local HTTP tier (agent_core, stub server, tools mode)":
                 (Router(core, tiers={"small": http, "large": http}, receipts=tmp / "c.jsonl"),
                  [core_state]),
         }
-        for name, (router, asks) in configs.items():  # warm-up
+        for router, asks in configs.values():  # warm-up
             for kw in asks[:50]:
                 router.decide(**kw)
         checked = same_decisions(chat, spec_dir, decisions)
         runs = []  # each run: (configuration rows, specialist rows, router part rows)
         for _ in range(args.repeats):
-            runs.append((time_configs(configs, args.rounds), specialist_parts(chat, spec_dir, decisions, args.rounds),
+            runs.append((time_configs(configs, args.rounds),
+                         specialist_parts(chat, spec_dir, decisions, args.rounds),
                          router_parts(chat, spec_dir, decisions, args.rounds, tmp)))
         for router, _ in configs.values():
             router.close()
@@ -305,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         f"| load average (1 min): start / end | {load0:.2f} / {load1:.2f} (2 cores: above ~1, other work "
         "shared them and every figure reads high) |",
         f"| steal (hypervisor) during the run | {steal_share(steal0, cpu_times())} |",
-        f"| feature row | {'C extension `zcompile.qroute._features_c`' if C_PATH else 'Python path (the C extension is not built)'} |", "",
+        "| feature row | " + ("C extension `zcompile.qroute._features_c`" if C_PATH
+                              else "Python path (the C extension is not built)") + " |", "",
         f"Every figure is the median over {args.repeats} whole measurements run one after another (each "
         "p50 and p99 its run's); the verdicts list each run's p50. "
         "Each `Router.decide` includes state validation, the legal set, the route, every rung asked, "
@@ -331,21 +343,22 @@ def main(argv: list[str] | None = None) -> int:
         "tree walk is faster on a row it has just seen), after a warm-up pass:", "",
         *table(spec_rows),
         "",
-        f"ONNX model call alone / scikit-learn `predict_proba`: {spec_rows[5][2] / spec_rows[7][2]:.3f} (p50). "
-        "Parts are timed alone, so they need not add up to the whole to the microsecond. "
+        f"ONNX model call alone / scikit-learn `predict_proba`: {spec_rows[5][2] / spec_rows[7][2]:.3f} "
+        "(p50). Parts are timed alone, so they need not add up to the whole to the microsecond. "
         f"Decisions and feature rows checked equal with and without the C extension on all {checked:,} "
         "bundled receipt states before timing (`same_decisions`; tests/test_features_fast.py checks the rows "
         "against a reference implementation). "
-        f"DESIGN.md §8 target for a tabular specialist (features + ONNX + mask): p50 ≤ 60 µs — "
-        f"measured {one_p50:,.0f} µs (median of {args.repeats} runs: {each(one_p50s)}): **{verdict(one_p50, 60)}**.",
+        f"docs/design.md performance target for a tabular specialist (features + ONNX + mask): p50 ≤ 60 µs — "
+        f"measured {one_p50:,.0f} µs (median of {args.repeats} runs: {each(one_p50s)}): "
+        f"**{verdict(one_p50, 60)}**.",
         "",
         "**One router decision and its parts** (the same kind of interleaving; the rest of a decision is "
         "walking the ladder, the rung answers and building the receipt and the `Decision`):", "",
         *table(parts),
         "",
         f"The specialist reads slower inside the router than alone ({parts[3][2]:,.0f} against "
-        f"{parts[7][2]:,.0f} µs p50 here): the tree walk of its ONNX call runs faster on warm caches (a row just seen: above) "
-        "and what runs between two decisions evicts them; a receipt append (four "
+        f"{parts[7][2]:,.0f} µs p50 here): the tree walk of its ONNX call runs faster on warm caches (a row "
+        "just seen: above) and what runs between two decisions evicts them; a receipt append (four "
         "system calls: flock, fstat, write, flock; a pread of the last byte too when another writer "
         f"appended since) does most of it ({parts[6][2]:,.0f} µs p50 for "
         "the specialist alternating with appends alone).",
@@ -354,8 +367,8 @@ def main(argv: list[str] | None = None) -> int:
         f"writer), from `/proc/self/status` in a fresh interpreter: {rss['baseline']:.1f} MB after "
         f"`import zcompile`, {rss['loaded']:.1f} MB with the router loaded "
         f"(+{rss['loaded'] - rss['baseline']:.1f} MB).", "",
-        f"DESIGN.md §8 target, router decision with compiler + tabular specialist: p50 ≤ 150 µs — "
-        f"measured {spec_p50:,.0f} µs (median of {args.repeats} runs: {each(config_p50s)}): "
+        "docs/design.md performance target, router decision with compiler + tabular specialist: p50 ≤ 150 "
+        f"µs — measured {spec_p50:,.0f} µs (median of {args.repeats} runs: {each(config_p50s)}): "
         f"**{verdict(spec_p50, 150)}**.",
     ]
     publish("router_bench", "\n".join(lines), args.write)

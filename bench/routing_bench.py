@@ -62,9 +62,17 @@ if str(ROOT) not in sys.path:  # run from a checkout without an editable install
     sys.path.insert(0, str(ROOT))
 
 from benchdoc import machine_table, publish  # noqa: E402
+
 from zcompile import compile_file, stats  # noqa: E402
-from zcompile.qroute import (Specialist, answer_right, choose_threshold, evaluate, load_decisions,  # noqa: E402
-                             risky_actions, split_by_task)
+from zcompile.qroute import (  # noqa: E402
+    Specialist,
+    answer_right,
+    choose_threshold,
+    evaluate,
+    load_decisions,
+    risky_actions,
+    split_by_task,
+)
 
 PACKAGES = [("onnxruntime / numpy / scikit-learn", ("onnxruntime", "numpy", "scikit-learn")),
             ("torch / transformers / tokenizers", ("torch", "transformers", "tokenizers")),
@@ -292,7 +300,8 @@ def select(score: np.ndarray, correct: np.ndarray) -> tuple[float, tuple[int, in
     """A baseline's threshold on the calibration split, certified as `zc distill` certifies τ
     (Learn-then-Test), with (answered, correct, one-sided 95% lower bound) at it; inf: none qualifies."""
     c = choose_threshold(score, correct, TARGET, "ltt")
-    return (c.tau if c.answered else math.inf), (c.answered, c.correct, stats.lower_bound(c.correct, c.answered))
+    return (c.tau if c.answered else math.inf), (c.answered, c.correct,
+                                                 stats.lower_bound(c.correct, c.answered))
 
 
 def _us(x: float) -> str:
@@ -307,74 +316,78 @@ def render(r: dict, command: str) -> str:
     L = ["## Learned routing vs simple baselines (`bench/routing_bench.py`)", "",
          f"Command: `{command}`, run on {r['when']}; whole run {r['seconds']:.0f} s.", "",
          *machine_table(PACKAGES)]
-    L.append(f"| load average (1 min): start / before latency / end | {r['loads'][0]:.2f} / {r['loads'][1]:.2f} / "
-             f"{r['loads'][2]:.2f} (this run alone accounts for ~1–2; more means other work shared the two cores, "
-             "e.g. another benchmark: latencies then read high, the quality figures are unaffected) |")
+    L.append(f"| load average (1 min): start / before latency / end | {r['loads'][0]:.2f} / "
+             f"{r['loads'][1]:.2f} / {r['loads'][2]:.2f} (this run alone accounts for ~1–2; more means other "
+             "work shared the two cores, e.g. another benchmark: latencies then read high, the quality "
+             "figures are unaffected) |")
     L += ["",
           f"Data: the bundled GPT-4o airline receipts (`receipts/`, {r['counts']['used']:,} decisions of "
           f"{r['tasks']} tasks) split by `split_by_task` into train / calibration / test = "
           f"{r['split_n']['train']:,} / {r['split_n']['calibration']:,} / {r['split_n']['test']:,} decisions "
-          f"({r['split_tasks']['train']} / {r['split_tasks']['calibration']} / {r['split_tasks']['test']} tasks); "
-          f"the test tasks ({', '.join(r['test_tasks'])}) are asserted equal to `splits.test.tasks` of "
-          "`specialists/airline_chat/manifest.json` (train and calibration too). Every figure below is on "
+          f"({r['split_tasks']['train']} / {r['split_tasks']['calibration']} / {r['split_tasks']['test']} "
+          f"tasks); the test tasks ({', '.join(r['test_tasks'])}) are asserted equal to `splits.test.tasks` "
+          "of `specialists/airline_chat/manifest.json` (train and calibration too). Every figure below is on "
           f"that sealed test split, **n = {n} decisions**. The label is the teacher's action "
           f"({r['label_not_legal']} test labels lie outside the legal set: no router can match them). "
           f"Target: precision ≥ {TARGET}, certified for the baselines with 95% confidence by Learn-then-Test "
           f"(`zc distill`'s default guarantee) on the calibration split ({r['split_n']['calibration']} "
           f"decisions); the specialist's τ is its manifest's, certified by `zc distill --guarantee "
-          f"{r['specialist_guarantee']}` on {r['specialist_n']} out-of-fold scores ({r['specialist_source']}): "
-          f"\"{r['specialist_statement']}\". Calibration figures are answered, correct and the one-sided 95% "
-          "Clopper–Pearson lower bound at the threshold.",
+          f"{r['specialist_guarantee']}` on {r['specialist_n']} out-of-fold scores "
+          f"({r['specialist_source']}): \"{r['specialist_statement']}\". Calibration figures are answered, "
+          "correct and the one-sided 95% Clopper–Pearson lower bound at the threshold.",
           "",
           "**At the target precision** (each router's threshold chosen on the calibration split; "
           "a removed teacher call is an answered decision):", "",
-          "| router | threshold (calibration: answered, correct, lower bound) | answered / n | coverage | precision | "
-          "Wilson 95% | teacher calls removed |",
+          "| router | threshold (calibration: answered, correct, lower bound) | answered / n | coverage | "
+          "precision | Wilson 95% | teacher calls removed |",
           "|---|---|---:|---:|---:|---|---:|",
-          f"| (a) always ask GPT-4o | — | 0 / {n} | 0.000 | 1 by definition | — | 0.0% ({n} of {n} calls made) |"]
+          f"| (a) always ask GPT-4o | — | 0 / {n} | 0.000 | 1 by definition | — | 0.0% ({n} of {n} calls "
+          "made) |"]
     ec = r["embedding_cal"]
     thr_e = "none qualifies: always abstains" if not math.isfinite(r["embedding_tau"]) else \
         f"{emb['kind']} ≥ {r['embedding_tau']:.4f}"
-    L.append(f"| (b) MiniLM centroid router (score: {emb['kind']}) | {thr_e} ({ec[0]}, {ec[1]}, {ec[2]:.3f}) | "
-             f"{emb['answered']} / {n} | {emb['coverage']:.3f} | {_p(emb['precision'])} | "
+    L.append(f"| (b) MiniLM centroid router (score: {emb['kind']}) | {thr_e} ({ec[0]}, {ec[1]}, {ec[2]:.3f}) "
+             f"| {emb['answered']} / {n} | {emb['coverage']:.3f} | {_p(emb['precision'])} | "
              f"{_ci(emb['ci']) if emb['answered'] else '—'} | {100 * emb['removed']:.1f}% |")
     kc, kn = r["knn_cal"], r["knn"]
     thr_k = "none qualifies: always abstains" if not math.isfinite(r["knn_tau"]) else \
         f"best neighbour similarity ≥ {r['knn_tau']:.4f}"
-    L.append(f"| (b2) MiniLM kNN router, semantic-router's rule (top {KNN_K}, summed) | {thr_k} ({kc[0]}, {kc[1]}, "
-             f"{kc[2]:.3f}) | {kn['answered']} / {n} | {kn['coverage']:.3f} | {_p(kn['precision'])} | "
-             f"{_ci(kn['ci']) if kn['answered'] else '—'} | {100 * kn['removed']:.1f}% |")
+    L.append(f"| (b2) MiniLM kNN router, semantic-router's rule (top {KNN_K}, summed) | {thr_k} ({kc[0]}, "
+             f"{kc[1]}, {kc[2]:.3f}) | {kn['answered']} / {n} | {kn['coverage']:.3f} | {_p(kn['precision'])} "
+             f"| {_ci(kn['ci']) if kn['answered'] else '—'} | {100 * kn['removed']:.1f}% |")
     sc, sa, rt = r["specialist_cal"], r["specialist_at"], r["specialist_reply_tau"]
     tau_text = lambda t: "none qualifies" if t > 1 else f"{t:.4f}"  # noqa: E731
     thr_s = (f"τ {tau_text(r['specialist_tau'])}" if rt is None else
              f"calls: τ {tau_text(r['specialist_tau'])}; text replies: τ {tau_text(rt)}")
-    removed = f"{100 * sa['removed']:.1f}%" + (f" ({sa['calls']} complete calls; {sa['replies']} text replies handed "
-                                               "to a text tier, which writes them)" if "calls" in sa else "")
+    removed = f"{100 * sa['removed']:.1f}%" + (f" ({sa['calls']} complete calls; {sa['replies']} text "
+                                               "replies handed to a text tier, which writes them)"
+                                               if "calls" in sa else "")
     bound = "no lower bound: conformal" if r["specialist_guarantee"] == "conformal" else f"{sc[2]:.3f}"
-    L.append(f"| (c) zc specialist `airline_chat` ({r['specialist_model']}) | {thr_s} ({sc[0]}, {sc[1]}, {bound}) | "
-             f"{sa['answered']} / {n} | {sa['coverage']:.3f} | {_p(sa['precision'])} | "
+    L.append(f"| (c) zc specialist `airline_chat` ({r['specialist_model']}) | {thr_s} ({sc[0]}, {sc[1]}, "
+             f"{bound}) | {sa['answered']} / {n} | {sa['coverage']:.3f} | {_p(sa['precision'])} | "
              f"{_ci(sa['ci']) if sa['answered'] else '—'} | {removed} |")
     specialist_qualifies = r["specialist_tau"] <= 1 or (rt is not None and rt <= 1)
     none_qualify = (not math.isfinite(r["embedding_tau"]) and not math.isfinite(r["knn_tau"])
                     and not specialist_qualifies)
     L += ["",
           f"No learned router finds a qualifying threshold: certifying {TARGET} needs at least "
-          f"{math.ceil(math.log(ALPHA) / math.log(TARGET))} answered decisions without an error; the baselines' "
-          f"calibration split has {r['split_n']['calibration']}, and the specialist's {r['specialist_n']} "
-          "out-of-fold scores do not rank enough right answers first. So at this target all of them ask the "
-          "teacher every time, like (a). "
+          f"{math.ceil(math.log(ALPHA) / math.log(TARGET))} answered decisions without an error; the "
+          f"baselines' calibration split has {r['split_n']['calibration']}, and the specialist's "
+          f"{r['specialist_n']} out-of-fold scores do not rank enough right answers first. So at this target "
+          "all of them ask the teacher every time, like (a). "
           "The risk–coverage points compare them where the target cannot decide:" if none_qualify else
           ("Only the specialist certifies a threshold (its calibration: the out-of-fold scores of train and "
            "calibration together, a larger sample than the baselines' calibration split); the baselines ask "
            "the teacher every time, like (a). " if not math.isfinite(r["embedding_tau"]) and
            not math.isfinite(r["knn_tau"]) else "")
           + "The risk–coverage points compare the routers at equal coverage, each ranking its best legal "
-          "*name* by its own score (for the specialist: its calibrated name confidence, `Specialist.confidences`; "
-          "call arguments and the reply gate play no part there):",
+          "*name* by its own score (for the specialist: its calibrated name confidence, "
+          "`Specialist.confidences`; call arguments and the reply gate play no part there):",
           "",
-          "**Risk–coverage on the test split** (answering the most confident share by each router's own score; "
-          "precision with Wilson 95%; removed teacher calls = coverage):", "",
-          "| coverage | answered | (b) MiniLM centroid, " + emb["kind"] + " | (b′) MiniLM centroid, " + alt["kind"]
+          "**Risk–coverage on the test split** (answering the most confident share by each router's own "
+          "score; precision with Wilson 95%; removed teacher calls = coverage):", "",
+          "| coverage | answered | (b) MiniLM centroid, " + emb["kind"] + " | (b′) MiniLM centroid, "
+          + alt["kind"]
           + " | (b2) MiniLM kNN | (c) zc specialist |",
           "|---:|---:|---|---|---|---|"]
     for pe, pa, pk, ps in zip(emb["points"], alt["points"], kn["points"], sp["points"]):
@@ -385,10 +398,10 @@ def render(r: dict, command: str) -> str:
              f"{sp['aurc']:.3f} |")
     L += ["",
           "**Single-decision latency** (µs; interleaved per decision over the first "
-          f"{lat['specialist']['n'] // len(r['threads'])} test decisions, after 10 warm-up decisions, GC off; "
-          "the embedding router's includes rendering the text, tokenising, the MiniLM forward pass in torch, "
-          "the centroid scores and the threshold; the specialist's is `Specialist.decide`: features, ONNX on "
-          "one thread, legal mask, τ):", "",
+          f"{lat['specialist']['n'] // len(r['threads'])} test decisions, after 10 warm-up decisions, GC "
+          "off; the embedding router's includes rendering the text, tokenising, the MiniLM forward pass in "
+          "torch, the centroid scores and the threshold; the specialist's is `Specialist.decide`: features, "
+          "ONNX on one thread, legal mask, τ):", "",
           "| router | n | p50 | p99 | p50 ratio to the specialist |", "|---|---:|---:|---:|---:|",
           "| (a) always ask GPT-4o | — | 0 (no local work; the teacher call itself takes seconds) | — | — |"]
     s50 = lat["specialist"]["p50"]
@@ -406,25 +419,26 @@ def render(r: dict, command: str) -> str:
     L += ["",
           f"Embedding router details: the text is `render_state()` in the script (previous role, last tool, "
           f"tool error, then the last user / assistant / tool texts with whitespace collapsed and cut to "
-          f"{' / '.join(str(c) for _, _, c in TEXT_CHARS)} characters; turn counters, `history` and the legal "
-          "set are not rendered, as a semantic router routes on text); "
+          f"{' / '.join(str(c) for _, _, c in TEXT_CHARS)} characters; turn counters, `history` and the "
+          "legal set are not rendered, as a semantic router routes on text); "
           f"{tok['median']} word pieces median, {tok['max']} max (limit {MAX_TOKENS}, "
           f"{tok['cut']} cut). Embedding all {r['counts']['used']:,} decisions in batches of {r['batch']} on "
           f"{r['embed_threads']} torch threads took {r['embed_seconds']:.1f} s. Centroids: "
           f"{r['centroids']} actions seen in train ({', '.join(r['unseen_actions']) or 'none'} never seen: "
-          "never answered). Score chosen on the calibration split between the best legal similarity and its margin "
-          f"over the runner-up: {r['score_choice']}. Top-1 agreement with GPT-4o over all {n} test decisions: "
-          f"centroid router {emb['top1']:.3f} ({alt['kind']} ranks the same top-1), kNN router {kn['top1']:.3f}, "
-          f"always `respond` (the most frequent action) {r['majority']:.3f}, zc specialist "
-          f"{sp['top1']:.3f}. The specialist's test figures were recomputed here (`Specialist.decide` with each "
-          "decision's candidates, as `zc distill` evaluates it, and `evaluate`) and checked against its manifest "
-          f"(answered {r['manifest_answered']}, `accuracy_top1` {r['manifest_top1']:.3f}"
+          "never answered). Score chosen on the calibration split between the best legal similarity and its "
+          f"margin over the runner-up: {r['score_choice']}. Top-1 agreement with GPT-4o over all {n} test "
+          f"decisions: centroid router {emb['top1']:.3f} ({alt['kind']} ranks the same top-1), kNN router "
+          f"{kn['top1']:.3f}, always `respond` (the most frequent action) {r['majority']:.3f}, zc specialist "
+          f"{sp['top1']:.3f}. The specialist's test figures were recomputed here (`Specialist.decide` with "
+          "each decision's candidates, as `zc distill` evaluates it, and `evaluate`) and checked against its "
+          f"manifest (answered {r['manifest_answered']}, `accuracy_top1` {r['manifest_top1']:.3f}"
           + ("; with a calls section a decision counts there as right only when it is answered right"
              if r["specialist_reply_tau"] is not None else "") + ").",
           "",
-          f"Reading: zc's specialist (features from the policy's state schema, a {r['specialist_model']} model, "
-          "temperature-calibrated) ranks its own answers better than either MiniLM router (centroids or kNN) on the same text "
-          "at equal coverage (see AURC and the rows above), at a fraction of the latency"
+          f"Reading: zc's specialist (features from the policy's state schema, a {r['specialist_model']} "
+          "model, temperature-calibrated) ranks its own answers better than either MiniLM router (centroids "
+          "or kNN) on the same text at equal coverage (see AURC and the rows above), at a fraction of the "
+          "latency"
           + ("; at the 0.95 target none of them removes a single teacher call on this data, so the honest "
              "figure for all of them today is the always-expensive one" if none_qualify else "")
           + f". n = {n} test decisions from {len(r['test_tasks'])} tasks is little: compare the intervals, "
@@ -440,7 +454,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--specialist", type=Path, default=SPECIALIST,
                     help="a tabular specialist distilled for policies/airline_chat.zc from receipts/")
-    ap.add_argument("--write", type=Path, help="write the section into this markdown file (e.g. BENCHMARKS.md)")
+    ap.add_argument("--write", type=Path, help="write the section into this markdown file (e.g. "
+                                               "BENCHMARKS.md)")
     ap.add_argument("--latency-n", type=int, default=100, help="test decisions timed per thread setting")
     ap.add_argument("--batch", type=int, default=32, help="embedding batch size")
     args = ap.parse_args()
@@ -580,7 +595,8 @@ def main() -> None:
         "embedding": emb_sum, "embedding_alt": alt_sum, "embedding_tau": emb_tau,
         "embedding_cal": choices[kind]["cal"], "score_choice": why,
         "knn": knn_sum, "knn_tau": knn.threshold, "knn_cal": (kn_, kk_, klb),
-        "tokens": {"median": int(np.median(ntok)), "max": int(max(ntok)), "cut": sum(t > MAX_TOKENS for t in ntok)},
+        "tokens": {"median": int(np.median(ntok)), "max": int(max(ntok)),
+                   "cut": sum(t > MAX_TOKENS for t in ntok)},
         "embed_seconds": embed_seconds, "batch": args.batch, "embed_threads": threads_all,
         "centroids": int(router.has.sum()),
         "unseen_actions": [a for a in actions if not router.has[index[a]]],

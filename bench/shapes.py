@@ -9,7 +9,8 @@ kinds of action: 1/8 of all), and argument rules (`args.amount`, `args.mode` of 
 It emits the same policy as zc source and as a Cedar policy set that says the same thing (one
 `permit` for everything, one `forbid` per zc rule: `requires E` as `forbid … unless`, `after` as
 `unless context.history.contains(…)`, an intent as `forbid … when context.intent == … unless
-action in [...]`, tags as Cedar action groups), so Cedar's `PolicySet.from_str` parses a policy set of the same size and shape.
+action in [...]`, tags as Cedar action groups), so Cedar's `PolicySet.from_str` parses a policy set of the
+same size and shape.
 
 Seeded: `generate(n_actions)` is the same text on every run and machine. About 2 rules per action,
 so `generate(50_000)` is 100,000 rules in about 4 MB (below zc's 8 MB limit).
@@ -137,11 +138,13 @@ def to_cedar(pol: dict) -> str:
     """The same policy as a Cedar policy set."""
     out = ["permit (principal, action, resource);"]
     for name, allow in pol["intents"]:
-        out.append(f'@id("{name}")\nforbid (principal, action, resource) when {{ context.intent == "{name}" }} '
+        out.append(f'@id("{name}")\nforbid (principal, action, resource) '
+                   f'when {{ context.intent == "{name}" }} '
                    f"unless {{ action in {_cedar_actions(allow + ['stop'])} }};")
     for name, kind, target, cond in pol["rules"]:
         if kind == "after":
-            head, body = f'action == Action::"{target[0]}"', f'unless {{ context.history.contains("{cond}") }}'
+            head = f'action == Action::"{target[0]}"'
+            body = f'unless {{ context.history.contains("{cond}") }}'
         elif kind == "forbid_unless_tag":
             head, body = f'action in Action::"tag_{target}"', f"unless {{ {_cedar_cond(cond)} }}"
         else:

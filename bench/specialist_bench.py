@@ -29,21 +29,24 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
-import zcompile  # noqa: E402
 from benchdoc import cpu_times, machine_table, publish, steal_share  # noqa: E402
+
+import zcompile  # noqa: E402
 from zcompile.qroute import Settings, Specialist, distill, load_decisions  # noqa: E402
 
 PACKAGES = [("onnxruntime / numpy / tokenizers", ("onnxruntime", "numpy", "tokenizers"))]
 TOKENS = (16, 64, 128)
 THREADS = (1, 2)
-TARGET_MS = 10.0  # DESIGN.md §8: MiniLM-class int8 specialist, 64 tokens, p50 on 2 threads
+# docs/design.md, performance targets: MiniLM-class int8 specialist, 64 tokens, p50 on 2 threads
+TARGET_MS = 10.0
 
 
 
 def quick_specialist(policy, out: Path) -> Path:
     print(f"no transformer specialist given: distilling one with a 5-step budget into {out}", file=sys.stderr)
     distill([ROOT / "receipts"], policy, out,
-            Settings(model="transformer", options={"max_steps": 5, "max_length": 128, "quantization": "float32"}))
+            Settings(model="transformer", options={"max_steps": 5, "max_length": 128,
+                                                   "quantization": "float32"}))
     return out
 
 
@@ -65,7 +68,8 @@ def int8_copy(spec_dir: Path, out: Path) -> Path:
         shutil.copyfile(spec_dir / "model.onnx", Path(tmp) / "model.onnx")
         shutil.copyfile(quantize_int8(Path(tmp), Path(tmp) / "q"), out / "model.onnx")
     m = decode((out / "manifest.json").read_bytes(), str(out / "manifest.json"))
-    model = msgspec.structs.replace(m.model, sha256=hashlib.sha256((out / "model.onnx").read_bytes()).hexdigest(),
+    model = msgspec.structs.replace(m.model,
+                                    sha256=hashlib.sha256((out / "model.onnx").read_bytes()).hexdigest(),
                                     params={**m.model.params, "quantization": "int8"})
     (out / "manifest.json").write_bytes(encode(msgspec.structs.replace(m, model=model)))
     return out
@@ -122,14 +126,16 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 gc.enable()
             print(f"threads {threads}, {n_tok} tokens: p50 " + ", ".join(
-                f"{g} {np.percentile(results[(g, threads, n_tok)], 50):.2f} ms" for g in sps), file=sys.stderr)
+                f"{g} {np.percentile(results[(g, threads, n_tok)], 50):.2f} ms" for g in sps),
+                  file=sys.stderr)
 
     steal = steal_share(ticks0, cpu_times())
     m = probe.manifest
     target = float(np.percentile(results[("int8", 2, 64)], 50))
     cmd = "python bench/specialist_bench.py" + (f" --rounds {args.rounds}" if args.rounds != 300 else "") + \
         (f" --specialist {shlex.quote(str(args.specialist))}" if args.specialist != ROOT / "specialists" /
-         "airline_chat_transformer" else "") + (f" --write {shlex.quote(str(args.write))}" if args.write else "")
+         "airline_chat_transformer" else "") + (f" --write {shlex.quote(str(args.write))}" if args.write
+                                                else "")
 
     def where(d: Path) -> str:
         try:
@@ -151,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     def ratio(threads, n_tok):
         if not peer:
             return "—"
-        return f"{np.percentile(results[('int8', threads, n_tok)], 50) / np.percentile(results[('float32', threads, n_tok)], 50):.2f}"
+        p50 = {q: np.percentile(results[(q, threads, n_tok)], 50) for q in ("int8", "float32")}
+        return f"{p50['int8'] / p50['float32']:.2f}"
 
     lines = [
         "## Transformer specialist decisions (`bench/specialist_bench.py`)", "",
@@ -159,22 +166,24 @@ def main(argv: list[str] | None = None) -> int:
         *machine_table(PACKAGES),
         f"| load average (1 min): start / end | {load0:.2f} / {os.getloadavg()[0]:.2f} |",
         f"| CPU time stolen by the hypervisor while timing | {steal} |", "",
-        f"Specialist `{where(graphs['int8'])}`: MiniLM-L6 sequence classifier over {len(m.model.classes)} actions, "
-        f"optimum export, dynamic int8 (u8 activations, s8 per-channel weights; `model.onnx` {size['int8']:.1f} MB), "
-        f"fine-tuned {m.model.params.get('steps')} steps. One `Specialist.decide(state, legal)` per sample: state "
-        "validation and text rendering, tokenization (truncated to exactly the token count shown, [CLS] and [SEP] "
-        "included), one onnxruntime call (batch 1, sequential; threads spin between operators when there are "
-        "two), softmax masked to the legal set, τ. "
-        f"{args.rounds} timed decisions per row and graph over {len(pool)} GPT-4o receipt states after 30 "
+        f"Specialist `{where(graphs['int8'])}`: MiniLM-L6 sequence classifier over {len(m.model.classes)} "
+        "actions, optimum export, dynamic int8 (u8 activations, s8 per-channel weights; `model.onnx` "
+        f"{size['int8']:.1f} MB), fine-tuned {m.model.params.get('steps')} steps. One "
+        "`Specialist.decide(state, legal)` per sample: state validation and text rendering, tokenization "
+        "(truncated to exactly the token count shown, [CLS] and [SEP] included), one onnxruntime call (batch "
+        "1, sequential; threads spin between operators when there are two), softmax masked to the legal set, "
+        f"τ. {args.rounds} timed decisions per row and graph over {len(pool)} GPT-4o receipt states after 30 "
         f"warm-up decisions; GC off while timing.{note}", "",
-        "| tokens | threads | n | int8 p50 ms | int8 p99 ms | float32 p50 ms | float32 p99 ms | int8 / float32 (p50) |",
+        "| tokens | threads | n | int8 p50 ms | int8 p99 ms | float32 p50 ms | float32 p99 ms | int8 / "
+        "float32 (p50) |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",
         *(f"| {n_tok} | {threads} | {args.rounds} | " + " | ".join(
             cells("int8", threads, n_tok) + cells("float32", threads, n_tok) + [ratio(threads, n_tok)]) + " |"
           for n_tok in TOKENS for threads in THREADS),
         "",
-        f"DESIGN.md §8 target, MiniLM-class int8 specialist at 64 tokens: p50 ≤ {TARGET_MS:.0f} ms on 2 threads "
-        f"— measured {target:.2f} ms: **{'met' if target <= TARGET_MS else 'missed'}**.",
+        "docs/design.md performance target, MiniLM-class int8 specialist at 64 tokens: p50 ≤ "
+        f"{TARGET_MS:.0f} ms on 2 threads — measured {target:.2f} ms: "
+        f"**{'met' if target <= TARGET_MS else 'missed'}**.",
     ]
     publish("specialist_bench", "\n".join(lines), args.write)
     return 0

@@ -1,4 +1,5 @@
-"""The shipped specialist in `make demo`: verified as the router loads it, then one request through `zc serve`.
+"""The shipped specialist in `make demo`: verified as the router loads it, then one request through `zc
+serve`.
 
     python -m examples.demo verify                        # hash, seal, policy and class probes
     python -m examples.demo serve                         # one request through zc serve, stub upstream
@@ -23,7 +24,8 @@ SPECIALIST = ROOT / "specialists" / "airline_chat"
 
 def tool(name: str, description: str, **params: str) -> dict:
     return {"type": "function", "function": {"name": name, "description": description, "parameters": {
-        "type": "object", "properties": {p: {"type": t} for p, t in params.items()}, "required": list(params)}}}
+        "type": "object", "properties": {p: {"type": t} for p, t in params.items()},
+        "required": list(params)}}}
 
 
 # what the harness offers its model, and the conversation so far: a user asking to cancel
@@ -49,10 +51,11 @@ def verify() -> int:
         print(exc.render(), file=sys.stderr)
         return 1
     m = sp.manifest
-    print(f"verified {SPECIALIST.relative_to(ROOT)} in {time.perf_counter() - started:.2f} s: manifest sealed "
-          f"(sha256 {m.sha256[:12]}…), model.onnx sha256 {m.model.sha256[:12]}… as recorded, policy "
+    print(f"verified {SPECIALIST.relative_to(ROOT)} in {time.perf_counter() - started:.2f} s: manifest "
+          f"sealed (sha256 {m.sha256[:12]}…), model.onnx sha256 {m.model.sha256[:12]}… as recorded, policy "
           f"`{m.policy_name}` sha256 {m.policy_sha256[:12]}… as given; {len(m.model.probes)} class probes "
-          f"({m.model.kind}) re-scored by onnxruntime within {PROBE_TOLERANCE:g} of the recorded probabilities")
+          f"({m.model.kind}) re-scored by onnxruntime within {PROBE_TOLERANCE:g} of the recorded "
+          "probabilities")
     return 0
 
 
@@ -60,8 +63,9 @@ def serve() -> int:
     """`zc serve` with the shipped specialist in front of the stub upstream; one chat request through it."""
     sys.path.insert(0, str(ROOT / "tests"))
     import httpx
-    from examples.gateway.run import start_serve
     from openai_stub import OpenAIStub
+
+    from examples.gateway.run import start_serve
 
     receipts = ROOT / "build" / "serve-receipts.jsonl"
     receipts.unlink(missing_ok=True)
@@ -84,8 +88,8 @@ def serve() -> int:
     x, msg = body["x_zc"], body["choices"][0]["message"]
     calls = [f"{c['function']['name']}({c['function']['arguments']})" for c in msg.get("tool_calls") or ()]
     offered = [t["function"]["name"] for t in stub.requests[0].get("tools", ())] if stub.requests else []
-    print(f"zc serve: 1 request in {ms:.0f} ms, answered by `{x['rung']}` after {x['upstream_requests']} upstream "
-          f"request(s); the upstream was offered {', '.join(offered) or 'nothing'} (of "
+    print(f"zc serve: 1 request in {ms:.0f} ms, answered by `{x['rung']}` after {x['upstream_requests']} "
+          f"upstream request(s); the upstream was offered {', '.join(offered) or 'nothing'} (of "
           f"{', '.join(t['function']['name'] for t in TOOLS)}); the harness got "
           f"{', '.join(calls) or json.dumps(msg.get('content'))}; "
           f"{len(receipts.read_text().splitlines())} receipt in {receipts.relative_to(ROOT)}")

@@ -29,7 +29,8 @@ deltas: the text in pieces, each tool call's arguments in two fragments, then `[
 `cut` (streams only) sends the first half of those events, then closes the connection.
 
 `script`, a list of dicts of these settings (`behaviour`, `answer`, `arguments`, `content`,
-`illegal_action`, `delay_ms`, `calls`, `trickle_body`), plays one entry per request, then the settings take over
+`illegal_action`, `delay_ms`, `calls`, `trickle_body`), plays one entry per request, then the settings take
+over
 again; `calls`, a list of (name, arguments), answers several tool calls at once.
 """
 
@@ -83,7 +84,8 @@ def _sse(done: dict) -> list[bytes]:
         args = call["function"]["arguments"]
         half = len(args) // 2
         deltas.append({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
-                                       "function": {"name": call["function"]["name"], "arguments": args[:half]}}]})
+                                       "function": {"name": call["function"]["name"],
+                                                    "arguments": args[:half]}}]})
         deltas.append({"tool_calls": [{"index": i, "function": {"arguments": args[half:]}}]})
     events = [{**head, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
     finish = done["choices"][0]["finish_reason"]
@@ -144,7 +146,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(200, json.dumps({"id": "chatcmpl-stub", "object": "chat.completion"}).encode())
         trickle_s = delay_ms / 1000.0 if behaviour == "trickle" else 0.0
         if body.get("stream") is True:
-            return self._stream(_sse(stub.reply(body, behaviour, turn)), cut=behaviour == "cut", every_s=trickle_s)
+            return self._stream(_sse(stub.reply(body, behaviour, turn)), cut=behaviour == "cut",
+                                every_s=trickle_s)
         self._send(200, json.dumps(stub.reply(body, behaviour, turn)).encode(), trickle_s=trickle_s,
                    head_at_once=bool(turn["trickle_body"]))
 
@@ -180,7 +183,8 @@ class _Handler(BaseHTTPRequestHandler):
             if start:
                 self.wfile.write(data[:start])
                 self.wfile.flush()
-            for i in range(start, len(data)):  # one byte at a time: headers (or the body) never complete in time
+            # one byte at a time: headers (or the body) never complete in time
+            for i in range(start, len(data)):
                 self.wfile.write(data[i:i + 1])
                 self.wfile.flush()
                 time.sleep(trickle_s)
@@ -297,7 +301,8 @@ class OpenAIStub:
         else:
             name = t["answer"] if t["answer"] is not None else names[0]
         if tools or "response_format" not in body:
-            return _completion(body, {"content": None, "tool_calls": [_call(0, name, t["arguments"])]}, "tool_calls")
+            return _completion(body, {"content": None, "tool_calls": [_call(0, name, t["arguments"])]},
+                               "tool_calls")
         return _completion(body, {"content": json.dumps({"action": name})})
 
     def _record(self, path: str, headers: dict, body: dict) -> None:

@@ -10,9 +10,9 @@ import pytest
 
 import zcompile
 from zcompile import qroute as Q
+from zcompile.qroute.specialist import Specialist
 from zcompile.receipts import Receipt, write_file
 from zcompile.receipts.candidates import Candidate
-from zcompile.qroute.specialist import Specialist
 
 POLICY = """
 policy desk

@@ -107,7 +107,8 @@ def test_check_under_intent_includes_default_deny(shop):
 
 
 def test_check_bad_input_raises(shop):
-    with pytest.raises(ZcError, match=r"unknown action `cancel_order` \(did you mean `cancel_pending_order`\?\)"):
+    with pytest.raises(ZcError, match=r"unknown action `cancel_order` \(did you mean "
+                                      r"`cancel_pending_order`\?\)"):
         shop.check(OK, "cancel_order", {})
     with pytest.raises(ZcError, match="arguments of `think` must be an object, got an array"):
         shop.check(OK, "think", [1])
@@ -205,10 +206,13 @@ def test_cli_call_arguments_as_json_string(state_file):
     ("[1]", 'error: --call: $: expected an object `{"name": …, "arguments": {…}}`'),
     ('{"arguments": {}}', "error: --call: $.name: required key is missing"),
     ('{"name": 3}', "error: --call: $.name: expected a string, got 3"),
-    ('{"name": "cancel_order"}', "error: --call: $.name: unknown action `cancel_order` (did you mean `cancel_pending_order`?)"),
+    ('{"name": "cancel_order"}', "error: --call: $.name: unknown action `cancel_order` (did you mean "
+                                 "`cancel_pending_order`?)"),
     ('{"name": "think", "arguments": [1]}', "error: --call: $.arguments: expected an object of arguments"),
-    ('{"name": "think", "arguments": "{oops"}', "error: --call: $.arguments: the arguments string is not valid JSON"),
-    ('{"name": "think", "args": {}}', "error: --call: $.args: unknown key (a call has `name` and `arguments`)"),
+    ('{"name": "think", "arguments": "{oops"}', "error: --call: $.arguments: the arguments string is not "
+                                                "valid JSON"),
+    ('{"name": "think", "args": {}}', "error: --call: $.args: unknown key (a call has `name` and "
+                                      "`arguments`)"),
 ])
 def test_cli_malformed_call(state_file, call, message):
     res = run("--state", state_file, "--call", call)
@@ -226,6 +230,7 @@ def test_arguments_may_be_named_with_reserved_words():
 
 def test_a_long_condition_is_cut_in_reason_messages():
     cond = " or ".join(f"n == {i}" for i in range(60))
-    p = zcompile.compile_text(f"policy p\nstate {{ n: int }}\naction a\naction e\nfallback e\nrule r: a requires {cond}\n")
+    p = zcompile.compile_text(f"policy p\nstate {{ n: int }}\naction a\naction e\nfallback e\nrule r: a "
+                              f"requires {cond}\n")
     [reason] = p.legal({"n": 99}).removed["a"]
     assert len(reason.message) < 220 and "…` (n = 99)" in reason.message

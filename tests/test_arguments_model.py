@@ -1,4 +1,5 @@
-"""Call arguments: candidate extraction, the argument model's choices and abstentions, numpy parity, the spec."""
+"""Call arguments: candidate extraction, the argument model's choices and abstentions, numpy parity, the
+spec."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import numpy as np
 import pytest
 from isolation import modules_after
 
-from zcompile.receipts.candidates import extract_candidates
 from zcompile.qroute import arguments as A
 from zcompile.qroute.arguments import (
     ArgumentModel,
@@ -23,11 +23,13 @@ from zcompile.qroute.arguments import (
     normalize,
     shape,
 )
+from zcompile.receipts.candidates import extract_candidates
 
 
 def call(name: str, **args) -> dict:
     return {"role": "assistant", "content": None,
-            "tool_calls": [{"id": "c", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": name, "arguments": json.dumps(
+                args)}}]}
 
 
 def by(cands: list[Candidate], source: str) -> dict:
@@ -58,7 +60,8 @@ def test_tool_leaves_keep_their_key_and_calls_their_action():
     assert set(tool) == {("u_1", "user_id"), ("Mia", "first_name"), ("AAA111", "reservations"),
                          ("BBB222", "reservations"), ("gift_card_1", "id"), (100, "amount"), (True, "ok")}
     assert isinstance(tool[(100, "amount")].value, int)  # 100.0 arrives as 100
-    assert by(cands, "call") == {("u_1", "get_user.user_id"): Candidate("u_1", "call", "get_user.user_id", 2, 1)}
+    assert by(cands, "call") == {("u_1", "get_user.user_id"): Candidate(
+        "u_1", "call", "get_user.user_id", 2, 1)}
     # list order inside a message is kept (a scorer reads siblings' positions from it)
     assert [c.value for c in cands if c.key == "reservations"] == ["AAA111", "BBB222"]
 
@@ -100,7 +103,8 @@ def test_hostile_tool_outputs_are_bounded():
 
 
 def test_normalize_compares_json_values():
-    assert normalize(1) == normalize(1.0) and normalize({"a": 1, "b": [2.0]}) == normalize({"b": [2], "a": 1.0})
+    assert normalize(1) == normalize(1.0) and normalize({"a": 1, "b": [2.0]}) == normalize({"b": [
+        2], "a": 1.0})
     assert normalize(True) != normalize(1) and normalize("1") != normalize(1)
     assert shape("mia_li_3668") == "a_a_9:4" and shape("mia_li_3668", fine=False) == "a_a_9"
     assert shape("8JX2WO") == "X:6" and shape("2024-05-20") == "9:4-9:2-9:2" and shape(3) == "int"
@@ -139,13 +143,15 @@ def conversation(rng: random.Random) -> tuple[list[dict], list[tuple[str, dict, 
     user = f"user_{rng.randint(100, 999)}"
     msgs = [{"role": "user", "content": f"Hi, I am {user} and I have {len(orders)} orders."},
             call("get_user", user_id=user),
-            {"role": "tool", "content": json.dumps({"user_id": user, "orders": orders, "zip": rng.randint(10000, 99999)})},
+            {"role": "tool", "content": json.dumps({"user_id": user, "orders": orders,
+                                                    "zip": rng.randint(10000, 99999)})},
             {"role": "user", "content": f"The order {target} came {rng.choice(['Damaged', 'Late'])}, "
                                         f"{rng.randint(2, 9)} days ago, code {oid()}."}]
     calls = [("lookup", LOOKUP, list(msgs), {"order_id": target})]
     total = round(rng.uniform(10, 500), 2)
     msgs += [call("lookup", order_id=target),
-             {"role": "tool", "content": json.dumps({"order_id": target, "total": total, "items": rng.randint(1, 4),
+             {"role": "tool", "content": json.dumps({"order_id": target, "total": total,
+                                                     "items": rng.randint(1, 4),
                                                      "weight": round(rng.uniform(1, 9), 1)})}]
     reason = "damaged" if "Damaged" in msgs[3]["content"] else "late"
     calls.append(("refund", REFUND, list(msgs), {"order_id": target, "amount": total, "reason": reason}))
@@ -180,7 +186,8 @@ def test_the_model_picks_the_teachers_values(fitted):
         answered = [pr for pr in props if pr.arguments is not None]
         assert exact >= 0.9 * len(test), (kind, exact, len(test))
         assert all(0 < pr.confidence <= 1 for pr in answered)
-        assert all("note" not in pr.arguments for pr in answered)  # an optional argument training never saw passed
+        # an optional argument training never saw passed
+        assert all("note" not in pr.arguments for pr in answered)
 
 
 def test_above_max_rows_the_classifier_trains_on_a_seeded_sample(fitted):
@@ -193,7 +200,8 @@ def test_above_max_rows_the_classifier_trains_on_a_seeded_sample(fitted):
     fit = lambda seed: ArgumentModel(n_estimators=30, max_rows=total // 4, seed=seed).fit(rows)  # noqa: E731
     small, again, other = fit(0), fit(0), fit(1)
     kept, n, seen = small.sampled_
-    assert seen == total and n == sum(e.present for e in rows) and 0 < kept < n and small.rows_ < full.rows_ / 2
+    assert (seen == total and n == sum(e.present for e in rows) and 0 < kept < n
+            and small.rows_ < full.rows_ / 2)
     assert small.spec() == again.spec() and other.spec() != small.spec()
     assert small.spec().actions == full.spec().actions and small.spec().names == full.spec().names
     test = dataset(1, 40)
@@ -205,7 +213,8 @@ def test_above_max_rows_the_classifier_trains_on_a_seeded_sample(fitted):
 def test_the_model_abstains_when_no_candidate_fits(fitted):
     scorer = ArgumentScorer(fitted["gbt"].spec())
     nothing = scorer.propose("lookup", LOOKUP, [])
-    assert nothing.arguments is None and nothing.confidence == 0.0 and nothing.confidences == {"order_id": 0.0}
+    assert (nothing.arguments is None and nothing.confidence == 0.0
+            and nothing.confidences == {"order_id": 0.0})
     # a boolean fills neither a string, a number nor an enum
     assert scorer.propose("refund", REFUND, [Candidate(True, "user", "", 1, 1)]).arguments is None
     cands = dataset(2, 1)[1][2]
@@ -234,7 +243,8 @@ def test_the_model_abstains_when_two_values_fit_equally(fitted):
         for key, p in zip(norms, scorer.predict_proba(rows)):
             best[key] = max(best.get(key, 0.0), float(p))
         top, second = sorted(best.values(), reverse=True)[:2]
-        assert scorer.choose("lookup", "order_id", {"type": "string"}, rival + cands)[1] == pytest.approx(top * (1 - second))
+        assert scorer.choose("lookup", "order_id", {"type": "string"}, rival + cands)[1] == pytest.approx(
+            top * (1 - second))
 
 
 def test_numpy_scoring_equals_sklearn(fitted):
@@ -273,7 +283,8 @@ def test_fit_rejects_unusable_input():
 
 
 def test_decision_time_needs_no_scikit_learn():
-    loaded = modules_after("from zcompile.qroute.arguments import ArgumentScorer; from zcompile.receipts.candidates import extract_candidates")
+    loaded = modules_after("from zcompile.qroute.arguments import ArgumentScorer; from "
+                           "zcompile.receipts.candidates import extract_candidates")
     assert not any(m == "sklearn" or m.startswith("sklearn.") for m in loaded)
 
 
@@ -287,5 +298,6 @@ def test_a_list_value_seen_in_every_task_is_never_a_constant():
         rows += call_examples("lookup", LOOKUP, cands, {"order_id": f"ORD{g:03d}"}, group=f"t{g}")
     spec = ArgumentModel(kind="logistic").fit(rows).spec()
     back = msgspec.json.decode(msgspec.json.encode(spec), type=ArgumentModelSpec)
-    constants = [c for per_action in back.actions.values() for stats in per_action.values() for c in stats.constants]
+    constants = [c for per_action in back.actions.values() for stats in per_action.values()
+                 for c in stats.constants]
     assert all(isinstance(c, (str, int, float, bool)) for c in constants)

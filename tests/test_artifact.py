@@ -80,7 +80,8 @@ def test_rehashed_but_inconsistent_artifact_refused(artifact):
     env["policy"]["fallback"] = "nonexistent"
     body = json.dumps(env["policy"]).encode()
     env["sha256"] = hashlib.sha256(body).hexdigest()
-    raw = json.dumps({k: v for k, v in env.items() if k != "policy"})[:-1] + ', "policy": ' + body.decode() + "}"
+    raw = (json.dumps({k: v for k, v in env.items() if k != "policy"})[:-1] + ', "policy": '
+           + body.decode() + "}")
     artifact.write_text(raw)
     with pytest.raises(ZcError, match="unknown action `nonexistent`"):
         zcompile.load(artifact)

@@ -138,7 +138,8 @@ def test_nesting_below_the_limit_compiles_and_runs(tmp_path, kind):
 
 def test_redundant_parentheses_are_not_nesting(tmp_path):
     body = "(" * 10_000 + "user.verified" + ")" * 10_000
-    path, result = _check_file(tmp_path, "parens.zc", (POLICY + f"rule p: get_order requires {body}\n").encode())
+    path, result = _check_file(tmp_path, "parens.zc", (POLICY + "rule p: get_order requires "
+                                                                f"{body}\n").encode())
     assert result.exit_code == 0, result.output
 
 
@@ -190,7 +191,8 @@ def big_policy(n_actions: int, n_rules: int) -> str:
         a = f"act_{j % n_actions:06d}"
         k = j % 4
         if k == 0:
-            out.append(f"rule r_{j:06d}: {a} requires user.role in {{agent, admin}} and retries < {j % 9 + 1}")
+            out.append(f"rule r_{j:06d}: {a} requires user.role in {{agent, admin}} and retries < "
+                       f"{j % 9 + 1}")
         elif k == 1:
             out.append(f"rule r_{j:06d}: forbid {a} when cost > budget.units and not user.verified")
         elif k == 2:

@@ -1,4 +1,5 @@
-"""The benchmark's generated zc, Cedar and Casbin policies agree on every decision (else its timings are void)."""
+"""The benchmark's generated zc, Cedar and Casbin policies agree on every decision (else its timings are
+void)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ def test_legal_bench_engines_agree():
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "agreement check passed" in proc.stdout + proc.stderr
-    assert "[100 actions] agree: 20,000 decisions (zc = Cedar = Casbin = reference)" in proc.stdout + proc.stderr
+    assert ("[100 actions] agree: 20,000 decisions (zc = Cedar = Casbin = reference)" in proc.stdout
+            + proc.stderr)
 
 
 def test_shapes_generator_makes_what_it_says():
@@ -35,7 +37,8 @@ def test_shapes_generator_makes_what_it_says():
     assert len(policy.ir.rules) == 2 * 400 and len(policy.intents) == 20
     assert any(r.args for r in policy.ir.rules)  # argument rules
     chain = [r for r in policy.ir.rules if r.kind == "after"]
-    assert len(chain) == 399 - len(range(0, 399, shapes.CHAIN))  # every action after the one before, but the first of each chain
+    # every action after the one before, but the first of each chain
+    assert len(chain) == 399 - len(range(0, 399, shapes.CHAIN))
     cedar = shapes.to_cedar(pol)
     cedarpy.PolicySet.from_str(cedar)  # raises on a syntax error
     assert cedar.count("forbid (") == len(policy.ir.rules) + len(policy.intents)

@@ -1,8 +1,8 @@
 """One call equality for training, eval, shadow promotion and demotion: canonical JSON arguments."""
 
-from zcompile.receipts.candidates import same_call as training_same_call
 from zcompile.receipts import Receipt
 from zcompile.receipts.candidates import same_call
+from zcompile.receipts.candidates import same_call as training_same_call
 from zcompile.router.shadow import Monitor, record_right
 
 
@@ -23,8 +23,9 @@ def test_shadow_records_and_the_monitor_judge_alike():
     assert record_right(call, "pay", {"amount": 50})
     assert not record_right(call, "pay", None)  # a label without arguments never matches a call
     assert record_right({"kind": "reply", "action": "respond"}, "respond", None)
-    receipt = Receipt(id="c:1", task="t", state={}, legal=["pay"], action="pay", tier="specialist", model="sp",
-                      meta={"shadow": [{"specialist": "shadow", "outcome": "answered", "action": "pay",
+    receipt = Receipt(id="c:1", task="t", state={}, legal=["pay"], action="pay", tier="specialist",
+                      model="sp", meta={"shadow": [{"specialist": "shadow", "outcome": "answered",
+                                                    "action": "pay",
                                         "arguments": {"amount": 50}, "same": True}]},
                       arguments={"amount": 50})
     judged = Monitor().judge(receipt, action="pay", arguments={"amount": 50.0})

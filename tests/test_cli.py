@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,8 +42,8 @@ def test_check_deny_warnings_exits_1(runner):
 
 def test_an_allow_comment_silences_its_warning_never_an_error(runner, tmp_path):
     src = tmp_path / "p.zc"
-    src.write_text("policy p\nstate {\n  x: int = 0  # zc: allow(ZC1004)\n  y: bool\n}\naction a\nfallback a\n"
-                   "rule r: forbid a when z  # zc: allow(ZC0201)\n")
+    src.write_text("policy p\nstate {\n  x: int = 0  # zc: allow(ZC1004)\n  y: bool\n}\naction a\nfallback "
+                   "a\nrule r: forbid a when z  # zc: allow(ZC0201)\n")
     res = runner.invoke(main, ["check", str(src)])
     assert res.exit_code == 1 and "error[ZC0201]" in res.output  # an error is never allowed
     src.write_text(src.read_text().replace("when z", "when y"))
@@ -116,7 +115,8 @@ def test_usage_errors_exit_2(runner, built):
 
 
 def test_python_dash_m(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "zcompile", "check", str(SRC)], capture_output=True, text=True)
+    res = subprocess.run([sys.executable, "-m", "zcompile", "check", str(SRC)], capture_output=True,
+                         text=True)
     assert res.returncode == 0 and "2 warnings" in res.stderr
 
 

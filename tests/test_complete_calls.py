@@ -44,9 +44,9 @@ def make_receipts(path, tasks=24, per_task=20, seed=3):
                 Candidate(_id(rng), "tool", "order_id", rng.randint(3, 9), 1) for _ in range(3)]
             rng.shuffle(cands)
             action, args = ("get_order", {"order_id": wanted}) if phase == "asked" else ("reply", None)
-            lines.append({"id": f"t{t}-{i}", "task": f"task-{t:02d}", "ts": float(t * 100 + i), "tier": "remote",
-                          "state": {"phase": phase, "turn": i}, "action": action, "arguments": args,
-                          "candidates": msgspec.to_builtins(cands)})
+            lines.append({"id": f"t{t}-{i}", "task": f"task-{t:02d}", "ts": float(t * 100 + i),
+                          "tier": "remote", "state": {"phase": phase, "turn": i}, "action": action,
+                          "arguments": args, "candidates": msgspec.to_builtins(cands)})
     path.write_bytes(b"".join(msgspec.json.encode(x) + b"\n" for x in lines))
     return path
 
@@ -83,11 +83,12 @@ def test_above_the_row_limit_the_argument_model_trains_on_a_sample(policy, tmp_p
     receipts = make_receipts(tmp_path / "r.jsonl")
     steps = []
     res = Q.distill([receipts], policy, tmp_path / "desk", Q.Settings(model="logistic"),
-                    report=Q.Report(step=steps.append))
+                    report=Q.Progress(step=steps.append))
     sample = res.manifest.metrics["argument_sample"]
     assert sample["limit"] == 400 and 0 < sample["kept"] < sample["n"] and sample["candidates"] > 400, sample
     assert any("each fit trains on a seeded sample of whole arguments" in s for s in steps), steps
-    assert f"trained on a seeded sample of {sample['kept']} of {sample['n']} teacher arguments" in res.report_text
+    assert (f"trained on a seeded sample of {sample['kept']} of {sample['n']} teacher "
+            "arguments") in res.report_text
     calls = res.manifest.metrics["calls"]
     assert calls["answered"] >= 0.5 * calls["n"] and calls["precision"] >= 0.95, calls
 
@@ -127,14 +128,17 @@ def test_a_call_that_cannot_reach_tau_proposes_no_arguments(trained, policy):
     sp.tau = 1.5  # beyond any confidence
     skipped = sp.decide(state, policy.legal(state), cands)
     assert asked == ["get_order"], "arguments were proposed for a call that could not pass"
-    assert (skipped.kind, skipped.action, skipped.arguments, skipped.best) == ("call", None, None, "get_order")
+    assert (skipped.kind, skipped.action, skipped.arguments,
+            skipped.best) == ("call", None, None, "get_order")
     assert reached.confidence <= skipped.confidence <= 1.0
 
 
 def test_router_returns_the_checked_call_and_hands_replies_on(trained, policy, tmp_path):
-    router = zcompile.Router(policy, specialists=str(trained.directory), receipts=str(tmp_path / "live.jsonl"))
+    router = zcompile.Router(policy, specialists=str(trained.directory),
+                             receipts=str(tmp_path / "live.jsonl"))
     d = router.decide({"phase": "asked", "turn": 2}, candidates=[["QX7TPA", "user", "", 1, 1]])
-    assert (d.tier, d.kind, d.action, d.arguments) == ("specialist", "call", "get_order", {"order_id": "QX7TPA"})
+    assert (d.tier, d.kind, d.action, d.arguments) == ("specialist", "call", "get_order",
+                                                       {"order_id": "QX7TPA"})
     assert d.receipt.arguments == {"order_id": "QX7TPA"}
     reply = router.decide({"phase": "done", "turn": 9}, candidates=[["QX7TPA", "user", "", 1, 1]])
     assert reply.tier != "specialist" and any(a.cause == "handed_on" for a in reply.rungs)

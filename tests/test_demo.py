@@ -1,4 +1,5 @@
-"""`make demo` on a fresh clone runs every part end to end and leaves `git status` clean (its outputs go under build/);
+"""`make demo` on a fresh clone runs every part end to end and leaves `git status` clean (its outputs go under
+build/);
 `make distill` rebuilds the shipped specialist (tests/test_reproduce.py checks the same in-process)."""
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ def test_make_demo_in_a_fresh_clone_leaves_the_tree_clean(tmp_path):
     assert ": make distill)" in out  # the one line that says how to distil it again
     # the headline, last (before make's own "Leaving directory"): the share taken off the expensive model
     last = [ln for ln in out.strip().splitlines() if not ln.startswith("make")][-1]
-    assert last.startswith("taken off the expensive model: ") and "of 150 decisions" in last and "strict" in last
-    status = subprocess.run(["git", "-C", str(clone), "status", "--porcelain"], capture_output=True, text=True,
-                            check=True)
+    assert (last.startswith("taken off the expensive model: ") and "of 150 decisions" in last
+            and "strict" in last)
+    status = subprocess.run(["git", "-C", str(clone), "status", "--porcelain"], capture_output=True,
+                            text=True, check=True)
     assert status.stdout == "", status.stdout
     assert (clone / "build" / "eval.html").exists()

@@ -9,22 +9,8 @@ from strategies import calls, overflow_dropped, policies, states
 from zcompile import interp
 from zcompile.driver import check_source, compile_text
 from zcompile.source import Source
+from zcompile.testing import flat_state
 from zcompile.verify import verify
-
-
-def flat(checked, state: dict) -> dict:
-    """The plain reading of DESIGN.md §3: nested keys, null = absent, defaults, sets as frozensets."""
-    out = {}
-    for path, info in checked.fields.items():
-        node = state
-        for part in path.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
-        if node is None:
-            node = info.default if info.has_default else None
-        if info.kind == "set" and node is not None:
-            node = frozenset(node)
-        out[path] = node
-    return out
 
 
 def _checked(src: str):
@@ -45,7 +31,7 @@ def test_runtime_matches_reference_interpreter(data):
         universe = ([a.text for a in checked.policy.intents[0].allow] if intent else actions)
         want_legal, want_removed, want_fb = interp.legal(
             [(a, checked.costs[a]) for a in actions], checked.targets, checked.policy.rules,
-            flat(checked, state), universe, checked.fallback)
+            flat_state(checked, state), universe, checked.fallback)
         got = policy.legal(state, intent)
         assert got.actions == want_legal, (src, state, intent)
         assert got.fallback == want_fb
@@ -66,7 +52,7 @@ def test_check_matches_reference_interpreter(data):
         universe = ([a.text for a in checked.policy.intents[0].allow] if intent else actions)
         want_allowed, want_blocked = interp.check(
             [(a, checked.costs[a]) for a in actions], checked.targets, checked.policy.rules,
-            checked.params, flat(checked, state), universe, checked.fallback, action, args)
+            checked.params, flat_state(checked, state), universe, checked.fallback, action, args)
         got = policy.check(state, action, args, intent)
         assert got.allowed == want_allowed, (src, state, action, args, intent)
         assert sorted(r.rule for r in got.reasons) == sorted(want_blocked), (src, state, action, args)

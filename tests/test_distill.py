@@ -122,10 +122,10 @@ def test_crossfit_never_trains_on_the_scored_task_or_the_test_split(policy, rece
     pool = parts["train"] + parts["calibration"]
     rec = TabularRecipe("logistic", 0, spec_for(policy.ir))
     rec.prepare(pool)
-    from zcompile.qroute.dataset import Report, task_folds
+    from zcompile.qroute.dataset import Progress, task_folds
 
     folds = np.array(task_folds(pool, 5))
-    (p, seen), refit = pipeline.crossfit(rec, rec.inputs(pool), pool, folds, Report())
+    (p, seen), refit = pipeline.crossfit(rec, rec.inputs(pool), pool, folds, Progress())
     assert refit is None  # asked for the folds only
     assert len(seen_fits) == 5 and p.shape == (len(pool), len(rec.actions))
     # the fits run two at a time, so in any order: each is fit on exactly the other folds' tasks
@@ -219,7 +219,8 @@ def test_auto_keeps_one_candidate_and_certifies_at_a_bonferroni_share(policy, re
     res = Q.distill([receipts], policy, tmp_path / "auto", Q.Settings(model="auto"))
     assert res.manifest.model.kind in ("logistic", "mlp", "gbt")
     assert res.manifest.threshold.alpha == pytest.approx(0.05 / 3)
-    assert sorted(p.name for p in (tmp_path / "auto").iterdir()) == ["manifest.json", "model.onnx", "report.md"]
+    assert sorted(p.name for p in (tmp_path / "auto").iterdir()) == [
+        "manifest.json", "model.onnx", "report.md"]
     assert [p.name for p in tmp_path.iterdir()] == ["auto"]  # no staging directory left behind
 
 
@@ -229,7 +230,8 @@ def test_ltt_matches_hand_computed_binomial_tests():
     conf = np.linspace(1.0, 0.01, 100)
     correct = np.r_[np.ones(70, bool), np.zeros(30, bool)]
     c = learn_then_test(conf, correct, 0.95, 0.05)
-    # fixed sequence from 59 answered (the fewest that can certify 0.95) down while P(Binom(n,.95) >= k) <= .05
+    # fixed sequence from 59 answered (the fewest that can certify 0.95) down while P(Binom(n,.95) >= k) <=
+    # .05
     assert c.answered == 70 and c.correct == 70 and c.tau == pytest.approx(conf[69])
     assert sst.binom.sf(69, 70, 0.95) <= 0.05 < sst.binom.sf(69, 71, 0.95)  # P(X >= 70)
     # one error among the first 59: the first test fails, so nothing is certified
@@ -344,8 +346,9 @@ def test_failed_distillation_leaves_the_old_specialist(trained, policy, tmp_path
     shutil.copytree(trained.directory, out)
     before = sorted((p.name, p.read_bytes()) for p in out.iterdir())
     bad = tmp_path / "one_action.jsonl"
-    bad.write_bytes(b"".join(msgspec.json.encode(Receipt(id=f"{t}-{i}", task=f"t{t}", state={"phase": "start"},
-                                                         tier="remote", action="lookup")) + b"\n"
+    bad.write_bytes(b"".join(msgspec.json.encode(Receipt(id=f"{t}-{i}", task=f"t{t}",
+                                                         state={"phase": "start"}, tier="remote",
+                                                         action="lookup")) + b"\n"
                              for t in range(5) for i in range(5)))
     with pytest.raises(ZcError, match="fewer than two distinct actions"):
         Q.distill([bad], policy, out, Q.Settings(model="logistic"))

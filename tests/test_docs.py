@@ -23,10 +23,12 @@ from zcompile.cli import main
 ROOT = Path(__file__).parents[1]
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 # the pages, the README, and the repository files the pages include whole (`--8<-- "FILE"`)
-PAGES = DOCS + [ROOT / "README.md"] + sorted({ROOT / f for p in DOCS for f in re.findall(r'^--8<-- "(.+)"$', p.read_text(), re.M)})
+PAGES = DOCS + [ROOT / "README.md"] + sorted({ROOT / f for p in DOCS
+                                              for f in re.findall(r'^--8<-- "(.+)"$', p.read_text(), re.M)})
 # what a block runs against: a copy of these, so that blocks may write (build/, specialists/…)
 TREE = ("policies", "examples", "specialists", "receipts", "tests/golden")
-FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)```[ \t]*$", re.M | re.S)
+FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)```[ \t]*$", re.M
+                   | re.S)
 MARKER = re.compile(r"<!-- test: (?P<verb>skip|inside|file)\b(?P<arg>.*)-->\s*\Z", re.S)
 NOT_CODE = {"text"}  # output shown, command synopses, grammar: documented as never run
 LANGS = {"zc", "sh", "python", "json", "toml", "yaml"} | NOT_CODE
@@ -64,7 +66,8 @@ def test_every_block_says_what_it_is():
     assert not bad, "blocks without a known language (or a skip without its reason): " + ", ".join(bad)
     inside = [b.where() for p in PAGES for b in blocks(p) if b.verb == "inside" and b.lang != "zc"]
     assert not inside, f"`inside` completes zc fragments only: {inside}"
-    files = [b.where() for p in PAGES for b in blocks(p) if b.verb == "file" and (not b.arg or b.lang in NOT_CODE)]
+    files = [b.where() for p in PAGES for b in blocks(p) if b.verb == "file"
+             and (not b.arg or b.lang in NOT_CODE)]
     assert not files, f"`file` needs a name and a block of code: {files}"
 
 
@@ -93,7 +96,8 @@ def _command(line: str, where: str) -> str:
     if argv[0] == "zc":
         return _zc(argv[1:], stdin, where)
     assert argv[0] == "python", f"{where}: a sh block runs `zc` and `python` only, not `{argv[0]}`"
-    run = subprocess.run([sys.executable, *argv[1:]], input=stdin, capture_output=True, text=True, timeout=120)
+    run = subprocess.run([sys.executable, *argv[1:]], input=stdin, capture_output=True, text=True,
+                         timeout=120)
     assert run.returncode == 0, f"{where}: {line}\n{run.stderr[-2000:]}"
     return run.stdout
 
@@ -153,7 +157,8 @@ def test_mkdocs_build_strict(tmp_path):
     mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent))
     assert mkdocs, "mkdocs is not installed beside this interpreter (the `docs` extra, part of `test`)"
     run = subprocess.run([mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert run.returncode == 0, run.stderr[-4000:]
     assert (tmp_path / "site" / "api" / "index.html").exists()
 
@@ -170,8 +175,9 @@ def test_language_state_snippet_behaves_as_described():
     import zcompile
 
     policy = zcompile.compile_text(
-        "policy snippet\n" + _section_block("State") + "action cancel_order\naction escalate\nfallback escalate\n"
-        "rule r: cancel_order requires user.verified and order.status == pending\n")
+        "policy snippet\n" + _section_block("State") + "action cancel_order\naction escalate\nfallback "
+                                                       "escalate\nrule r: cancel_order requires "
+                                                       "user.verified and order.status == pending\n")
     assert policy.legal({"user": {"role": "admin", "verified": True}}).actions == ("escalate",)
 
 
@@ -180,7 +186,8 @@ def test_language_action_arguments_snippet_behaves_as_described():
     import zcompile
 
     policy = zcompile.compile_text("policy snippet\nstate { order.items: int = 0 }\n"
-                                   + _section_block("Action arguments") + "action escalate\nfallback escalate\n")
+                                   + _section_block("Action arguments")
+                                   + "action escalate\nfallback escalate\n")
     assert "add_bags" in policy.legal({}).actions  # argument rules are not evaluated by legal()
     v = policy.check({}, "add_bags", {"order_id": "#W1", "bags": 1})
     assert [r.rule for r in v.reasons] == []  # no rule reads `express` in the snippet
@@ -202,7 +209,7 @@ def test_the_runner_runs_blocks(tmp_path, monkeypatch):
            Block("x.md", 5, "json", "{'a': 1}\n", None, ""),
            Block("x.md", 6, "toml", "a = \n", None, "")]
     for b in bad:
-        with pytest.raises(Exception):
+        with pytest.raises(Exception):  # noqa: B017 (each bad block fails its own way)
             run_block(b, {}, tmp_path)
     run_block(Block("x.md", 7, "yaml", "a: [1, 2]\n", "file", "sub/f.yaml"), {}, tmp_path)
     assert (tmp_path / "sub" / "f.yaml").read_text() == "a: [1, 2]\n"

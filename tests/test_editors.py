@@ -70,7 +70,8 @@ def test_grammar_is_complete():
                                              ("cost", "keyword.control.zc"), ("1", "constant.numeric.zc")]),
     ("  order.status: enum(pending)?", [("order.status", "variable.other.property.field.zc"),
                                         (":", "punctuation.separator.zc"), ("enum", "support.type.zc"),
-                                        ("pending", "variable.other.zc"), ("?", "keyword.operator.optional.zc")]),
+                                        ("pending", "variable.other.zc"),
+                                        ("?", "keyword.operator.optional.zc")]),
     ('intent cancel "a # b" {', [("intent", "keyword.declaration.zc"), ("cancel", "entity.name.section.zc"),
                                  ('"a # b"', "string.quoted.double.zc")]),
     ("rule r: forbid * when cost > budget.units and not self in confirmed",
@@ -86,8 +87,9 @@ def test_grammar_is_complete():
       (":", "punctuation.separator.zc"), ("add_bags", "variable.other.zc"),
       ("requires", "keyword.control.zc"), ("len", "support.function.builtin.zc"),
       ("args.item_ids", "variable.parameter.argument.zc"), (">=", "keyword.operator.comparison.zc"),
-      ("1", "constant.numeric.zc"), ("and", "keyword.operator.logical.zc"), ("get_order", "variable.other.zc"),
-      ("in", "keyword.operator.logical.zc"), ("history", "variable.language.history.zc")]),
+      ("1", "constant.numeric.zc"), ("and", "keyword.operator.logical.zc"),
+      ("get_order", "variable.other.zc"), ("in", "keyword.operator.logical.zc"),
+      ("history", "variable.language.history.zc")]),
 ])
 def test_lines_are_scoped(line, want):
     assert scopes(line) == want

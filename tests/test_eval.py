@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 import zcompile
 from zcompile import ZcError, evals, stats
-from zcompile.evals import metrics
 from zcompile.cli import main
+from zcompile.evals import metrics
 from zcompile.qroute import Settings, distill, load_decisions
 from zcompile.qroute.specialist import Specialist
 from zcompile.receipts import Receipt, write_file
@@ -42,7 +42,8 @@ route unsure:  when mood == unsure use remote
 route default: use specialist, remote
 """
 STATES = [{"phase": p, "mood": m, "kind": k}
-          for p, m, k in itertools.product(("start", "middle", "end"), ("calm", "angry", "unsure"), ("a", "b", "c"))]
+          for p, m, k in itertools.product(("start", "middle", "end"), ("calm", "angry", "unsure"),
+                                           ("a", "b", "c"))]
 
 
 def teacher(s: dict) -> str:
@@ -83,7 +84,8 @@ def hand_case(d: Path) -> Path:
         receipt("new-1", 0, s("start", "calm", "c"), "escalate"),          # compiler, right
         receipt("new-1", 1, s("end", "calm", "c"), "escalate", gold="close"),  # compiler, wrong (gold)
         receipt("new-1", 2, s("start", "calm", "a"), "greet"),             # specialist, right
-        receipt("new-1", 3, s("middle", "angry", "b"), "lookup"),          # specialist refund: wrong, dangerous
+        # specialist refund: wrong, dangerous
+        receipt("new-1", 3, s("middle", "angry", "b"), "lookup"),
         receipt("new-1", 4, s("end", "calm", "a"), None),                  # abstained: dropped
         receipt("new-1", 5, s("end", "calm", "a"), "close", verified=False),  # judged wrong: dropped
     ]
@@ -93,14 +95,16 @@ def hand_case(d: Path) -> Path:
 
 def test_hand_computed_figures(setup):
     d, policy, spec = setup
-    for st in ({"phase": "start", "mood": "calm", "kind": "a"}, {"phase": "middle", "mood": "angry", "kind": "b"}):
+    for st in ({"phase": "start", "mood": "calm", "kind": "a"},
+               {"phase": "middle", "mood": "angry", "kind": "b"}):
         assert spec.decide(st, policy.legal(st).actions).action == teacher(st)  # the specialist answers
     rep = evals.report([hand_case(d)], policy, spec)
     assert rep["n"] == 4 and rep["held_out"] and rep["unseen_tasks"] == 1 and rep["excluded_trained_on"] == 0
     assert rep["counts"]["dropped_abstained"] == 1 and rep["counts"]["dropped_judged_wrong"] == 1
     c, sp, o = rep["tiers"]["compiler"], rep["tiers"]["specialist"], rep["overall"]
     assert (c["reached"], c["answered"], c["correct"], c["coverage"], c["precision"]) == (4, 2, 1, 0.5, 0.5)
-    assert (sp["reached"], sp["answered"], sp["correct"], sp["coverage"], sp["precision"]) == (2, 2, 1, 0.5, 0.5)
+    assert (sp["reached"], sp["answered"], sp["correct"], sp["coverage"],
+            sp["precision"]) == (2, 2, 1, 0.5, 0.5)
     assert (o["answered"], o["coverage"], o["precision"]) == (4, 1.0, 0.5)
     assert o["precision_ci"] == list(stats.wilson(2, 4))
     assert c["agreement_teacher"]["k"] == 2 and c["agreement_gold"] == {**c["agreement_gold"], "k": 0, "n": 1}
@@ -114,7 +118,8 @@ def test_hand_computed_figures(setup):
     # every action declares an empty signature: each answered name is a complete call
     assert rep["calls"] == {"n": 4, "answered": 4, "correct": 2, "coverage": 1.0, "precision": 0.5,
                             "precision_ci": list(stats.wilson(2, 4)),
-                            "acceptable": {"correct": 2, "precision": 0.5, "precision_ci": list(stats.wilson(2, 4))}}
+                            "acceptable": {"correct": 2, "precision": 0.5, "precision_ci": list(stats.wilson(
+                                2, 4))}}
     assert (o["complete"], o["complete_correct"], o["handed_to_text_tier"]) == (4, 2, 0)
     # `lookup` reads, but no task here makes a lookup after another step: both judges agree
     assert rep["judge"]["lenient_actions"] == ["lookup"] and rep["judge"]["more_than_strict"] == 0
@@ -146,7 +151,8 @@ def test_compiler_answers_singletons(setup):
 
 def test_route_without_specialist_falls_through(setup):
     d, policy, spec = setup
-    write_file(d / "unsure.jsonl", [receipt("unsure", 0, {"phase": "start", "mood": "unsure", "kind": "a"}, "greet"),
+    write_file(d / "unsure.jsonl", [receipt("unsure", 0, {"phase": "start", "mood": "unsure", "kind": "a"},
+                                            "greet"),
                                     receipt("unsure", 1, {"phase": "start", "mood": "unsure", "kind": "c"},
                                             "escalate")])
     rep = evals.report([d / "unsure.jsonl"], policy, spec)
@@ -164,8 +170,9 @@ def test_sealing(setup):
     assert rep["n"] == m.splits.test.decisions
     assert rep["excluded_trained_on"] == m.splits.train.decisions + m.splits.calibration.decisions
     assert rep["excluded_tasks"] == len(m.splits.train.tasks) + len(m.splits.calibration.tasks)
-    with pytest.raises(ZcError, match=r"receipts of 17 tasks the specialist was trained on \(e\.g\. `task-00`\) "
-                                      r"cannot be reported as held-out; use --split test or --allow-trained"):
+    with pytest.raises(ZcError, match=r"receipts of 17 tasks the specialist was trained on \(e\.g\. "
+                                      r"`task-00`\) cannot be reported as held-out; use --split test or "
+                                      r"--allow-trained"):
         evals.report([train], policy, spec, split="all")
     rep = evals.report([train], policy, spec, split="all", allow_trained=True)
     assert not rep["held_out"] and rep["label"] == "NOT held-out" and rep["n"] == 480
@@ -177,7 +184,8 @@ def test_sealing(setup):
 
 def test_mismatched_policy_refused(setup):
     d, _, _ = setup
-    other = zcompile.compile_text(POLICY.replace("action close()", "action wait() tags(control)\naction close()"))
+    other = zcompile.compile_text(POLICY.replace("action close()",
+                                                 "action wait() tags(control)\naction close()"))
     with pytest.raises(ZcError, match="specialist was trained for policy `toy`.*distil it again"):
         evals.run(other, d / "spec", [d / "train.jsonl"])
 
@@ -214,7 +222,8 @@ def test_cli_json_html_and_text(setup, tmp_path):
     parser.feed(page)
     parser.close()
     assert {"table", "svg", "polyline", "circle"} <= set(parser.tags)
-    assert "script" not in parser.tags and "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "script" not in parser.tags and "http://" not in page.replace(
+        'xmlns="http://www.w3.org/2000/svg"', "")
     assert "NOT held-out" not in "".join(parser.text)
 
 
@@ -226,15 +235,16 @@ def test_cli_errors(setup, tmp_path):
     res = runner.invoke(main, [*base, "--split", "all"])
     assert res.exit_code == 1 and "use --split test or --allow-trained" in res.output
     assert "Traceback" not in res.output
-    res = runner.invoke(main, [*base, "--split", "all", "--allow-trained", "--html", str(tmp_path / "x.html")])
+    res = runner.invoke(main, [*base, "--split", "all", "--allow-trained", "--html",
+                               str(tmp_path / "x.html")])
     assert res.exit_code == 0 and "NOT held-out" in res.output
     assert "NOT held-out" in (tmp_path / "x.html").read_text()
     assert runner.invoke(main, [*base, "--split", "bogus"]).exit_code == 2
     assert runner.invoke(main, ["eval", "--policy", str(d / "toy.zc")]).exit_code == 2
     # --policy may be left out only for a pairwise specialist distilled without one
     res = runner.invoke(main, ["eval", *base[3:]])
-    assert res.exit_code == 2 and res.output == ("error: --policy is required: `spec` is a logistic specialist; "
-                                                 "give the policy it was distilled for (`toy`)\n")
+    assert res.exit_code == 2 and res.output == ("error: --policy is required: `spec` is a logistic "
+                                                 "specialist; give the policy it was distilled for (`toy`)\n")
     with pytest.raises(ZcError, match="--policy is required: `spec` is a logistic specialist"):
         evals.run(None, d / "spec", [d / "train.jsonl"])
     res = runner.invoke(main, [*base[:-1], str(tmp_path / "missing.jsonl")])
@@ -249,15 +259,18 @@ def test_no_usable_receipts_says_what_became_of_them(setup, tmp_path):
     d, policy, _ = setup
     s = {"phase": "start", "mood": "calm", "kind": "a"}
     (tmp_path / "none.jsonl").write_text("\n")
-    write_file(tmp_path / "dropped.jsonl", [receipt("new", 0, s, None), receipt("new", 1, s, "greet", verified=False),
+    write_file(tmp_path / "dropped.jsonl", [receipt("new", 0, s, None),
+                                            receipt("new", 1, s, "greet", verified=False),
                                             receipt("new", 2, s, None)])
     (tmp_path / "bad.jsonl").write_text("[]\n")
-    base = ["eval", "--policy", str(d / "toy.zc"), "--specialists", str(d / "spec"), "--skip-invalid", "--receipts"]
+    base = ["eval", "--policy", str(d / "toy.zc"), "--specialists", str(d / "spec"), "--skip-invalid",
+            "--receipts"]
     for name, problem in (("none.jsonl", "the files hold none"),
                           ("dropped.jsonl", "of 3 read, 2 abstained, 1 judged wrong"),
                           ("bad.jsonl", "of 1 read, 1 invalid (skipped)")):
         res = CliRunner().invoke(main, [*base, str(tmp_path / name)])
-        assert res.exit_code == 1 and res.stderr.endswith(f"error: no usable receipts: {problem}\n"), res.output
+        assert res.exit_code == 1 and res.stderr.endswith("error: no usable receipts: "
+                                                          f"{problem}\n"), res.output
     with pytest.raises(ZcError, match=r"^no usable receipts: of 3 read, 2 abstained, 1 judged wrong$"):
         load_decisions([tmp_path / "dropped.jsonl"], policy)
 
@@ -275,14 +288,18 @@ def test_configured_tiers_answer_in_the_replay(setup):
 
             return TierAnswer("answered", "greet" if "greet" in legal else legal[0])
 
-    with_small = zcompile.compile_text(POLICY.replace("tier remote cost 10", "tier small max_ms 100\ntier remote cost 10")
-                                       .replace("when mood == unsure use remote", "when mood == unsure use small, remote"))
-    write_file(d / "unsure2.jsonl", [receipt("unsure2", 0, {"phase": "start", "mood": "unsure", "kind": "a"}, "greet"),
+    with_small = zcompile.compile_text(POLICY.replace("tier remote cost 10",
+                                                      "tier small max_ms 100\ntier remote cost 10")
+                                       .replace("when mood == unsure use remote",
+                                                "when mood == unsure use small, remote"))
+    write_file(d / "unsure2.jsonl", [receipt("unsure2", 0, {"phase": "start", "mood": "unsure", "kind": "a"},
+                                             "greet"),
                                      receipt("unsure2", 1, {"phase": "start", "mood": "unsure", "kind": "c"},
                                              "escalate")])
     rep = evals.report([d / "unsure2.jsonl"], with_small, spec, tiers={"small": Small()})
     assert rep["tiers"]["small"]["answered"] == 1 and rep["tiers"]["small"]["correct"] == 1
     assert rep["remote"]["reached"] == 0 and rep["cost"]["teacher_calls_removed"] == 2
     res = CliRunner().invoke(main, ["eval", "--policy", str(d / "toy.zc"), "--specialists", str(d / "spec"),
-                                    "--receipts", str(d / "unsure2.jsonl"), "--tiers", str(d / "missing.toml")])
+                                    "--receipts", str(d / "unsure2.jsonl"), "--tiers",
+                                    str(d / "missing.toml")])
     assert res.exit_code == 1 and "missing.toml: cannot read" in res.output and "Traceback" not in res.output

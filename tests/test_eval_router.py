@@ -4,7 +4,6 @@ count of the report equals what `Router.decide` does on the same states."""
 from __future__ import annotations
 
 import re
-
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,7 +77,8 @@ def test_eval_decisions_equal_router_decisions(policy):
     calls = kinds["specialist", "call"] + kinds["compiler", "call"]
     assert kinds["specialist", "call"] > 0 and kinds["specialist", "name"] > 0
     assert rep["tiers"]["specialist"]["answered"] == kinds["specialist", "call"] + kinds["specialist", "name"]
-    assert rep["tiers"]["compiler"]["answered"] == sum(v for (rung, _), v in kinds.items() if rung == "compiler")
+    assert rep["tiers"]["compiler"]["answered"] == sum(v for (rung, _), v in kinds.items()
+                                                       if rung == "compiler")
     assert rep["calls"]["answered"] == calls == rep["cost"]["teacher_calls_removed"]
     assert rep["cost"]["names_answered_not_removed"] == sum(v for (rung, k), v in kinds.items()
                                                             if rung != "remote" and k == "name")
@@ -118,7 +118,8 @@ def test_eval_replays_the_offer_each_receipt_recorded(policy, tmp_path):
         r = by_id[row["id"]]
         offer = r.meta.get("offer")
         d = router.decide(r.state, r.intent, offer=offer)
-        assert (row["rung"], row["action"]) == (_tier(d), d.action if _tier(d) != "remote" else None), row["id"]
+        assert (row["rung"], row["action"]) == (_tier(d), d.action if _tier(d) != "remote"
+                                                else None), row["id"]
         if offer is not None:
             assert row["action"] != "get_user_details"
             blocked += router.decide(r.state, r.intent).action == "get_user_details"
@@ -185,7 +186,8 @@ def test_policyless_pairwise_replay_asks_the_router_rung(tmp_path):
             return Raw(pick, 0.9 if pick else 0.1, pick or legal[0])
 
     rows = [Receipt(id=f"r{i}", task=f"t{i}", state={"request": req}, tier="gold", legal=legal, action=action,
-                    gold=action, verified=True, meta={"tools": [{"name": a, "description": a} for a in legal]})
+                    gold=action, verified=True, meta={"tools": [{"name": a, "description": a}
+                                                                for a in legal]})
             for i, (req, legal, action) in enumerate([("play jazz", ("play", "stop"), "play"),
                                                       ("stop it", ("play", "stop"), "play"),
                                                       ("hello", ("play", "stop"), None)])]
@@ -206,12 +208,15 @@ class Handing(Rule):
     specialist rung hands it on (it cannot write text)."""
 
     def decide(self, state, legal, candidates=None):
-        if (state.get("prev") or {}).get("role") == "tool" and (state.get("last") or {}).get("result") == "record" \
+        if (state.get("prev") or {}).get("role") == "tool" and (state.get("last")
+                                                                or {}).get("result") == "record" \
                 and "respond" in legal and state.get("turn", 0) % 3 == 0:
             return Raw("respond", 0.99, "respond")
         got = super().decide(state, legal, candidates)
-        ids = [c.value for c in candidates or () if isinstance(c.value, str) and re.fullmatch(r"[a-z]+_[a-z]+_\d+", c.value)]
-        if got.action == "get_user_details" and ids:  # a user id seen before: right when the teacher looks it up
+        ids = [c.value for c in candidates or () if isinstance(c.value, str)
+               and re.fullmatch(r"[a-z]+_[a-z]+_\d+", c.value)]
+        # a user id seen before: right when the teacher looks it up
+        if got.action == "get_user_details" and ids:
             return Raw("get_user_details", 0.97, "get_user_details", {"user_id": ids[0]})
         return got
 
@@ -238,7 +243,8 @@ def test_acceptable_figures_equal_the_judge_over_router_decisions(policy):
             calls += 1
             ok_calls += accepts(acc, d.action, d.arguments, replies)
             strict_calls += strict(acc, d.action, d.arguments, replies)
-        sp = next(a for a in d.rungs if a.rung == "specialist") if any(a.rung == "specialist" for a in d.rungs) else None
+        sp = (next(a for a in d.rungs if a.rung == "specialist")
+              if any(a.rung == "specialist" for a in d.rungs) else None)
         if sp is not None and sp.cause == "handed_on":
             handed += 1
             handed_right += r.action == "respond"

@@ -13,15 +13,14 @@ from types import SimpleNamespace as NS
 import msgspec
 import pytest
 from click.testing import CliRunner
+from test_eval import POLICY, STATES, teacher
+from test_eval_router import Raw, Rule
 
 import zcompile
 from zcompile import evals
 from zcompile.cli import main
 from zcompile.evals.metrics import Sample
 from zcompile.receipts import Receipt, write_file
-
-from test_eval import POLICY, STATES, teacher
-from test_eval_router import Raw, Rule
 
 ROOT = Path(__file__).parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "eval"
@@ -85,7 +84,8 @@ class Toy:
     def decide(self, state, legal, candidates=None):
         want = teacher(state)
         pick = want if want in legal else legal[0]
-        return Raw(pick if state["phase"] != "middle" else None, 0.9 if state["phase"] != "middle" else 0.3, pick)
+        return Raw(pick if state["phase"] != "middle" else None, 0.9 if state["phase"] != "middle" else 0.3,
+                   pick)
 
 
 def toy_receipts(path: Path, n: int, seed: int = 0) -> Path:
@@ -128,7 +128,8 @@ def test_memory_does_not_grow_with_the_receipts(toy):
     small, big = toy_receipts(d / "small.jsonl", 500), toy_receipts(d / "big.jsonl", 4000)
     evals.report([big], policy, Toy(), sample=64)  # imports, caches and CPython's free lists filled first
     reps = {}
-    peaks = {p.name: traced_peak(lambda p=p: reps.setdefault(p.name, evals.report([p], policy, Toy(), sample=64)))
+    peaks = {p.name: traced_peak(lambda p=p: reps.setdefault(p.name,
+                                                             evals.report([p], policy, Toy(), sample=64)))
              for p in (small, big)}
     assert reps["big.jsonl"]["n"] == 3200 and reps["small.jsonl"]["n"] == 400  # the task `old` is sealed out
     assert peaks["big.jsonl"] - peaks["small.jsonl"] < (4000 - 500) * 1024, peaks
@@ -183,7 +184,8 @@ def test_refusal_replays_nothing_after_a_trained_task(toy):
             asked.append(state)
             return super().decide(state, legal, candidates)
 
-    with pytest.raises(zcompile.ZcError, match=r"receipts of 1 task the specialist was trained on \(e\.g\. `old`\)"):
+    with pytest.raises(zcompile.ZcError, match=r"receipts of 1 task the specialist was trained on \(e\.g\. "
+                                               r"`old`\)"):
         evals.report([path], policy, Counting(), split="all")
     assert len(asked) <= 8
 
@@ -211,10 +213,12 @@ def test_counting_rows_for_progress_leaves_bad_files_to_the_reader(tmp_path):
     base = ["eval", "--policy", str(ROOT / "policies" / "airline_chat.zc"),
             "--specialists", str(ROOT / "specialists" / "airline_chat"), "--receipts"]
     runner = CliRunner()
-    res = runner.invoke(main, [*base, str(tmp_path / "torn.jsonl.gz"), str(ROOT / "receipts"), "--skip-invalid"])
+    res = runner.invoke(main, [*base, str(tmp_path / "torn.jsonl.gz"), str(ROOT / "receipts"),
+                               "--skip-invalid"])
     assert res.exit_code == 0 and "n = 150 decisions" in res.output, res.output
     res = runner.invoke(main, [*base, str(tmp_path / "torn.jsonl.gz"), str(ROOT / "receipts")])
-    assert res.exit_code == 1 and "torn.jsonl.gz:" in res.output and "the gzip stream ends early" in res.output
+    assert (res.exit_code == 1 and "torn.jsonl.gz:" in res.output
+            and "the gzip stream ends early" in res.output)
     res = runner.invoke(main, [*base, str(tmp_path / "bad.parquet")])
     assert res.exit_code == 1 and "bad.parquet: $: not a readable Parquet file" in res.output
     assert "Traceback" not in res.output

@@ -17,14 +17,22 @@ from hypothesis import strategies as st
 import zcompile
 from zcompile.qroute import Specialist, load_decisions
 from zcompile.qroute import features as F
-from zcompile.qroute.features import Featurizer, fit_scaling, spec_for, text_buckets, text_columns, text_tokens
+from zcompile.qroute.features import (
+    Featurizer,
+    fit_scaling,
+    spec_for,
+    text_buckets,
+    text_columns,
+    text_tokens,
+)
 from zcompile.qroute.specialist import masked_confidence
 from zcompile.router import Router
 from zcompile.state import read_path
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECIALIST = ROOT / "specialists" / "airline_chat"
-compiled = pytest.mark.skipif(F._count_c is None, reason="the C extension zcompile.qroute._features_c is not built")
+compiled = pytest.mark.skipif(F._count_c is None, reason="the C extension zcompile.qroute._features_c is not "
+                                                         "built")
 
 
 def reference_row(fz: Featurizer, root, legal) -> np.ndarray:
@@ -103,7 +111,8 @@ def test_text_buckets_of_each_field(bundled):
             if value:
                 hashed += 1
                 start = names.index(f"{path}#h0")
-                assert np.array_equal(x[start:start + fz.spec.text_dim], text_buckets(value, fz.spec.text_dim))
+                assert np.array_equal(x[start:start + fz.spec.text_dim],
+                                      text_buckets(value, fz.spec.text_dim))
     assert hashed > 50
 
 
@@ -120,7 +129,8 @@ def test_decisions_unchanged_on_every_bundled_receipt(bundled):
     for d, ls, p, c in zip(decisions, legals, probs, conf):
         fast = sp.decide(d.state, ls)
         assert fast == sp.decide(d.state, d.legal) == sp.choose(p.tolist(), ls.actions)
-        batch = sp.complete(sp.actions[int(c.argmax())], float(c.max()), None)  # float32 logs: close, not equal
+        # float32 logs: close, not equal
+        batch = sp.complete(sp.actions[int(c.argmax())], float(c.max()), None)
         assert (fast.action, fast.best, fast.kind) == (batch.action, batch.best, batch.kind)
         assert fast.confidence == pytest.approx(batch.confidence, rel=1e-5)
     assert sp.manifest.calls is not None  # so `complete` is the shipped specialist's last step
@@ -185,14 +195,16 @@ def states(draw):
         if draw(st.booleans()):
             state[key] = draw(strategy | st.none()) if key not in ("flag",) else draw(strategy)
     if draw(st.booleans()):
-        state["opt"] = {k: draw(s) for k, s in (("e", st.sampled_from(["p", "q"]) | st.none()), ("note", TEXT))
+        state["opt"] = {k: draw(s) for k, s in (("e", st.sampled_from(["p", "q"]) | st.none()),
+                                                ("note", TEXT))
                         if draw(st.booleans())}
     state.setdefault("flag", False)
     return state
 
 
 GEN_POLICY = zcompile.compile_text(GEN)
-GEN_FZ = Featurizer(fit_scaling(spec_for(GEN_POLICY.ir), {"n": [0, 3, 7, 40], "on": [1, 2], "r": [0.5, -2.25]}))
+GEN_FZ = Featurizer(fit_scaling(spec_for(GEN_POLICY.ir), {"n": [0, 3, 7, 40], "on": [1, 2],
+                                                          "r": [0.5, -2.25]}))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -213,7 +225,8 @@ def test_generated_states_equal_the_reference_on_both_paths(state, legal):
 @compiled
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(SHORT, st.text(max_size=60), LONG,
-                 st.lists(st.sampled_from(["ab", "Q9_x", "ZZZZZZZZZZZZZZZ", "é", "0"]), max_size=60).map(" ".join)),
+                 st.lists(st.sampled_from(["ab", "Q9_x", "ZZZZZZZZZZZZZZZ", "é", "0"]),
+                          max_size=60).map(" ".join)),
        st.integers(0, 40), st.sampled_from([1, 7, 128, 4096]))
 def test_c_counts_equal_text_columns(text, first, dim):
     row = np.zeros(first + dim + 3, np.float32)

@@ -10,7 +10,7 @@ import pytest
 from threadpoolctl import threadpool_info
 
 from zcompile.errors import ZcError
-from zcompile.qroute.dataset import Report
+from zcompile.qroute.dataset import Progress
 from zcompile.qroute.recipes import WORKERS, fit_in_threads
 
 
@@ -28,7 +28,7 @@ def test_results_keep_the_order_of_the_jobs_and_two_run_at_once():
             running.remove(job)
         return job * 10, blas
 
-    out = fit_in_threads(fit, range(5), Report(), "fits")
+    out = fit_in_threads(fit, range(5), Progress(), "fits")
     assert [r for r, _ in out] == [0, 10, 20, 30, 40]
     import numpy  # noqa: F401  (loads its BLAS)
 
@@ -48,5 +48,5 @@ def test_the_first_failure_is_raised_and_later_fits_never_start():
         return job
 
     with pytest.raises(ZcError, match="nothing to learn"):
-        fit_in_threads(fit, range(20), Report(), "fits")
+        fit_in_threads(fit, range(20), Progress(), "fits")
     assert len(started) < 20

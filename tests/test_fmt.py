@@ -50,7 +50,8 @@ def test_shipped_policies_keep_identity_and_comments(path):
     assert_kept(path.read_text())
 
 
-@pytest.mark.parametrize("path", [*(ROOT / "policies").glob("*.zc"), ROOT / "examples" / "gateway" / "desk.zc"],
+@pytest.mark.parametrize("path", [*(ROOT / "policies").glob("*.zc"),
+                                  ROOT / "examples" / "gateway" / "desk.zc"],
                          ids=lambda p: p.name)
 def test_the_projects_own_policies_are_in_the_canonical_layout(path):
     assert format_text(path.read_text(), str(path)) == path.read_text()
@@ -58,8 +59,8 @@ def test_the_projects_own_policies_are_in_the_canonical_layout(path):
 
 def test_continuations_line_up_and_long_lines_keep_their_comments():
     src = ("policy p\nstate {\n  a: int = 0  # one\n  long_name.here: enum(x, y,\n z) = x\n"
-           "  b: bool = false  # two\n  c: enum(aaaaaaaaaaaaaaaaaaaaa, bbbbbbbbbbbbbbbbbbbbbbb, ccccc) = ccccc  # long\n}\n"
-           "action a(x: text,\n y: int) tags(read)\naction b tags(write)\nfallback b\n"
+           "  b: bool = false  # two\n  c: enum(aaaaaaaaaaaaaaaaaaaaa, bbbbbbbbbbbbbbbbbbbbbbb, ccccc) = "
+           "ccccc  # long\n}\naction a(x: text,\n y: int) tags(read)\naction b tags(write)\nfallback b\n"
            "rule r: forbid a when\n a == 1\nrule rr: a, b requires (a == 1 or\n b)\n")
     assert assert_kept(src) == (
         "policy p\n"
@@ -81,7 +82,8 @@ def test_continuations_line_up_and_long_lines_keep_their_comments():
 
 
 GAPS = [" ", "  ", "\t", "\n", "\n\n", "\n      ", " # a comment\n", "\n# own line\n", "  #c\n\n",
-        "\r\n", "  \r\n\t", " #\n", "\f", " \t# tab\tand ünïcødé ✓ \"q\" # again\n", "\n\n\n# two\n# lines\n\n"]
+        "\r\n", "  \r\n\t", " #\n", "\f", " \t# tab\tand ünïcødé ✓ \"q\" # again\n",
+        "\n\n\n# two\n# lines\n\n"]
 
 
 @st.composite
@@ -249,7 +251,8 @@ def test_a_file_edited_while_it_is_formatted_is_not_overwritten(messy, monkeypat
     assert [p.name for p in messy.parent.iterdir()] == ["p.zc"]
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "tests" / "golden" / "err").glob("*.zc")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((ROOT / "tests" / "golden" / "err").glob("*.zc")),
+                         ids=lambda p: p.name)
 def test_policies_with_errors_format_or_are_refused_with_their_diagnostic(path):
     """A policy with semantic errors is formatted (same tokens, idempotent, same diagnostics); one
     that does not parse is refused with its syntax diagnostic, never a traceback."""

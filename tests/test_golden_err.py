@@ -35,7 +35,8 @@ CASES = sorted(p.stem for p in (ROOT / ERR_DIR).glob("*.zc"))
 
 
 def _param(stem: str, *, content: bool):
-    marks = [pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[stem])] if content and stem in KNOWN_BUGS else []
+    marks = ([pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[stem])] if content and stem in KNOWN_BUGS
+             else [])
     return pytest.param(stem, id=stem, marks=marks)
 
 
@@ -52,7 +53,8 @@ def _render(path: Path) -> str:
         assert diagnostics, f"ZcError without diagnostics: {exc}"
     else:
         if _tools(path).exists():  # a case with a tools file: its drift too (`zc check --tools`)
-            diagnostics = [d for _, _, ds in check_tools([(path, policy, diagnostics)], _tools(path)) for d in ds]
+            diagnostics = [d for _, _, ds in check_tools([(path, policy, diagnostics)], _tools(path))
+                           for d in ds]
     return "\n\n".join(d.render() for d in diagnostics) + "\n"
 
 

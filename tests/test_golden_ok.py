@@ -1,4 +1,5 @@
-"""Golden legal sets and verdicts: every case of the `zc test` files of the shipped, example and golden policies."""
+"""Golden legal sets and verdicts: every case of the `zc test` files of the shipped, example and golden
+policies."""
 
 from __future__ import annotations
 

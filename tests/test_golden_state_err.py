@@ -73,7 +73,8 @@ def test_any_dotted_field_written_flat_is_refused_by_its_key(paths, data):
     with pytest.raises(ZcError) as e:
         policy.legal({key: value})
     nested = "".join(f'{{"{s}": ' for s in parts[:cut - 1]) + f'{{"{parts[cut - 1]}": …}}' + "}" * (cut - 1)
-    assert str(e.value) == (f'$["{key}"]: dotted fields are nested objects: write {nested}, not a key "{key}"')
+    assert str(e.value) == (f'$["{key}"]: dotted fields are nested objects: write {nested}, not a key '
+                            f'"{key}"')
     nested_state: object = 1
     for seg in reversed(parts):
         nested_state = {seg: nested_state}

@@ -6,6 +6,7 @@ import copy
 import hashlib
 import json
 import random
+from functools import partial
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -71,9 +72,9 @@ def _load(body: dict) -> Policy:
 
 def _exercise(p: Policy) -> None:
     for state in STATES:
-        for call in (lambda: p.legal(state), lambda: p.legal(state, "support"),
-                     lambda: p.check(state, p.actions[0], {"reason": "late", "n": 3}),
-                     lambda: p.check(state, p.actions[-1]), lambda: p.route(state)):
+        for call in (partial(p.legal, state), partial(p.legal, state, "support"),
+                     partial(p.check, state, p.actions[0], {"reason": "late", "n": 3}),
+                     partial(p.check, state, p.actions[-1]), partial(p.route, state)):
             try:
                 result = call()
             except ZcError:

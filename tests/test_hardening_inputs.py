@@ -125,7 +125,9 @@ def test_zc0006_points_at_the_operator_past_the_limit_from_the_outside(depth):
     (diag,) = exc.value.diagnostics
     start = len(head) + sum(map(len, levels[:ir.MAX_DEPTH])) + 1  # after the 201st `(`
     assert diag.code == "ZC0006" and diag.span.start == start
-    assert src[diag.span.start:diag.span.end].startswith("flag ") and diag.span.end == len(src) - 1 - (ir.MAX_DEPTH + 1)  # inside its own `)`
+    # inside its own `)`
+    assert src[diag.span.start:diag.span.end].startswith("flag ") and diag.span.end == len(src) - 1 - (
+        ir.MAX_DEPTH + 1)
 
 
 # ---- string literals ---------------------------------------------------------------------------
@@ -305,7 +307,8 @@ def test_a_directory_past_the_path_length_limit_is_a_named_error(tmp_path, comma
     with chain_of_directories(tmp_path, 700, "dddddd", files) as top:
         result = run(*command, top)
     assert result.exit_code == 1, result.output[-2000:]
-    assert f"error: {top}/dddddd/" in result.output and ": File name too long" in result.output, result.output[-500:]
+    assert (f"error: {top}/dddddd/" in result.output
+            and ": File name too long" in result.output), result.output[-500:]
 
 
 def test_directory_as_a_state_or_artifact(tmp_path):

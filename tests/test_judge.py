@@ -24,7 +24,8 @@ def ok(j: Judge, at: int, action: str, args=None) -> bool:
 
 
 def test_a_read_made_later_is_acceptable_now():
-    j = judge_of([("respond", None), ("respond", None), ("get_user", {"id": "u1"}), ("cancel", {"order": "o1"})])
+    j = judge_of([("respond", None), ("respond", None), ("get_user", {"id": "u1"}),
+                  ("cancel", {"order": "o1"})])
     assert ok(j, 0, "respond")
     assert ok(j, 0, "get_user", {"id": "u1"})  # the teacher replied twice, then looked the user up
     assert not strict(j.acceptable(0), "get_user", {"id": "u1"}, REPLIES)

@@ -117,7 +117,8 @@ def test_without_pygls_zc_lsp_says_what_to_install():
             "from zcompile.cli import main; main(['lsp'])")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT)
     assert res.returncode == 1 and "Traceback" not in res.stderr
-    assert "the language server needs pygls, which is not installed: pip install 'zcompile[lsp]'" in res.stderr
+    assert ("the language server needs pygls, which is not installed: pip install "
+            "'zcompile[lsp]'") in res.stderr
 
 
 def test_requests_about_a_document_never_opened_answer_empty(lsp):
@@ -141,7 +142,8 @@ def test_requests_about_a_document_never_opened_answer_empty(lsp):
     (None, "$.params"),
     ([1, 2], "$.params.textDocument"),  # by position: the first is the document
 ])
-@pytest.mark.parametrize("method", ["textDocument/hover", "textDocument/definition", "textDocument/completion"])
+@pytest.mark.parametrize("method", ["textDocument/hover", "textDocument/definition",
+                                    "textDocument/completion"])
 def test_a_request_whose_params_fail_the_schema_is_answered_with_an_error(lsp, method, params, where):
     """The protocol requires a response to every request: invalid params get InvalidParams (-32602)
     naming where they are wrong, and the server goes on serving."""
@@ -152,7 +154,8 @@ def test_a_request_whose_params_fail_the_schema_is_answered_with_an_error(lsp, m
 
 
 def test_a_negative_position_names_the_bound(lsp):
-    msg = lsp.answer("textDocument/hover", {"textDocument": {"uri": URI}, "position": {"line": -1, "character": 0}})
+    msg = lsp.answer("textDocument/hover", {"textDocument": {"uri": URI},
+                                            "position": {"line": -1, "character": 0}})
     assert msg["error"]["message"] == ("invalid params: $.params.position: Position.line should be in "
                                        "range [0:2147483647], but was -1"), msg["error"]
 
@@ -164,7 +167,8 @@ def test_a_notification_whose_params_fail_the_schema_is_ignored_and_logged(lsp):
     while (msg := lsp.messages.get(timeout=TIMEOUT)).get("method") != "window/logMessage":
         pass
     assert msg["params"] == {"type": 2, "message": "textDocument/didChange ignored: invalid params: "
-                                                   "$.params.contentChanges: invalid value for type, expected Sequence"}, msg
+                                                   "$.params.contentChanges: invalid value for type, "
+                                                   "expected Sequence"}, msg
     assert lsp.request("textDocument/hover", at(DESK, "get_order")) is not None
 
 
@@ -285,13 +289,15 @@ def test_test_files_are_validated_and_run_as_you_type(lsp, tmp_path):
     assert loc["uri"] == (tmp_path / "support_desk.zc").as_uri()
     assert loc["range"]["start"] == position(DESK, "action refund", delta=len("action "))
     lsp.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": 2},
-                                          "contentChanges": [{"text": text.replace("legal: [get_order, refund]",
+                                          "contentChanges": [{"text": text.replace(
+                                              "legal: [get_order, refund]",
                                                                                    "legal: 7")}]})
     (d,) = lsp.diagnostics(2, uri)
     assert d["code"] == "test-file" and d["range"]["start"] == {"line": 7, "character": 2}
     assert d["message"] == "$.cases[1].legal: expected `array`, got `int`"
     lsp.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": 3},
-                                          "contentChanges": [{"text": text.replace("legal: [get_order, refund]",
+                                          "contentChanges": [{"text": text.replace(
+                                              "legal: [get_order, refund]",
                                                                                    "legal: [get_ordr]")}]})
     (d,) = lsp.diagnostics(3, uri)  # a case that is wrong itself: at the wrong value, not at the case
     assert d["code"] == "test" and d["range"]["start"] == {"line": 7, "character": 10}
@@ -354,7 +360,8 @@ def test_completion_offers_each_name_once_and_hover_shows_a_signature(lsp):
                                                          "text": text}})
     where = {"textDocument": {"uri": uri}, "position": position(text, "add_bags when")}
     hover = lsp.request("textDocument/hover", where)
-    assert "action add_bags(order_id: text, bags: int, express: bool?) tags(write)" in hover["contents"]["value"]
+    shown = hover["contents"]["value"]
+    assert "action add_bags(order_id: text, bags: int, express: bool?) tags(write)" in shown
     items = lsp.request("textDocument/completion", where)["items"]
     labels = [i["label"] for i in items]
     assert len(labels) == len(set(labels)) and "rule" in labels  # keywords in a policy
@@ -373,8 +380,8 @@ def test_a_test_file_runs_against_the_policy_as_last_saved(lsp, tmp_path):
     lsp.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "yaml", "version": 1,
                                                          "text": text}})
     assert lsp.diagnostics(1, uri) == []
-    policy.write_text(DESK.replace("rule fault_stops:", "rule no_continue: forbid continue when retries >= 0\n"
-                                                        "rule fault_stops:"))
+    policy.write_text(DESK.replace("rule fault_stops:", "rule no_continue: forbid continue when retries >= "
+                                                        "0\nrule fault_stops:"))
     lsp.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": 2},
                                           "contentChanges": [{"text": text + "\n"}]})
     (d,) = lsp.diagnostics(2, uri)  # the saved policy is compiled again: `continue` is now removed

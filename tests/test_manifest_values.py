@@ -61,11 +61,14 @@ def mutations(m: Manifest, seed: int, n: int):
     kinds = [
         lambda: ("calibration.temperature", rng.choice(BAD_NUMBERS), "$.calibration.temperature"),
         lambda: ("calls.calibration.temperature", rng.choice(BAD_NUMBERS), "$.calls.calibration.temperature"),
-        lambda: ("calls.calibration.bias", rng.choice((math.nan, math.inf, -math.inf)), "$.calls.calibration.bias"),
+        lambda: ("calls.calibration.bias", rng.choice((math.nan, math.inf, -math.inf)),
+                 "$.calls.calibration.bias"),
         lambda: (rng.choice(numbers), rng.choice(BAD_NUMBERS), "is not a standard deviation"),
-        lambda: (rng.choice(numbers).replace(".std.", ".mean."), rng.choice((math.nan, math.inf)), "is not finite"),
+        lambda: (rng.choice(numbers).replace(".std.", ".mean."), rng.choice((math.nan, math.inf)),
+                 "is not finite"),
         lambda: ("threshold.tau", rng.choice((math.nan, -0.5, 2.5, math.inf)), "$.threshold.tau"),
-        lambda: ("calls.reply_threshold.tau", rng.choice((math.nan, -1.0, 7.0)), "$.calls.reply_threshold.tau"),
+        lambda: ("calls.reply_threshold.tau", rng.choice((math.nan, -1.0, 7.0)),
+                 "$.calls.reply_threshold.tau"),
         lambda: ("features.text_dim", rng.choice((0, -3)), "$.features.text_dim"),
         lambda: ("model.classes", _unknown_class(m, rng), "is not an action of the features"),
         lambda: ("model.classes", _repeat_class(m, rng), "is listed twice"),
@@ -165,7 +168,8 @@ def test_swapping_any_two_classes_is_refused(shipped, session):
     for a, b in pairs:
         order = classes.copy()
         order[a], order[b] = order[b], order[a]
-        m = decode(encode(replace(shipped, "model.classes", tuple(order))), "manifest.json")  # re-sealed: read
+        # re-sealed: read
+        m = decode(encode(replace(shipped, "model.classes", tuple(order))), "manifest.json")
         with pytest.raises(ZcError, match="the class order does not match the model's outputs"):
             check_session(m, session, "model.onnx")
 
@@ -190,17 +194,20 @@ def test_probes_a_distillation_does_not_write_are_refused(tmp_path, shipped):
          r"probes\[0\]\.row\.-1: not a feature index with a finite value"),
         ((msgspec.structs.replace(first, row={**first.row, 528: 1.0}),) + probes[1:],
          r"probes\[0\]\.row\.528: outside the 528 features"),
-        ((msgspec.structs.replace(first, probabilities={k: v for k, v in first.probabilities.items() if k != c}),)
+        ((msgspec.structs.replace(first, probabilities={k: v for k, v in first.probabilities.items()
+                                                        if k != c}),)
          + probes[1:], r"probes\[0\]\.probabilities: the classes differ"),
         ((msgspec.structs.replace(first, probabilities={**first.probabilities, c: 1.5}),) + probes[1:],
-         r"probabilities\.%s: 1\.5 is not a probability" % c),
+         rf"probabilities\.{c}: 1\.5 is not a probability"),
     ]:
         with pytest.raises(ZcError, match=words + ".*; distil the specialist again"):
             load(copy(tmp_path, replace(shipped, "model.probes", value)))
     moved = {**first.probabilities, c: first.probabilities[c] + 0.01}
-    with pytest.raises(ZcError, match=r"probes\[0\] the model gives .* where distillation recorded .*: not this "
+    with pytest.raises(ZcError, match=r"probes\[0\] the model gives .* where distillation recorded .*: not "
+                                      r"this "
                                       "specialist's model"):
-        load(copy(tmp_path, replace(shipped, "model.probes", (msgspec.structs.replace(first, probabilities=moved),)
+        load(copy(tmp_path, replace(shipped, "model.probes",
+                                    (msgspec.structs.replace(first, probabilities=moved),)
                                     + probes[1:])))
 
 
@@ -209,11 +216,13 @@ def _onnx_model(width, classes: int, symbolic: bool = False) -> bytes:
 
     w = numpy_helper.from_array(np.ones((width, classes), np.float32), "W")
     x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, None if symbolic else width])
-    y = helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, [None, None if symbolic else classes])
+    y = helper.make_tensor_value_info("probabilities", TensorProto.FLOAT,
+                                      [None, None if symbolic else classes])
     graph = helper.make_graph([helper.make_node("MatMul", ["X", "W"], ["z"]),
                                helper.make_node("Softmax", ["z"], ["probabilities"], axis=1)],
                               "foreign", [x], [y], [w])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9).SerializeToString()
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)],
+                             ir_version=9).SerializeToString()
 
 
 @pytest.mark.parametrize("width, classes, symbolic, words", [
@@ -290,7 +299,9 @@ def test_the_shipped_manifest_is_version_5(policy):
 def test_text_probes_on_a_tabular_model_are_refused(shipped, policy, tmp_path):
     from zcompile.qroute.manifest import TextProbe
 
-    probes = tuple(TextProbe("turn: 0", {c: 0.0 for c in shipped.model.classes}) for _ in shipped.model.classes)
+    probes = tuple(TextProbe("turn: 0", {c: 0.0 for c in shipped.model.classes})
+                   for _ in shipped.model.classes)
     d = copy(tmp_path, replace(shipped, "model.text_probes", probes))
-    with pytest.raises(ZcError, match=r"\$\.model\.text_probes: a model that reads feature rows has no text probes"):
+    with pytest.raises(ZcError, match=r"\$\.model\.text_probes: a model that reads feature rows has no text "
+                                      r"probes"):
         load(d, policy)

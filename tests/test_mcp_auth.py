@@ -38,12 +38,15 @@ def free_port() -> int:
 def test_resource_server(tmp_path):
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
-    (tmp_path / "jwks.json").write_text(json.dumps({"keys": [{**jwk, "kid": "k1", "use": "sig", "alg": "RS256"}]}))
+    (tmp_path / "jwks.json").write_text(json.dumps({"keys": [{**jwk, "kid": "k1", "use": "sig",
+                                                              "alg": "RS256"}]}))
     port = free_port()
     resource = f"http://127.0.0.1:{port}/mcp"
 
-    def token(sub: str = "alice", aud: str = resource, iss: str = ISSUER, exp: float = 600, scope: str = "tools") -> str:
-        claims = {"sub": sub, "aud": aud, "iss": iss, "exp": int(time.time() + exp), "scope": scope, "client_id": "agent"}
+    def token(sub: str = "alice", aud: str = resource, iss: str = ISSUER, exp: float = 600,
+              scope: str = "tools") -> str:
+        claims = {"sub": sub, "aud": aud, "iss": iss, "exp": int(time.time() + exp), "scope": scope,
+                  "client_id": "agent"}
         return jwt.encode(claims, key, algorithm="RS256", headers={"kid": "k1"})
 
     # the upstream over HTTP, so that what reaches it can be seen (its call log has the headers)
@@ -61,8 +64,8 @@ def test_resource_server(tmp_path):
                 time.sleep(0.1)
         gw = McpGateway(compile_file(POLICY), [ServerSpec.parse(f"http://127.0.0.1:{up_port}/mcp")],
                         receipts=tmp_path / "r.jsonl", state_key="auth", context={"user": {"role": "agent"}})
-        settings, verifier = resource_server(issuer=ISSUER, resource=resource, jwks=str(tmp_path / "jwks.json"),
-                                             scopes=["tools"])
+        settings, verifier = resource_server(issuer=ISSUER, resource=resource,
+                                             jwks=str(tmp_path / "jwks.json"), scopes=["tools"])
         app = http_app(gw, auth=settings, token_verifier=verifier)
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
 
@@ -80,16 +83,19 @@ def test_resource_server(tmp_path):
             async with httpx.AsyncClient() as http:
                 meta = await http.get(f"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp")
                 assert meta.status_code == 200
-                assert meta.json()["resource"] == resource and meta.json()["authorization_servers"] == [ISSUER]
+                assert meta.json()["resource"] == resource and meta.json()["authorization_servers"] == [
+                    ISSUER]
                 body = {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}}
                 hdrs = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
                 r = await http.post(resource, json=body, headers=hdrs)
                 assert r.status_code == 401 and "resource_metadata=" in r.headers["www-authenticate"]
-                for bad in (token(aud="https://elsewhere.test/mcp"), token(iss="https://other.test"), token(exp=-60),
-                            token()[:-4] + "AAAA"):
-                    r = await http.post(resource, json=body, headers={**hdrs, "authorization": f"Bearer {bad}"})
+                for bad in (token(aud="https://elsewhere.test/mcp"), token(iss="https://other.test"),
+                            token(exp=-60), token()[:-4] + "AAAA"):
+                    r = await http.post(resource, json=body,
+                                        headers={**hdrs, "authorization": f"Bearer {bad}"})
                     assert r.status_code == 401, r.text
-                r = await http.post(resource, json=body, headers={**hdrs, "authorization": f"Bearer {token(scope='read')}"})
+                r = await http.post(resource, json=body,
+                                    headers={**hdrs, "authorization": f"Bearer {token(scope='read')}"})
                 assert r.status_code == 403 and "insufficient_scope" in r.headers["www-authenticate"]
             alice = httpx.AsyncClient(headers={"authorization": f"Bearer {token('alice')}"})
             bob = httpx.AsyncClient(headers={"authorization": f"Bearer {token('bob')}"})
@@ -98,7 +104,8 @@ def test_resource_server(tmp_path):
                 assert "cancel" not in [t.name for t in (await a.list_tools()).tools]
                 await a.call_tool("get_reservation", {"reservation_id": "X"})
                 assert "cancel" in [t.name for t in (await a.list_tools(cache_mode="bypass")).tools]
-                assert "cancel" not in [t.name for t in (await b.list_tools()).tools]  # bob's state is his own
+                # bob's state is his own
+                assert "cancel" not in [t.name for t in (await b.list_tools()).tools]
             await alice.aclose()
             await bob.aclose()
 

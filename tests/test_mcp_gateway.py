@@ -62,14 +62,16 @@ def test_lists_legal_tools_blocks_and_advances_state(tmp_path, mode):
     async def main_() -> None:
         async with Client(gateway(tmp_path), mode=mode) as c:
             assert c.protocol_version == ("2025-11-25" if mode == "legacy" else mode)
-            assert names(await c.list_tools()) == ["add_tool", "crash", "fail", "get_reservation", "search", "slow"]
+            assert names(await c.list_tools()) == ["add_tool", "crash", "fail", "get_reservation", "search",
+                                                   "slow"]
             blocked = await c.call_tool("cancel", {"reservation_id": "ABC123"})
             assert blocked.is_error
             text = blocked.content[0].text
             assert "lookup_first (after): `cancel` must come after `get_reservation`" in text
             assert "agents_cancel" in text  # every reason, not the first
             verdict = blocked.meta["io.zcompile/verdict"]
-            assert not verdict["allowed"] and [r["rule"] for r in verdict["reasons"]] == ["lookup_first", "agents_cancel"]
+            assert not verdict["allowed"] and [r["rule"] for r in verdict["reasons"]] == [
+                "lookup_first", "agents_cancel"]
             ok = await c.call_tool("get_reservation", {"reservation_id": "ABC123"})
             assert not ok.is_error and json.loads(ok.content[0].text)["id"] == "ABC123"
             # without the static context the role is `customer`: still not legal, still blocked
@@ -79,9 +81,11 @@ def test_lists_legal_tools_blocks_and_advances_state(tmp_path, mode):
     run(main_)
     assert reached(tmp_path) == ["get_reservation"]  # the blocked calls never reached the server
     rs = receipts(tmp_path)
-    assert [r.meta["mcp"]["method"] for r in rs] == ["tools/list", "tools/call", "tools/call", "tools/list", "tools/call"]
+    assert [r.meta["mcp"]["method"] for r in rs] == ["tools/list", "tools/call", "tools/call", "tools/list",
+                                                     "tools/call"]
     call = rs[1]
-    assert call.action == "cancel" and call.arguments == {"reservation_id": "ABC123"} and call.verified is False
+    assert (call.action == "cancel" and call.arguments == {"reservation_id": "ABC123"}
+            and call.verified is False)
     assert call.meta["mcp"]["verdict"] == "blocked" and call.meta["mcp"]["forwarded"] is False
     assert call.meta["mcp"]["protocol"] == ("2025-11-25" if mode == "legacy" else mode)
     assert rs[2].meta["mcp"]["outcome"] == "ok" and rs[2].state["history"] == []
@@ -152,7 +156,8 @@ def test_deny_modes(tmp_path, deny, expect):
                     await c.call_tool("cancel", {"reservation_id": "X"})
                 assert err.value.code == -32010
                 assert "lookup_first" in err.value.message
-                assert [r["rule"] for r in err.value.error.data["reasons"]] == ["lookup_first", "agents_cancel"]
+                assert [r["rule"] for r in err.value.error.data["reasons"]] == [
+                    "lookup_first", "agents_cancel"]
             else:
                 r = await c.call_tool("cancel", {"reservation_id": "X"})
                 assert r.is_error and r.content[0].text == "this call is not allowed here"
@@ -174,7 +179,8 @@ def test_unknown_tool_and_bad_params_are_invalid_params(tmp_path):
     run(main_)
     assert reached(tmp_path) == []
     (unknown,) = receipts(tmp_path)
-    assert unknown.action is None and unknown.meta["mcp"]["tool"] == "nope" and "unknown tool" in unknown.meta["mcp"]["error"]
+    assert (unknown.action is None and unknown.meta["mcp"]["tool"] == "nope"
+            and "unknown tool" in unknown.meta["mcp"]["error"])
 
 
 def test_log_only_lists_and_forwards_everything_but_records_the_verdict(tmp_path):
@@ -197,7 +203,8 @@ def test_a_failed_result_does_not_advance_the_state(tmp_path):
     async def main_() -> None:
         async with Client(params) as c:
             r = await c.call_tool("fail", {})
-            assert r.is_error and "no such reservation" in r.content[0].text  # the server's result, as it came
+            # the server's result, as it came
+            assert r.is_error and "no such reservation" in r.content[0].text
             await c.list_tools()
     run(main_)
     rs = receipts(tmp_path)
@@ -264,7 +271,8 @@ def test_slow_and_crashing_servers_are_answered_in_bounded_time(tmp_path):
             assert "is not running" in err.value.message
             assert names(await c.list_tools())  # the gateway itself still answers
     run(main_)
-    outcomes = [r.meta["mcp"].get("outcome") for r in receipts(tmp_path) if r.meta["mcp"]["method"] == "tools/call"]
+    outcomes = [r.meta["mcp"].get("outcome") for r in receipts(tmp_path)
+                if r.meta["mcp"]["method"] == "tools/call"]
     assert outcomes[0] == "timeout" and outcomes[1] in ("crashed", "failed") and outcomes[2] == "crashed"
 
 
@@ -272,7 +280,8 @@ def test_bad_json_rpc_lines_are_refused_over_stdio(tmp_path):
     params = gateway(tmp_path)
     proc = subprocess.Popen([params.command, *params.args], cwd=ROOT, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}}
 
     def ask(line: str) -> dict:
         proc.stdin.write(line.encode() + b"\n")
@@ -282,18 +291,21 @@ def test_bad_json_rpc_lines_are_refused_over_stdio(tmp_path):
     try:
         assert ask("this is not json")["error"]["code"] == -32700
         assert ask('{"jsonrpc": "2.0", "id": 1}') == {"jsonrpc": "2.0", "id": 1, "error": {
-            "code": -32600, "message": "invalid request: $.method: field required"}}  # its id: not left waiting
+            # its id: not left waiting
+            "code": -32600, "message": "invalid request: $.method: field required"}}
         assert ask('{"jsonrpc": "2.0", "id": "x", "method": 5}')["error"]["message"] == \
             "invalid request: $.method: input should be a valid string"
         assert ask("[1, 2]")["error"]["code"] == -32600
         bad = ask(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                               "params": {"name": "cancel", "arguments": "x", "_meta": meta}}))
-        assert bad["id"] == 2 and bad["error"] == {"code": -32602, "message": "$.params.arguments: expected an object, got a string"}
+        assert bad["id"] == 2 and bad["error"] == {
+            "code": -32602, "message": "$.params.arguments: expected an object, got a string"}
         ok = ask(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"_meta": meta}}))
         assert ok["id"] == 3 and "get_reservation" in [t["name"] for t in ok["result"]["tools"]]
         assert ok["result"]["resultType"] == "complete" and ok["result"]["cacheScope"] == "private"
         assert ok["result"]["ttlMs"] == 0
-        found = ask(json.dumps({"jsonrpc": "2.0", "id": 4, "method": "server/discover", "params": {"_meta": meta}}))
+        found = ask(json.dumps({"jsonrpc": "2.0", "id": 4, "method": "server/discover",
+                                "params": {"_meta": meta}}))
         assert "2026-07-28" in found["result"]["supportedVersions"]
         assert found["result"]["capabilities"]["tools"] == {"listChanged": True}
     finally:
@@ -307,14 +319,17 @@ def test_bad_configuration_is_refused_before_serving(tmp_path):
     runner = CliRunner()
     bad_ctx = tmp_path / "ctx.json"
     bad_ctx.write_text('{"user": {"role": "root"}}')
-    out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", upstream(tmp_path), "--context", str(bad_ctx)])
+    out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", upstream(tmp_path), "--context",
+                               str(bad_ctx)])
     assert out.exit_code == 1 and "static context" in out.output and "$.user.role" in out.output
     bad_ctx.write_text('{"history": ["cancel"]}')
-    out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", upstream(tmp_path), "--context", str(bad_ctx)])
+    out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", upstream(tmp_path), "--context",
+                               str(bad_ctx)])
     assert out.exit_code == 1 and "$.history" in out.output and "may only add fields" in out.output
     out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", "x", "--receipts", str(POLICY)])
     assert out.exit_code == 1 and "is not a receipts file; refusing to overwrite it" in out.output
-    out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", "x", "--server-env", "ZC_SURELY_UNSET_VAR"])
+    out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", "x", "--server-env",
+                               "ZC_SURELY_UNSET_VAR"])
     assert out.exit_code == 1 and "--server-env ZC_SURELY_UNSET_VAR: not set" in out.output
     out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", "x", "--intent", "nope"])
     assert out.exit_code == 1 and "--intent `nope`: not an intent" in out.output
@@ -322,14 +337,18 @@ def test_bad_configuration_is_refused_before_serving(tmp_path):
     assert out.exit_code == 1 and "name each one" in out.output
     out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", "x", "--state-key", "cookie:x"])
     assert out.exit_code == 1 and "--state-key `cookie:x`" in out.output
-    out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", "x", "--auth-issuer", "https://a.test"])
+    out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", "x", "--auth-issuer",
+                               "https://a.test"])
     assert out.exit_code == 2 and "needs --auth-issuer, --auth-resource and --auth-jwks" in out.output
-    out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", "x", "--auth-issuer", "https://a.test",
-                               "--auth-resource", "http://127.0.0.1:1/mcp", "--auth-jwks", str(bad_ctx)])
+    out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", "x", "--auth-issuer",
+                               "https://a.test", "--auth-resource", "http://127.0.0.1:1/mcp", "--auth-jwks",
+                               str(bad_ctx)])
     assert out.exit_code == 2 and "add --http PORT" in out.output
-    out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", "x", "--http", "0", "--auth-issuer",
-                               "https://a.test", "--auth-resource", "http://127.0.0.1:1/mcp", "--auth-jwks", str(bad_ctx)])
+    out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", "x", "--http", "0",
+                               "--auth-issuer", "https://a.test", "--auth-resource", "http://127.0.0.1:1/mcp",
+                               "--auth-jwks", str(bad_ctx)])
     assert out.exit_code == 1 and "not a JWKS" in out.output
-    out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server", f"{sys.executable} -c 'import sys; sys.exit(4)'",
-                               "--receipts", str(tmp_path / "r.jsonl"), "--timeout", "10"])
+    out = runner.invoke(main, ["mcp", "--policy", str(POLICY), "--server",
+                               f"{sys.executable} -c 'import sys; sys.exit(4)'", "--receipts",
+                               str(tmp_path / "r.jsonl"), "--timeout", "10"])
     assert out.exit_code == 1 and "cannot connect" in out.output and "Traceback" not in out.output

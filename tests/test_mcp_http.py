@@ -10,9 +10,9 @@ from pathlib import Path
 
 import anyio
 import httpx
+import mcp_types as types
 import pytest
 import uvicorn
-import mcp_types as types
 from mcp import Client, MCPError
 
 from zcompile.driver import compile_file
@@ -45,7 +45,8 @@ def names(result) -> list[str]:
 @asynccontextmanager
 async def serving(gateway: McpGateway, **kw):
     """The gateway on http://127.0.0.1:<free port>/mcp, in this event loop."""
-    server = uvicorn.Server(uvicorn.Config(http_app(gateway, **kw), host="127.0.0.1", port=0, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(http_app(gateway, **kw), host="127.0.0.1", port=0,
+                                           log_level="warning"))
     async with gateway.connected(), anyio.create_task_group() as tg:
         tg.start_soon(server.serve)
         with anyio.fail_after(20):
@@ -128,8 +129,8 @@ def test_bad_http_requests_are_refused(tmp_path):
     gw = make(tmp_path)
     headers = {"content-type": "application/json", "accept": "application/json, text/event-stream",
                "mcp-protocol-version": "2026-07-28"}
-    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
-            **S1}
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}, **S1}
 
     async def main() -> None:
         async with serving(gw) as url, httpx.AsyncClient() as http:
@@ -137,7 +138,8 @@ def test_bad_http_requests_are_refused(tmp_path):
             assert r.status_code == 400 and r.json()["error"]["code"] == -32700
             body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                     "params": {"name": "search", "arguments": {}, "_meta": meta}}
-            r = await http.post(url, json=body, headers={**headers, "mcp-method": "tools/call", "mcp-name": "cancel"})
+            r = await http.post(url, json=body, headers={**headers, "mcp-method": "tools/call",
+                                                         "mcp-name": "cancel"})
             assert r.status_code == 400 and r.json()["error"]["code"] == -32020  # Mcp-Name mismatch
             r = await http.post(url, json={**body, "params": {**body["params"], "arguments": [1]}},
                                 headers={**headers, "mcp-method": "tools/call", "mcp-name": "search"})
@@ -227,8 +229,9 @@ def test_zc_mcp_http_from_the_command_line(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "zcompile", "mcp", "--policy", str(POLICY), "--http", str(port),
-                             "--server", f"{sys.executable} {SERVER} --log {tmp_path / 'calls.jsonl'}",
+    proc = subprocess.Popen([sys.executable, "-m", "zcompile", "mcp", "--policy", str(POLICY), "--http",
+                             str(port), "--server", f"{sys.executable} {SERVER} --log "
+                                                    f"{tmp_path / 'calls.jsonl'}",
                              "--receipts", str(tmp_path / "r.jsonl")], cwd=ROOT, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30

@@ -61,15 +61,18 @@ def test_two_servers_prefixed_one_stdio_one_http(tmp_path, http_server):
             assert [t.name for t in (await c.list_tools()).tools] == ["a.get_reservation", "b.search"]
             assert (await c.call_tool("a.cancel", {"reservation_id": "X"})).is_error
             undeclared = await c.call_tool("b.get_reservation", {"reservation_id": "X"})
-            assert undeclared.is_error and "not an action of policy `two_servers`" in undeclared.content[0].text
+            assert (undeclared.is_error
+                    and "not an action of policy `two_servers`" in undeclared.content[0].text)
             assert not (await c.call_tool("b.search", {"q": "x"})).is_error
-            assert "a.cancel" not in [t.name for t in (await c.list_tools()).tools]  # b's call is not a's lookup
+            # b's call is not a's lookup
+            assert "a.cancel" not in [t.name for t in (await c.list_tools()).tools]
             assert not (await c.call_tool("a.get_reservation", {"reservation_id": "X"})).is_error
             assert "a.cancel" in [t.name for t in (await c.list_tools()).tools]
             assert not (await c.call_tool("a.cancel", {"reservation_id": "X"})).is_error
     anyio.run(main_)
     assert calls(a_log) == ["get_reservation", "cancel"] and calls(b_log) == ["search"]
-    servers = [r.meta["mcp"].get("server") for r in read(tmp_path / "r.jsonl") if r.meta["mcp"]["method"] == "tools/call"]
+    servers = [r.meta["mcp"].get("server") for r in read(tmp_path / "r.jsonl")
+               if r.meta["mcp"]["method"] == "tools/call"]
     assert servers == ["a", "b", "b", "a", "a"]
 
 
@@ -83,7 +86,8 @@ def test_tools_import_and_drift_from_the_servers(tmp_path, http_server):
     assert 'action b.search(q: text?) tags(read) "Search reservations."' in out.output
     assert out.output.startswith("# imported from MCP servers a, b by `zc tools import`: 14 actions")
     imported = tmp_path / "imported.zc"
-    imported.write_text("policy imported\n" + out.output + "action escalate tags(control)\nfallback escalate\n")
+    imported.write_text("policy imported\n" + out.output + "action escalate tags(control)\nfallback "
+                                                           "escalate\n")
     out = runner.invoke(main, ["check", str(imported), "--tools-server", a, "--tools-server", f"b={url}"])
     assert out.exit_code == 0, out.output  # what was imported from the servers has no drift from them
     imported.write_text(imported.read_text().replace("b.search(q: text?)", "b.search(q: int?)"))

@@ -56,8 +56,8 @@ def target(args: list) -> Path:
     return Path(args[-1]) / "airline_chat.zcp" if args[0] == "compile" else Path(args[-1])
 
 
-@pytest.mark.parametrize("name", ["receipts convert", "receipts convert parquet", "eval --json", "eval --html",
-                                  "compile"])
+@pytest.mark.parametrize("name", ["receipts convert", "receipts convert parquet", "eval --json",
+                                  "eval --html", "compile"])
 def test_a_strangers_file_is_refused_and_kept(made, tmp_path, name):
     _, small = made
     args = commands(tmp_path / "out", small)[name]
@@ -94,6 +94,7 @@ def test_an_import_never_overwrites_its_own_source(tmp_path):
 def test_a_report_written_before_the_generator_tag_is_still_ours(made, tmp_path):
     _, small = made
     old = tmp_path / "eval.html"
-    old.write_text('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n<title>zc eval: airline_chat</title>')
+    old.write_text('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n<title>zc eval: '
+                   'airline_chat</title>')
     args = ["eval", "--policy", POLICY, "--specialists", SPECIALIST, "--receipts", small, "--html", old]
     assert zc(*args).exit_code == 0 and b'content="zc eval"' in old.read_bytes()

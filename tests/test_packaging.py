@@ -12,7 +12,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from isolation import _BLOCK, DISTILL
 
 ROOT = Path(__file__).parents[1]
@@ -41,12 +40,15 @@ def test_wheel_contains_packages_grammar_and_license(wheel):
     licenses = [n for n in names if n.endswith("/LICENSE") and ".dist-info/" in n]
     assert licenses and zipfile.ZipFile(wheel).read(licenses[0]) == (ROOT / "LICENSE").read_bytes()
     meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
-    core = [line for line in meta.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line]
-    assert core and not [line for line in core if re.search(r"scikit-learn|scipy|skl2onnx|onnx\b|mapie", line)]
+    core = [line for line in meta.splitlines() if line.startswith("Requires-Dist:")
+            and "extra ==" not in line]
+    assert core and not [line for line in core if re.search(r"scikit-learn|scipy|skl2onnx|onnx\b|mapie",
+                                                            line)]
 
 
 def test_distill_without_the_extra_says_what_to_install(tmp_path):
-    code = _BLOCK.format(blocked=DISTILL) + "import sys\nsys.argv[0] = 'zc'\nfrom zcompile.cli import main\nmain()\n"
+    code = _BLOCK.format(blocked=DISTILL) + ("import sys\nsys.argv[0] = 'zc'\nfrom zcompile.cli import "
+                                             "main\nmain()\n")
     run = subprocess.run([sys.executable, "-c", code, "distill", "--from", str(ROOT / "receipts"), "--policy",
                           str(ROOT / "policies" / "airline_chat.zc"), "-o", str(tmp_path / "sp")],
                          capture_output=True, text=True)
@@ -76,8 +78,8 @@ def test_core_wheel_in_a_fresh_venv(wheel, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
     py, zc_bin = venv / "bin" / "python", str(venv / "bin" / "zc")
-    install = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile",
-                              str(wheel)],
+    install = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                              "--no-compile", str(wheel)],
                              capture_output=True, text=True, timeout=900)
     if install.returncode and UNREACHABLE.search(install.stdout + install.stderr):
         pytest.skip("the package index is unreachable: the core wheel's dependencies cannot be installed")
@@ -96,14 +98,17 @@ def test_core_wheel_in_a_fresh_venv(wheel, tmp_path):
 
     zc("check", "policies/")
     assert "compiled" in zc("compile", "policies/", "-o", "build/")
-    legal = json.loads(zc("legal", "build/agent_core.zcp", "--state", "examples/agent_core_state.json", "--json"))
+    legal = json.loads(zc("legal", "build/agent_core.zcp", "--state", "examples/agent_core_state.json",
+                          "--json"))
     assert legal["policy"] == "agent_core" and legal["legal"]
     decide = subprocess.run([str(py), "-c", DECIDE, str(ROOT)], cwd=work, capture_output=True, text=True)
     assert decide.returncode == 0, decide.stderr
-    assert "handed_on" in json.loads(decide.stdout)  # the tabular specialist decided (replies go to a text tier)
-    zc("eval", "--policy", "build/airline_chat.zcp", "--specialists", str(ROOT / "specialists" / "airline_chat"),
-       "--receipts", str(ROOT / "receipts"), "--html", "eval.html")
+    # the tabular specialist decided (replies go to a text tier)
+    assert "handed_on" in json.loads(decide.stdout)
+    zc("eval", "--policy", "build/airline_chat.zcp", "--specialists",
+       str(ROOT / "specialists" / "airline_chat"), "--receipts", str(ROOT / "receipts"), "--html",
+       "eval.html")
     assert (work / "eval.html").exists()
-    distill = subprocess.run([zc_bin, "distill", "--from", str(ROOT / "receipts"), "--policy", "build/airline_chat.zcp",
-                              "-o", "sp"], cwd=work, capture_output=True, text=True)
+    distill = subprocess.run([zc_bin, "distill", "--from", str(ROOT / "receipts"), "--policy",
+                              "build/airline_chat.zcp", "-o", "sp"], cwd=work, capture_output=True, text=True)
     assert distill.returncode == 1 and "pip install 'zcompile[distill]'" in distill.stderr

@@ -15,7 +15,7 @@ from isolation import modules_after
 
 from zcompile import ZcError, stats
 from zcompile.cli import main
-from zcompile.qroute import NEVER, Decision, PairwiseSpecialist, Settings, distill, load_decisions
+from zcompile.qroute import NEVER, LoggedDecision, PairwiseSpecialist, Settings, distill, load_decisions
 from zcompile.qroute.gate import gate
 from zcompile.qroute.manifest import Threshold
 from zcompile.qroute.pairs import NONE_FITS_WEIGHT_MAX, none_fits_weight, pair_input, training_pairs
@@ -63,7 +63,8 @@ def receipts(path, rng, n, choices, fits=True):
             name = TOOLS[i][0]
             r = Receipt(id=f"{path.stem}-{k}", task=f"{path.stem}-{k}", state={"request": req}, tier="gold",
                         legal=tuple(TOOLS[j][0] for j in offered), action=name if fits else None,
-                        gold=name if fits else None, verified=True, meta={"tools": [tool(j) for j in offered]})
+                        gold=name if fits else None, verified=True,
+                        meta={"tools": [tool(j) for j in offered]})
             fh.write(msgspec.json.encode(r) + b"\n")
     return path
 
@@ -78,8 +79,10 @@ def trained(tmp_path_factory):
     cal = receipts(d / "cal.jsonl", rng, 60, seen)
     test = receipts(d / "test.jsonl", rng, 40, unseen + [0, 1])
     parts = {"train": decisions(train), "calibration": decisions(cal), "test": decisions(test)}
-    # 0.8: Learn-then-Test certifies it from 14 right answers; 0.95 would need 59 of the 60 calibration decisions
-    settings = pairwise(seed=0, target_precision=0.8, options={"max_steps": 40, "max_length": 48, "batch_size": 8})
+    # 0.8: Learn-then-Test certifies it from 14 right answers; 0.95 would need 59 of the 60 calibration
+    # decisions
+    settings = pairwise(seed=0, target_precision=0.8, options={"max_steps": 40, "max_length": 48,
+                                                               "batch_size": 8})
     res = distill([train, cal, test], None, d / "spec", settings, parts=parts)
     return res, parts
 
@@ -122,7 +125,8 @@ def test_pairwise_decide_is_masked_and_abstains(trained):
     assert sp.decide({"request": "anything"}, []).action is None
     # without a schema an action is described by its name
     assert describe("weather.forecast") == "weather forecast"
-    assert describe("a_b", tool(0)).startswith("a b: Get the weather") and "query (required)" in describe("x", tool(0))
+    assert describe("a_b", tool(0)).startswith("a b: Get the weather") and "query (required)" in describe(
+        "x", tool(0))
 
 
 def test_pairwise_decision_time_imports(trained):
@@ -167,21 +171,26 @@ def test_pairwise_quantization_choice(tmp_path, monkeypatch):
     paths = [receipts(tmp_path / f"{p}.jsonl", rng, 12, [0, 1, 2, 3]) for p in ("train", "cal", "test")]
     parts = dict(zip(("train", "calibration", "test"), (decisions(p) for p in paths)))
     small = {"max_steps": 3, "max_length": 24, "batch_size": 8, "layers": 1}
-    res = distill(paths, None, tmp_path / "f32", pairwise(options=small | {"quantization": "float32"}), parts=parts)
+    res = distill(paths, None, tmp_path / "f32", pairwise(options=small | {"quantization": "float32"}),
+                  parts=parts)
     assert [a["quantization"] for a in res.manifest.metrics["parity"]["attempts"]] == ["float32"]
     assert res.manifest.model.params["quantization"] == "float32"
     monkeypatch.setattr(PairwiseRecipe, "parity", ("decision_agreement", 1.01))
     with pytest.raises(ZcError, match=r"parity check failed \(int8\).*--quantization auto ships float32"):
-        distill(paths, None, tmp_path / "strict", pairwise(options=small | {"quantization": "int8"}), parts=parts)
+        distill(paths, None, tmp_path / "strict", pairwise(options=small | {"quantization": "int8"}),
+                parts=parts)
     assert not (tmp_path / "strict").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cal.jsonl", "f32", "test.jsonl", "train.jsonl"]
 
 
 def _decision(k, label):
-    return Decision(f"d{k}", f"t{k}", (0.0, k), {"request": f"request {k}"}, None, None, ("a.one", "b.two"), label)
+    return LoggedDecision(f"d{k}", f"t{k}", (0.0, k), {"request": f"request {k}"}, None, None,
+                          ("a.one", "b.two"),
+                    label)
 
 
-@pytest.mark.parametrize("fits, none, weight", [(10, 0, 1), (10, 10, 1), (9, 3, 3), (10, 4, 2), (100, 2, 5), (1, 9, 1)])
+@pytest.mark.parametrize("fits, none, weight", [(10, 0, 1), (10, 10, 1), (9, 3, 3), (10, 4, 2), (100, 2, 5),
+                                                (1, 9, 1)])
 def test_none_fits_weight_balances_and_is_capped(fits, none, weight):
     ds = [_decision(k, "a.one") for k in range(fits)] + [_decision(fits + k, None) for k in range(none)]
     assert none_fits_weight(ds) == weight <= NONE_FITS_WEIGHT_MAX
@@ -245,7 +254,7 @@ def test_pair_threshold_bounds_precision_where_fits_and_abstention_where_none_fi
 def test_pipeline_chooses_pairwise_tau_above_the_abstention_floor():
     """`pipeline` composes the two on the calibration split: the figures of the hand-computed case above,
     and when no τ keeps abstention, none is tested, on the same decisions (n is theirs, not 0)."""
-    from zcompile.qroute import Report, pipeline
+    from zcompile.qroute import Progress, pipeline
     from zcompile.qroute.features import VERSION, FeatureSpec
     from zcompile.qroute.manifest import Calibration
     from zcompile.qroute.recipes import PairwiseRecipe
@@ -261,7 +270,7 @@ def test_pipeline_chooses_pairwise_tau_above_the_abstention_floor():
         s = pairwise(target_precision=0.6, target_abstention=target_abstention)
         best, c, _ = rec.confidence((raw[0][:k], raw[1][:k]), oof[:k], platt)
         assert c == pytest.approx(conf[:k])
-        return pipeline._threshold(rec, best, c, oof[:k], s, 1, Report())
+        return pipeline._threshold(rec, best, c, oof[:k], s, 1, Progress())
 
     th, fig = threshold(0.88)  # the floor above 0.935, then 6 of 6 (see the test above)
     assert (th.tau, th.n, th.calibration_answered, th.calibration_correct) == (pytest.approx(0.94), 12, 6, 6)
@@ -285,10 +294,12 @@ def test_gate_bounds_abstention_for_pairwise_specialists():
     g = gate(m, th, 0.0, None, abstention=(0.85, False))
     assert not g.promoted and g.reasons == ("abstention where no action fits is not certified ≥ 0.85",)
     never = msgspec.structs.replace(th, tau=NEVER, statement="no τ qualifies")
-    assert gate(m, never, 0.0, None, abstention=(0.85, True)).reasons == ("no τ is certified (no τ qualifies)",)
+    assert gate(m, never, 0.0, None, abstention=(0.85,
+                                                 True)).reasons == ("no τ is certified (no τ qualifies)",)
     refuted = m | {"correct": 15, "precision_upper_one_sided": 0.91}
     assert gate(refuted, th, 0.0, None, abstention=(0.85, True)).reasons == (
-        "the sealed test split refutes the target: 15 of 20 answered right, one-sided 95% upper bound 0.910 < 0.95",)
+        "the sealed test split refutes the target: 15 of 20 answered right, one-sided 95% upper bound 0.910 "
+        "< 0.95",)
     # abstention is checked before coverage and latency: a larger key is a better specialist
     keys = [gate(m, th, 0.7, 0.01, abstention=(0.85, ok)).key for ok in (False, True)]
     assert keys[1] > keys[0]
@@ -312,7 +323,8 @@ def test_ensemble_decides_by_the_mean_of_its_members(tmp_path):
     parts = dict(zip(("train", "calibration", "test"), (decisions(p) for p in paths)))
     small = {"max_steps": 4, "max_length": 32, "batch_size": 8, "layers": 1}
     options = small | {"ensemble": 2, "quantization": "float32"}
-    res = distill(paths, None, tmp_path / "ens", pairwise(target_precision=0.5, target_abstention=0.3, options=options),
+    res = distill(paths, None, tmp_path / "ens", pairwise(target_precision=0.5, target_abstention=0.3,
+                                                          options=options),
                   parts=parts)
     m = res.manifest
     assert m.model.params["ensemble"] == 2 and m.model.params["steps"] == 8
@@ -378,10 +390,11 @@ def test_bfcl_import(tmp_path):
 
 
 def test_cli_distill_policy_rules(tmp_path):
-    res = CliRunner().invoke(main, ["distill", "--from", str(tmp_path), "-o", str(tmp_path / "o"), "--model", "mlp"])
+    res = CliRunner().invoke(main, ["distill", "--from", str(tmp_path), "-o", str(tmp_path / "o"), "--model",
+                                    "mlp"])
     assert res.exit_code == 2 and "--policy is required (except for --model pairwise)" in res.output
-    res = CliRunner().invoke(main, ["distill", "--from", str(tmp_path), "-o", str(tmp_path / "o"), "--model", "mlp",
-                                    "--target-abstention", "0.9"])
+    res = CliRunner().invoke(main, ["distill", "--from", str(tmp_path), "-o", str(tmp_path / "o"), "--model",
+                                    "mlp", "--target-abstention", "0.9"])
     assert res.exit_code == 2 and "--target-abstention only applies to --model pairwise" in res.output
     res = CliRunner().invoke(main, ["distill", "--from", str(tmp_path), "-o", str(tmp_path / "o"), "--model",
                                     "pairwise", "--ensemble", "0"])
@@ -390,8 +403,10 @@ def test_cli_distill_policy_rules(tmp_path):
     r = tmp_path / "r.jsonl"
     r.write_bytes(msgspec.json.encode(Receipt(id="a", task="a", state={"request": "x"}, tier="t", action="f"))
                   + b"\n")
-    res = CliRunner().invoke(main, ["distill", "--from", str(r), "-o", str(tmp_path / "o"), "--model", "pairwise"])
-    assert res.exit_code == 1 and "receipt `a`: $.legal: missing" in res.output and "Traceback" not in res.output
+    res = CliRunner().invoke(main, ["distill", "--from", str(r), "-o", str(tmp_path / "o"), "--model",
+                                    "pairwise"])
+    assert (res.exit_code == 1 and "receipt `a`: $.legal: missing" in res.output
+            and "Traceback" not in res.output)
 
 
 def test_router_gives_a_pairwise_specialist_the_offered_tools(trained, tmp_path):
@@ -443,11 +458,13 @@ def _expected(sp, rs, legal_of=lambda r: r.legal):
     return {
         "answered": sum(a.action is not None for a in answers),
         "correct": sum(a.action is not None and a.action == lab for a, lab in zip(answers, labels)),
-        "answered_where_fits": sum(a.action is not None and lab is not None for a, lab in zip(answers, labels)),
+        "answered_where_fits": sum(a.action is not None and lab is not None for a,
+                                   lab in zip(answers, labels)),
         "none_fits": len(none),
         "abstained": sum(a.action is None for a in none),
         "aurc": stats.aurc(np.array([a.confidence for a in answers]),
-                           np.array([float(a.best is not None and a.best == lab) for a, lab in zip(answers, labels)])),
+                           np.array([float(a.best is not None and a.best == lab) for a,
+                                     lab in zip(answers, labels)])),
     }
 
 
@@ -466,13 +483,14 @@ def test_cli_eval_pairwise_without_policy(trained, tmp_path):
     want = _expected(PairwiseSpecialist(res.directory), held)
     assert want["none_fits"] == 10 and want["answered"] > 0  # else no agreement figure (below)
     out_json, out_html = tmp_path / "r.json", tmp_path / "r.html"
-    r = CliRunner().invoke(main, ["eval", "--specialists", str(res.directory), "--receipts", str(d / "train.jsonl"),
-                                  str(d / "test.jsonl"), str(fits), str(nofit), "--json", str(out_json),
-                                  "--html", str(out_html)])
+    r = CliRunner().invoke(main, ["eval", "--specialists", str(res.directory), "--receipts",
+                                  str(d / "train.jsonl"), str(d / "test.jsonl"), str(fits), str(nofit),
+                                  "--json", str(out_json), "--html", str(out_html)])
     assert r.exit_code == 0, r.output
     rep = json.loads(out_json.read_text())
     n = len(held)
-    assert (rep["n"], rep["policy"], rep["legal_sets"], rep["specialist"]["model"]) == (n, None, "receipts", "pairwise")
+    assert (rep["n"], rep["policy"], rep["legal_sets"], rep["specialist"]["model"]) == (
+        n, None, "receipts", "pairwise")
     assert rep["held_out"] and rep["excluded_trained_on"] == 150 and rep["excluded_tasks"] == 120
     assert (rep["test_tasks"], rep["unseen_tasks"], rep["counts"]["no_action_fits"]) == (40, 22, 40)
     assert set(rep["tiers"]) == {"specialist"}  # no policy: no compiler rung
@@ -484,14 +502,17 @@ def test_cli_eval_pairwise_without_policy(trained, tmp_path):
     ab = sp["abstained_where_none_fits"]
     assert (ab["k"], ab["n"], ab["ci"]) == (want["abstained"], 10, list(stats.wilson(want["abstained"], 10)))
     assert o["abstained_where_none_fits"] == ab
-    pf = sp["precision_where_fits"]  # an answer where none fits is wrong, so every right one is where one fits
-    assert (pf["k"], pf["n"]) == (want["correct"], want["answered_where_fits"]) and o["precision_where_fits"] == pf
+    # an answer where none fits is wrong, so every right one is where one fits
+    pf = sp["precision_where_fits"]
+    assert ((pf["k"], pf["n"]) == (want["correct"], want["answered_where_fits"])
+            and o["precision_where_fits"] == pf)
     # a verified abstention agrees when the specialist abstains, and counts against it when it answers
     ag = sp["agreement_gold"]
     assert (ag["k"], ag["n"]) == (want["correct"] + want["abstained"], want["answered"] + want["abstained"])
     assert sp["agreement_teacher"] == ag  # these receipts' teacher is their gold
     # the scores are those of `decide` with the offered tools (names alone score differently)
-    assert rep["risk_coverage"]["n"] == n and rep["risk_coverage"]["aurc"] == pytest.approx(want["aurc"], abs=1e-9)
+    assert rep["risk_coverage"]["n"] == n and rep["risk_coverage"]["aurc"] == pytest.approx(
+        want["aurc"], abs=1e-9)
     head, *lines = r.stdout.splitlines()
     assert head.startswith("taken off the expensive model: ") and "no text tier is declared" in head
     assert lines[0].startswith("no policy (legal sets from the receipts), specialist spec (pairwise")
@@ -499,12 +520,14 @@ def test_cli_eval_pairwise_without_policy(trained, tmp_path):
     assert [ln.split()[0] for ln in lines[4:7]] == ["specialist", "remote", "overall"]
     share = f"{ab['rate']:.3f} [{ab['ci'][0]:.3f}, {ab['ci'][1]:.3f}] ({ab['k']}/10)"
     assert lines[4].endswith(share) and lines[6].endswith(share)
-    assert lines[-1] == f"where no offered action fits (n = 10): abstained {share}; an answer there counts as wrong"
+    assert lines[-1] == (f"where no offered action fits (n = 10): abstained {share}; an answer there counts "
+                         "as wrong")
     page = " ".join(out_html.read_text().split())  # the template wraps its sentences
-    assert "Abstained where none fits" in page and "not answering it agrees" in page and "<td>compiler" not in page
+    assert ("Abstained where none fits" in page and "not answering it agrees" in page
+            and "<td>compiler" not in page)
     # trained-on tasks are refused under --split all, as for classifiers
-    r = CliRunner().invoke(main, ["eval", "--specialists", str(res.directory), "--receipts", str(d / "train.jsonl"),
-                                  "--split", "all"])
+    r = CliRunner().invoke(main, ["eval", "--specialists", str(res.directory), "--receipts",
+                                  str(d / "train.jsonl"), "--split", "all"])
     assert r.exit_code == 1 and "receipts of 120 tasks the specialist was trained on" in r.output
 
 
@@ -514,7 +537,8 @@ def test_cli_eval_pairwise_errors(trained, tmp_path):
     runner = CliRunner()
     # without a policy, receipts must list the offered actions
     bare = tmp_path / "bare.jsonl"
-    bare.write_bytes(msgspec.json.encode(Receipt(id="a", task="a", state={"request": "x"}, tier="t", action="f"))
+    bare.write_bytes(msgspec.json.encode(Receipt(id="a", task="a", state={"request": "x"}, tier="t",
+                                                 action="f"))
                      + b"\n")
     r = runner.invoke(main, ["eval", "--specialists", spec, "--receipts", str(bare)])
     assert r.exit_code == 1 and "receipt `a`: $.legal: missing" in r.output and "Traceback" not in r.output
@@ -553,7 +577,8 @@ def test_cli_eval_pairwise_with_policy(trained, tmp_path):
                                                                         policy_sha256=policy.sha256)))
     rows = []
     for k, (req, offered, action) in enumerate([
-            ("play some jazz music", [6, 1], "music.play"), ("book a hotel room in Oslo", [7, 2], "hotels.book"),
+            ("play some jazz music", [6, 1], "music.play"), ("book a hotel room in Oslo", [7, 2],
+                                                             "hotels.book"),
             ("what is the weather in Lima", [3, 4], None), ("hello there", [], "respond"),
             ("translate hello into French", [4, 0], "translate.text"), ("give me a recipe", [], None)]):
         names = [TOOLS[i][0] for i in offered]
@@ -565,8 +590,10 @@ def test_cli_eval_pairwise_with_policy(trained, tmp_path):
     base = ["eval", "--specialists", str(spec), "--receipts", str(path)]
     r = CliRunner().invoke(main, base)
     assert r.exit_code == 2
-    assert r.output == "error: --policy is required: pairwise specialist `spec` was distilled for policy `tools`\n"
-    r = CliRunner().invoke(main, [*base, "--policy", str(tmp_path / "tools.zc"), "--json", str(tmp_path / "r.json")])
+    assert r.output == ("error: --policy is required: pairwise specialist `spec` was distilled for policy "
+                        "`tools`\n")
+    r = CliRunner().invoke(main, [*base, "--policy", str(tmp_path / "tools.zc"), "--json",
+                                  str(tmp_path / "r.json")])
     assert r.exit_code == 0, r.output
     rep = json.loads((tmp_path / "r.json").read_text())
     assert rep["policy"]["name"] == "tools" and rep["legal_sets"] == "policy" and rep["n"] == 6
@@ -578,8 +605,10 @@ def test_cli_eval_pairwise_with_policy(trained, tmp_path):
     asked = [x for x in read([path]) if x.state["offered"]]
     want = _expected(PairwiseSpecialist(spec, policy), asked, lambda x: policy.legal(x.state).actions)
     assert sp["reached"] == 4 and (sp["answered"], sp["correct"]) == (want["answered"], want["correct"])
-    assert sp["abstained_where_none_fits"]["k"] == want["abstained"] and sp["abstained_where_none_fits"]["n"] == 1
-    assert o["abstained_where_none_fits"]["n"] == 2 and o["abstained_where_none_fits"]["k"] == want["abstained"]
+    assert (sp["abstained_where_none_fits"]["k"] == want["abstained"]
+            and sp["abstained_where_none_fits"]["n"] == 1)
+    assert (o["abstained_where_none_fits"]["n"] == 2
+            and o["abstained_where_none_fits"]["k"] == want["abstained"])
     assert o["answered"] == 2 + want["answered"] and rep["remote"]["reached"] == 4 - want["answered"]
     wrong = tmp_path / "other.zc"
     wrong.write_text(TOOLS_POLICY.replace("action respond", "action wait\naction respond"))
@@ -595,7 +624,8 @@ def test_tool_schemas_refuse_what_is_not_tools(trained):
     assert tool_schemas(None) == {}
     assert tool_schemas([tool(1), tool(2)]) == {"flights.search": tool(1), "recipes.find": tool(2)}
     assert tool_schemas({"x": {"description": "d"}}) == {"x": {"description": "d"}}
-    for bad, where in (("flights.search", r"\$\.tools: expected a list"), ([tool(1), "x"], r"\$\.tools\[1\]: expected"),
+    for bad, where in (("flights.search", r"\$\.tools: expected a list"),
+                       ([tool(1), "x"], r"\$\.tools\[1\]: expected"),
                        ([{"description": "d"}], r"\$\.tools\[0\]: a tool schema needs a string `name`"),
                        ({"x": 3}, r"\$\.tools\.x: expected a tool schema")):
         with pytest.raises(ZcError, match=where):

@@ -1,4 +1,5 @@
-"""Receipts in Parquet: lossless round trips with JSON Lines, the versioned schema, bad rows named by file and row."""
+"""Receipts in Parquet: lossless round trips with JSON Lines, the versioned schema, bad rows named by file
+and row."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def test_bundled_receipts_round_trip_byte_for_byte(tmp_path):
     res = runner.invoke(main, ["receipts", "convert", str(BUNDLED), "-o", str(tmp_path / "r.parquet")])
     assert res.exit_code == 0, res.output
     assert "converted 1518 receipts" in res.output
-    res = runner.invoke(main, ["receipts", "convert", str(tmp_path / "r.parquet"), "-o", str(tmp_path / "r.jsonl.gz")])
+    res = runner.invoke(main, ["receipts", "convert", str(tmp_path / "r.parquet"), "-o",
+                               str(tmp_path / "r.jsonl.gz")])
     assert res.exit_code == 0, res.output
     # the JSON lines byte for byte; not the gzip stream, whose bytes depend on the zlib that wrote it
     assert gzip.decompress((tmp_path / "r.jsonl.gz").read_bytes()) == gzip.decompress(BUNDLED.read_bytes())
@@ -39,17 +41,18 @@ def test_bundled_receipts_round_trip_byte_for_byte(tmp_path):
 
 json_values = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1)
                            | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
-                           lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=5), kids, max_size=3),
-                           max_leaves=8)
+                           lambda kids: st.lists(kids, max_size=3)
+                           | st.dictionaries(st.text(max_size=5), kids, max_size=3), max_leaves=8)
 receipts = st.builds(
     Receipt, id=st.text(min_size=1, max_size=6), task=st.text(max_size=4),
-    state=st.dictionaries(st.text(max_size=5), json_values, max_size=4), tier=st.sampled_from(["remote", "small"]),
-    ts=st.none() | st.floats(allow_nan=False, allow_infinity=False), policy=st.sampled_from(["", "ab" * 32]),
-    intent=st.none() | st.text(max_size=4), legal=st.none() | st.lists(st.text(max_size=4), max_size=3).map(tuple),
-    action=st.none() | st.text(max_size=4), arguments=st.none() | st.dictionaries(st.text(max_size=4), json_values, max_size=3),
-    confidence=st.none() | st.floats(0, 1), latency_ms=st.floats(0, 1e6), cost=st.sampled_from([0.0, -0.0, 2.5]),
-    verified=st.none() | st.booleans(), gold=st.none() | st.text(max_size=4),
-    meta=st.dictionaries(st.text(max_size=4), json_values, max_size=3))
+    state=st.dictionaries(st.text(max_size=5), json_values, max_size=4),
+    tier=st.sampled_from(["remote", "small"]), ts=st.none()
+    | st.floats(allow_nan=False, allow_infinity=False), policy=st.sampled_from(["", "ab" * 32]),
+    intent=st.none() | st.text(max_size=4), legal=st.none() | st.lists(st.text(max_size=4), max_size=3).map(
+        tuple), action=st.none() | st.text(max_size=4), arguments=st.none()
+    | st.dictionaries(st.text(max_size=4), json_values, max_size=3), confidence=st.none() | st.floats(0, 1),
+    latency_ms=st.floats(0, 1e6), cost=st.sampled_from([0.0, -0.0, 2.5]), verified=st.none() | st.booleans(),
+    gold=st.none() | st.text(max_size=4), meta=st.dictionaries(st.text(max_size=4), json_values, max_size=3))
 
 
 @settings(max_examples=40, deadline=None)
@@ -65,7 +68,8 @@ def test_any_receipts_round_trip_losslessly(tmp_path_factory, rs):
     assert (d / "c.jsonl").read_bytes() == (d / "a.jsonl").read_bytes()
 
 
-def _table(rows: list[dict], metadata: dict | None = None, drop: tuple[str, ...] = (), extra: dict | None = None):
+def _table(rows: list[dict], metadata: dict | None = None, drop: tuple[str, ...] = (), extra: dict
+           | None = None):
     sch = schema()
     cols = {c: [r.get(c, {"version": FORMAT_VERSION, "policy": "", "latency_ms": 0.0, "cost": 0.0,
                           "meta": "{}"}.get(c)) for r in rows] for c in columns()}
@@ -152,5 +156,7 @@ def test_convert_refuses_an_unknown_output_and_bad_input_cleanly(tmp_path):
     res = runner.invoke(main, ["receipts", "convert", str(bad), "-o", str(tmp_path / "o.parquet")])
     assert res.exit_code == 1 and "bad.jsonl:2: $.id: expected `str`, got `int`" in res.output
     assert not (tmp_path / "o.parquet").exists()
-    res = runner.invoke(main, ["receipts", "convert", "--skip-invalid", str(bad), "-o", str(tmp_path / "o.parquet")])
-    assert res.exit_code == 0 and "converted 1 receipt from 1 file" in res.output and "skipped 1" in res.output
+    res = runner.invoke(main, ["receipts", "convert", "--skip-invalid", str(bad), "-o",
+                               str(tmp_path / "o.parquet")])
+    assert (res.exit_code == 0 and "converted 1 receipt from 1 file" in res.output
+            and "skipped 1" in res.output)

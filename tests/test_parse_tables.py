@@ -12,7 +12,8 @@ from zcompile import parse
 from zcompile.source import Source
 
 ROOT = Path(__file__).parents[1]
-POLICIES = sorted({*ROOT.glob("policies/**/*.zc"), *ROOT.glob("tests/**/*.zc"), *ROOT.glob("examples/**/*.zc")})
+POLICIES = sorted({*ROOT.glob("policies/**/*.zc"), *ROOT.glob("tests/**/*.zc"),
+                   *ROOT.glob("examples/**/*.zc")})
 
 
 def _outcomes() -> list:
@@ -56,7 +57,8 @@ def test_tables_parse_as_the_grammar_does(monkeypatch):
     assert sum(isinstance(o, list) for o in loaded) >= 5  # syntax errors among them
 
 
-@pytest.mark.parametrize("text, message", [("policy p\nrule r: a requires x = 1\nfallback a\n", "unexpected `=`"),
+@pytest.mark.parametrize("text, message", [("policy p\nrule r: a requires x = 1\nfallback a\n",
+                                            "unexpected `=`"),
                                            ("policy p\naction a tags(\n", "unexpected end of file")])
 def test_syntax_errors_are_the_same_from_either(monkeypatch, text, message):
     def errors() -> list[str]:

@@ -100,7 +100,8 @@ def test_search_interop(search, kind):
         assert r.status_code == 200 and r.headers["x-request-id"] == "s", r.text
         body = r.json()
         assert body["results"] == case["expected"], case["request"]
-        assert body["page"] == {"next_token": "", "count": len(case["expected"]), "total": len(case["expected"])}
+        assert body["page"] == {"next_token": "", "count": len(case["expected"]),
+                                "total": len(case["expected"])}
         assert list(body)[0] == "page"  # first, as the specification recommends
 
 
@@ -114,7 +115,8 @@ IDP = {"alice": [101, 107, 113, 119], "bob": [102, 108, 114, 120], "carol": [103
 def test_idp_interop(search):
     for user, records in IDP.items():
         r = search.post("/access/v1/search/resource", headers={"X-Request-ID": user}, json={
-            "subject": {"type": "user", "id": user}, "action": {"name": "delete"}, "resource": {"type": "record"}})
+            "subject": {"type": "user", "id": user}, "action": {"name": "delete"},
+            "resource": {"type": "record"}})
         assert r.headers["x-request-id"] == user
         assert r.json()["results"] == [{"type": "record", "id": str(i)} for i in records], user
 
@@ -127,7 +129,8 @@ def test_search_interop_unknown_entities_answer_empty(search):
                                      "resource": {"type": "record"}}),
                        ("resource", {"subject": {"type": "user", "id": "alice"}, "action": {"name": "print"},
                                      "resource": {"type": "record"}}),
-                       ("action", {"subject": {"type": "user", "id": "alice"}, "resource": {"type": "record", "id": "0"}})):
+                       ("action", {"subject": {"type": "user", "id": "alice"},
+                                   "resource": {"type": "record", "id": "0"}})):
         r = search.post(f"/access/v1/search/{kind}", json=body)
         assert r.status_code == 200 and r.json()["results"] == [], (kind, body, r.text)
 
@@ -140,14 +143,16 @@ def test_discovery_lists_what_the_mapping_answers(todo, search, serve):
                    "access_evaluation_endpoint": f"{base}/access/v1/evaluation",
                    "access_evaluations_endpoint": f"{base}/access/v1/evaluations",
                    "search_subject_endpoint": f"{base}/access/v1/search/subject",
-                   "search_action_endpoint": f"{base}/access/v1/search/action"}  # no resource directory, no MCP
+                   # no resource directory, no MCP
+                   "search_action_endpoint": f"{base}/access/v1/search/action"}
     assert "search_resource_endpoint" in search.get("/.well-known/authzen-configuration").json()
     plain = serve(pdp_of(DESK / "desk.zc", None), pdp_url="https://pdp.example.com")
     doc = plain.get("/.well-known/authzen-configuration").json()
     assert doc["policy_decision_point"] == "https://pdp.example.com"
     assert doc["search_resource_endpoint"] == "https://pdp.example.com/access/v1/search/resource"  # MCP tools
     assert "search_subject_endpoint" not in doc  # no directory of subjects: omitted, as the spec says
-    r = plain.post("/access/v1/search/subject", json={"subject": {"type": "identity"}, "action": {"name": "x"},
+    r = plain.post("/access/v1/search/subject", json={"subject": {"type": "identity"},
+                                                      "action": {"name": "x"},
                                                        "resource": {"type": "tool", "id": "get_order"}})
     assert r.status_code == 400 and r.text.startswith("$.subject.type: subject search answers only")
 
@@ -157,7 +162,8 @@ def _morty_batch(semantic: str | None) -> dict:
     own = {"type": "todo", "id": "1", "properties": {"ownerID": "morty@the-citadel.com"}}
     rick = {"type": "todo", "id": "2", "properties": {"ownerID": "rick@the-citadel.com"}}
     body = {"subject": {"type": "user", "id": MORTY}, "action": {"name": "can_update_todo"},
-            "resource": {}, "context": {},  # an empty default, overridden by every entry (the interop's shape)
+            # an empty default, overridden by every entry (the interop's shape)
+            "resource": {}, "context": {},
             "evaluations": [{"resource": own}, {"resource": rick}, {"resource": own},
                             {"action": {"name": "can_read_todos"}, "resource": rick}]}
     if semantic:
@@ -199,7 +205,8 @@ def test_batch_entry_whose_state_does_not_fit_is_denied_alone(search):
     got = search.post("/access/v1/evaluations", json=body).json()["evaluations"]
     assert [d["decision"] for d in got] == [True, False, True]
     assert got[1]["context"]["error"]["status"] == 400
-    assert got[1]["context"]["error"]["message"].startswith("$.evaluations[1].subject.id: expected one of alice|")
+    assert got[1]["context"]["error"]["message"].startswith("$.evaluations[1].subject.id: expected one of "
+                                                            "alice|")
 
 
 # ---- action search: one legal set, paged ---------------------------------------------------------
@@ -242,7 +249,8 @@ def test_action_search_pages_one_legal_set(serve):
 
 def test_page_tokens_are_bound_to_their_query(serve):
     client = serve(_wide(10))
-    body = {"subject": {"type": "agent", "id": "a"}, "resource": {"type": "desk", "id": "d"}, "page": {"limit": 4}}
+    body = {"subject": {"type": "agent", "id": "a"}, "resource": {"type": "desk", "id": "d"},
+            "page": {"limit": 4}}
     token = client.post("/access/v1/search/action", json=body).json()["page"]["next_token"]
     assert token
     again = client.post("/access/v1/search/action", json={**body, "page": {"limit": 4, "token": token}})
@@ -251,7 +259,8 @@ def test_page_tokens_are_bound_to_their_query(serve):
                     {**body, "context": {"level": 9}, "page": {"limit": 4, "token": token}},
                     {**body, "subject": {"type": "agent", "id": "b"}, "page": {"limit": 4, "token": token}}):
         r = client.post("/access/v1/search/action", json=changed)
-        assert r.status_code == 400 and r.text.startswith("$.page.token: the token belongs to another query"), r.text
+        assert r.status_code == 400 and r.text.startswith("$.page.token: the token belongs to another "
+                                                          "query"), r.text
     for forged in ("x", token[:-2] + ("AA" if not token.endswith("AA") else "BB"), "é"):
         r = client.post("/access/v1/search/action", json={**body, "page": {"limit": 4, "token": forged}})
         assert r.status_code == 400 and r.text.startswith("$.page.token: not a token this PDP issued"), forged
@@ -273,7 +282,8 @@ def _call(tool: str, history: list[str], sub: str = "alice@example.com", **conte
 def test_mcp_profile_tools_call(desk):
     r = desk.post("/access/v1/evaluation", json=_call("cancel_order", [], order={"status": "pending"})).json()
     assert r["decision"] is False and [x["rule"] for x in r["context"]["zc"]["reasons"]] == ["lookup_first"]
-    r = desk.post("/access/v1/evaluation", json=_call("cancel_order", ["get_order"], order={"status": "pending"}))
+    r = desk.post("/access/v1/evaluation", json=_call("cancel_order", ["get_order"],
+                                                      order={"status": "pending"}))
     assert r.json() == {"decision": True}
     r = desk.post("/access/v1/evaluation", json=_call("refund", ["get_order"], "bob@example.com")).json()
     assert r["decision"] is False and [x["rule"] for x in r["context"]["zc"]["reasons"]] == ["staff_refund"]
@@ -288,14 +298,17 @@ def test_mcp_profile_server_methods(desk):
     sub = {"type": "identity", "id": "alice@example.com"}
     for method, allowed in (("tools/list", True), ("initialize", True), ("resources/read", False),
                             ("some/future_method", False)):
-        r = desk.post("/access/v1/evaluation", json={"subject": sub, "action": {"name": method}, "resource": server})
+        r = desk.post("/access/v1/evaluation", json={"subject": sub, "action": {"name": method},
+                                                     "resource": server})
         assert r.json()["decision"] is allowed, method
     r = desk.post("/access/v1/evaluation", json={"subject": sub, "action": {"name": "tools/list"},
                                                  "resource": {"type": "tool", "id": "get_order"}})
     assert r.json()["decision"] is False
     stranger = {"type": "identity", "id": "mallory@example.com"}  # not in the directory: denied everything
-    r = desk.post("/access/v1/evaluation", json={"subject": stranger, "action": {"name": "tools/list"}, "resource": server})
-    assert r.json()["decision"] is False and r.json()["context"]["zc"]["reasons"][0]["kind"] == "unknown_subject"
+    r = desk.post("/access/v1/evaluation", json={"subject": stranger, "action": {"name": "tools/list"},
+                                                 "resource": server})
+    assert (r.json()["decision"] is False
+            and r.json()["context"]["zc"]["reasons"][0]["kind"] == "unknown_subject")
     for who, methods in ((sub, ["initialize", "tools/list", "ping"]), (stranger, [])):
         r = desk.post("/access/v1/search/action", json={"subject": who, "resource": server})
         assert [x["name"] for x in r.json()["results"]] == methods
@@ -311,7 +324,8 @@ def test_mcp_profile_searches_answer_the_legal_tools(desk):
     assert r["results"] == [{"type": "tool", "id": t} for t in ("get_order", "refund", "escalate")]
     assert r["context"]["zc"]["removed"]["cancel_order"][0]["rule"] == "pending_only"
     for tool, names in (("refund", ["tools/call"]), ("cancel_order", [])):
-        r = desk.post("/access/v1/search/action", json={"subject": sub, "resource": {"type": "tool", "id": tool},
+        r = desk.post("/access/v1/search/action", json={"subject": sub,
+                                                        "resource": {"type": "tool", "id": tool},
                                                         "context": ctx}).json()
         assert [x["name"] for x in r["results"]] == names
 
@@ -326,7 +340,8 @@ OK = {"subject": SUB, "action": {"name": "get_order"}, "resource": {"type": "des
     ("evaluation", b"", "$: the request body is empty"),
     ("evaluation", b"[1]", "$: expected a JSON object, got an array"),
     ("evaluation", b'{"a": ' + b"[" * 300 + b"]" * 300 + b"}", "$: the request body: nested more than"),
-    ("evaluation", {"action": {"name": "get_order"}, "resource": OK["resource"]}, "$.subject: required field is missing"),
+    ("evaluation", {"action": {"name": "get_order"}, "resource": OK["resource"]},
+     "$.subject: required field is missing"),
     ("evaluation", {**OK, "subject": {"type": 7, "id": "a"}}, "$.subject.type: expected `str`, got `int`"),
     ("evaluation", {**OK, "subject": {"type": "identity"}}, "$.subject.id: required field is missing"),
     ("evaluation", {**OK, "subject": "alice"}, "$.subject: expected `object`, got `str`"),
@@ -343,23 +358,27 @@ OK = {"subject": SUB, "action": {"name": "get_order"}, "resource": {"type": "des
     ("evaluations", {"evaluations": [OK, {"subject": SUB}]},
      "$.evaluations[1].action: required field is missing (in the evaluation or at the top level)"),
     ("evaluations", {"evaluations": [OK, 3]}, "$.evaluations[1]: expected an object, got a number"),
-    ("evaluations", {"subject": {"type": "identity"}, "evaluations": [{"action": OK["action"], "resource": OK["resource"]}]},
+    ("evaluations", {"subject": {"type": "identity"},
+                     "evaluations": [{"action": OK["action"], "resource": OK["resource"]}]},
      "$.subject.id: required field is missing"),
     ("evaluations", {"evaluations": [OK], "options": {"evaluations_semantic": "first"}},
-     '$.options.evaluations_semantic: expected one of execute_all|deny_on_first_deny|permit_on_first_permit, got "first"'),
+     '$.options.evaluations_semantic: expected one of execute_all|deny_on_first_deny|permit_on_first_permit, '
+     'got "first"'),
     ("evaluations", {"evaluations": [OK] * 1001}, "$.evaluations: 1001 evaluations; at most 1000"),
     ("search/action", {"subject": SUB}, "$.resource: required field is missing"),
     ("search/action", {"subject": SUB, "resource": {"type": "desk", "id": "1"}, "page": {"limit": -1}},
      "$.page.limit: expected `int` >= 0"),
     ("search/action", {"subject": SUB, "resource": {"type": "desk", "id": "1"}, "page": 3},
      "$.page: expected an object, got a number"),
-    ("search/resource", {"subject": SUB, "resource": {"type": "tool"}}, "$.action: required field is missing"),
+    ("search/resource", {"subject": SUB, "resource": {"type": "tool"}},
+     "$.action: required field is missing"),
     ("search/subject", {"subject": {}, "action": OK["action"], "resource": OK["resource"]},
      "$.subject.type: required field is missing"),
 ])
 def test_bad_input_is_400_at_its_path(desk, path, body, where):
     kw = {"content": body} if isinstance(body, bytes) else {"json": body}
-    r = desk.post(f"/access/v1/{path}", headers={"X-Request-ID": "bad-1", "content-type": "application/json"}, **kw)
+    r = desk.post(f"/access/v1/{path}", headers={"X-Request-ID": "bad-1", "content-type": "application/json"},
+                  **kw)
     assert r.status_code == 400, r.text
     assert r.text.startswith(where), r.text
     assert r.headers["x-request-id"] == "bad-1" and r.headers["content-type"].startswith("text/plain")
@@ -368,11 +387,13 @@ def test_bad_input_is_400_at_its_path(desk, path, body, where):
 
 def test_transport_refusals(serve):
     client = serve(pdp_of(DESK / "desk.zc", DESK / "desk.mapping.yaml"), max_body_bytes=1000)
-    r = client.post("/access/v1/evaluation", content=b"{" + b" " * 2000 + b"}", headers={"content-type": "application/json"})
+    r = client.post("/access/v1/evaluation", content=b"{" + b" " * 2000 + b"}",
+                    headers={"content-type": "application/json"})
     assert r.status_code == 413
     r = client.post("/access/v1/evaluation", content=json.dumps(OK), headers={"content-type": "text/plain"})
     assert r.status_code == 415 and "application/json" in r.text
-    assert client.post("/access/v1/evaluation", content=json.dumps(OK)).status_code == 200  # no type: JSON assumed
+    # no type: JSON assumed
+    assert client.post("/access/v1/evaluation", content=json.dumps(OK)).status_code == 200
     r = client.get("/access/v1/evaluation", headers={"X-Request-ID": "g"})
     assert r.status_code == 405 and r.headers["x-request-id"] == "g"
     assert client.post("/access/v2/evaluation", json=OK).status_code == 404
@@ -390,19 +411,22 @@ def test_engine_failure_fails_closed(serve):
     r = client.post("/access/v1/evaluation", json=OK)
     assert r.status_code == 200 and r.json()["decision"] is False
     assert r.json()["context"]["error"] == {"status": 500, "message": "RuntimeError: the evaluator broke"}
-    r = client.post("/access/v1/evaluations", json={"evaluations": [OK, OK], "options": {"evaluations_semantic":
-                                                                                         "permit_on_first_permit"}})
+    options = {"evaluations_semantic": "permit_on_first_permit"}
+    r = client.post("/access/v1/evaluations", json={"evaluations": [OK, OK], "options": options})
     assert [d["decision"] for d in r.json()["evaluations"]] == [False, False]
     r = client.post("/access/v1/search/action", json={"subject": SUB, "resource": OK["resource"]})
-    assert r.status_code == 200 and r.json()["results"] == [] and r.json()["context"]["error"]["status"] == 500
+    assert (r.status_code == 200 and r.json()["results"] == []
+            and r.json()["context"]["error"]["status"] == 500)
 
 
 def test_api_key_and_hidden_reasons(serve):
     client = serve(pdp_of(DESK / "desk.zc", DESK / "desk.mapping.yaml", reasons="none"), api_key="s3cret")
     denied = _call("cancel_order", [])
     r = client.post("/access/v1/evaluation", json=denied, headers={"X-Request-ID": "k"})
-    assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer" and r.headers["x-request-id"] == "k"
-    assert client.post("/access/v1/evaluation", json=denied, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert (r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+            and r.headers["x-request-id"] == "k")
+    assert client.post("/access/v1/evaluation", json=denied,
+                       headers={"Authorization": "Bearer wrong"}).status_code == 401
     for auth in ("Bearer s3cret", "s3cret"):
         r = client.post("/access/v1/evaluation", json=denied, headers={"Authorization": auth})
         assert r.status_code == 200 and r.json() == {"decision": False}  # no reasons revealed
@@ -416,7 +440,7 @@ def test_a_trickled_body_gets_408(serve):
 
     client = serve(pdp_of(DESK / "desk.zc", DESK / "desk.mapping.yaml"), timeout_s=0.3)
     reply, sent = trickle(client.base_url.host, client.base_url.port,  # a byte every 50 ms: past 0.3 s
-                          b"POST /access/v1/evaluation HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                          b"X-Request-ID: slow\r\n", json.dumps(OK).encode())
+                          b"POST /access/v1/evaluation HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                          b"application/json\r\nX-Request-ID: slow\r\n", json.dumps(OK).encode())
     assert reply.startswith(b"HTTP/1.1 408") and sent < len(json.dumps(OK)), reply[:300]
     assert b"x-request-id: slow" in reply.lower() and b"the request body did not arrive within 0.3 s" in reply

@@ -47,7 +47,8 @@ def session(text: str) -> list[tuple[str, str]]:
 def test_the_page_shows_the_shipped_files():
     text = PAGE.read_text()
     for name in ("desk.zc", "desk.mapping.yaml"):
-        shown = re.search(rf"<!-- test: file examples/authzen/{re.escape(name)} -->\n```\w+\n(.*?)```", text, re.S)
+        shown = re.search(rf"<!-- test: file examples/authzen/{re.escape(name)} -->\n```\w+\n(.*?)```", text,
+                          re.S)
         assert shown and shown.group(1) == (ROOT / "examples" / "authzen" / name).read_text(), name
 
 

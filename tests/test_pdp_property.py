@@ -60,7 +60,8 @@ def test_decisions_are_the_policys(data):
         if not want:
             reasons = pdp.policy.check(state, name, args, intent).reasons
             assert [r["rule"] for r in got["context"]["zc"]["reasons"]] == [r.rule for r in reasons]
-        search = pdp.search_action({"subject": SUB, "resource": RES, "context": _request(state, intent, "x", {})["context"]})
+        search = pdp.search_action({"subject": SUB, "resource": RES,
+                                    "context": _request(state, intent, "x", {})["context"]})
         assert [x["name"] for x in search["results"]] == list(pdp.policy.legal(state, intent).actions)
 
 

@@ -37,16 +37,21 @@ def desk():
      "unknown field `user.rol` (did you mean `user.role`?)"),
     ("state:\n  user.role: subjct.properties.role\n", '2:3: $.state["user.role"]',
      "`subjct.properties.role` starts with `subjct` (did you mean `subject`?)"),
-    ("state:\n  user.role: {equals: [subject.id]}\n", '2:15: $.state["user.role"].equals', "expected two items, got 1"),
+    ("state:\n  user.role: {equals: [subject.id]}\n", '2:15: $.state["user.role"].equals',
+     "expected two items, got 1"),
     ("state:\n  user.role: {const: agent, equals: [a, b]}\n", '2:3: $.state["user.role"]',
      "a computed value has exactly one of `const`, `equals`, `contains`"),
     ("state:\n  user.role: {contains: [7, x]}\n", '2:26: $.state["user.role"].contains[0]',
      "expected a dotted path (e.g. `subject.properties.role`)"),
-    ("actions: [get_order, cancel]\n", "1:22: $.actions[1]", "unknown action `cancel` (did you mean `cancel_order`?)"),
-    ("actions: {read: get_ordr}\n", "1:11: $.actions.read", "unknown action `get_ordr` (did you mean `get_order`?)"),
+    ("actions: [get_order, cancel]\n", "1:22: $.actions[1]", "unknown action `cancel` (did you mean "
+                                                             "`cancel_order`?)"),
+    ("actions: {read: get_ordr}\n", "1:11: $.actions.read", "unknown action `get_ordr` (did you mean "
+                                                            "`get_order`?)"),
     ("state:\n  user.role: subject.id\n  user.role: subject.id\n", "3:3", "duplicate key `user.role`"),
-    ("subjects:\n  identity:\n    a: 3\n", "3:5: $.subjects.identity.a", "expected an object of the entity's properties"),
-    ("resources:\n  record:\n    101: {a: 1}\n", "2:3: $.resources.record", 'the id 101 is not a string: quote it'),
+    ("subjects:\n  identity:\n    a: 3\n", "3:5: $.subjects.identity.a",
+     "expected an object of the entity's properties"),
+    ("resources:\n  record:\n    101: {a: 1}\n", "2:3: $.resources.record",
+     'the id 101 is not a string: quote it'),
     ("base: context.\n", "1:1: $.base", "`context.` is not a dotted path"),
     ("state: [1]\n", "1:1: $.state", "expected `object`, got `array`"),
     ("mcp: {allow: [x], extra: 1}\n", "1:19: $.mcp.extra", "unknown key"),
@@ -103,16 +108,19 @@ def test_computed_values(tmp_path):
     m = load_mapping(f, policy)
 
     def state(sub, res):
-        return m.map({"subject": sub, "resource": res, "action": {"name": "go"}, "context": {"a": True}}, {}).state
+        return m.map({"subject": sub, "resource": res, "action": {"name": "go"}, "context": {"a": True}},
+                     {}).state
 
     owner = {"type": "r", "id": "1", "properties": {"owner": "ann"}}
     assert state({"type": "u", "id": "ann", "properties": {"roles": ["admin"]}}, owner) == \
         {"a": True, "b": True, "c": "y"}
     assert state({"type": "u", "id": "bob", "properties": {"roles": "admin"}}, owner) == \
         {"a": False, "b": False, "c": "y"}  # `contains` needs an array
-    assert state({"type": "u", "id": "ann"}, {"type": "r", "id": "1"}) == {"c": "y"}  # absent: unknown to rules
+    # absent: unknown to rules
+    assert state({"type": "u", "id": "ann"}, {"type": "r", "id": "1"}) == {"c": "y"}
     pdp = PDP(policy, m)
-    r = pdp.evaluate({"subject": {"type": "u", "id": "ann"}, "action": {"name": "go"}, "resource": {"type": "r", "id": "1"}})
+    r = pdp.evaluate({"subject": {"type": "u", "id": "ann"}, "action": {"name": "go"},
+                      "resource": {"type": "r", "id": "1"}})
     assert r["decision"] is False and r["context"]["zc"]["reasons"][0]["rule"] == "r"  # fail closed
 
 
@@ -123,7 +131,8 @@ def test_join_names_the_action(tmp_path):
     f = tmp_path / "m.yaml"
     f.write_text('action: {join: [action.name, resource.id], sep: " on "}\nactions: {"GET on /x": read}\n')
     pdp = PDP(policy, load_mapping(f, policy))
-    q = {"subject": {"type": "u", "id": "1"}, "action": {"name": "GET"}, "resource": {"type": "route", "id": "/x"}}
+    q = {"subject": {"type": "u", "id": "1"}, "action": {"name": "GET"},
+         "resource": {"type": "route", "id": "/x"}}
     assert pdp.evaluate(q) == {"decision": True}
     got = pdp.evaluate({**q, "action": {"name": "PUT"}})
     assert got["context"]["zc"]["reasons"][0]["kind"] == "unknown_action"
@@ -142,10 +151,12 @@ def test_renamed_tools_in_the_history(tmp_path, desk):
             "resource": {"type": "tool", "id": "cancel-order"}}
     assert pdp.evaluate({**call, "context": {"history": ["get-order"], "order": {"status": "pending"}}}) == \
         {"decision": True}
-    assert pdp.evaluate({**call, "context": {"history": [], "order": {"status": "pending"}}})["decision"] is False
+    assert pdp.evaluate({**call, "context": {"history": [],
+                                             "order": {"status": "pending"}}})["decision"] is False
     got = pdp.search_action({"subject": call["subject"], "resource": {"type": "desk", "id": "1"},
                              "context": {"history": ["get-order"], "order": {"status": "pending"}}})
-    assert [x["name"] for x in got["results"]] == ["get-order", "cancel-order", "escalate"]  # refund unexposed
+    # refund unexposed
+    assert [x["name"] for x in got["results"]] == ["get-order", "cancel-order", "escalate"]
 
 
 def test_cli_check_and_refusals(tmp_path):
@@ -176,7 +187,8 @@ def test_cli_serves_on_localhost():
             deadline = time.monotonic() + 30
             while True:
                 try:
-                    doc = httpx.get(f"http://127.0.0.1:{port}/.well-known/authzen-configuration", timeout=2).json()
+                    doc = httpx.get(f"http://127.0.0.1:{port}/.well-known/authzen-configuration",
+                                    timeout=2).json()
                     break
                 except httpx.TransportError:
                     assert proc.poll() is None and time.monotonic() < deadline, "zc pdp did not start"
@@ -203,7 +215,8 @@ p = zcompile.load({str(artifact)!r})
 pdp = PDP(p, load_mapping({str(MAPPING)!r}, p))
 create_app(pdp)
 sub = {{"type": "identity", "id": "alice@example.com"}}
-assert pdp.evaluate({{"subject": sub, "action": {{"name": "tools/call"}}, "resource": {{"type": "tool", "id": "get_order"}}}})["decision"]
+tool = {{"type": "tool", "id": "get_order"}}
+assert pdp.evaluate({{"subject": sub, "action": {{"name": "tools/call"}}, "resource": tool}})["decision"]
 assert pdp.search_action({{"subject": sub, "resource": {{"type": "desk", "id": "1"}}}})["results"]
 """
     assert compiler_modules(modules_after(code)) == []
@@ -212,10 +225,12 @@ assert pdp.search_action({{"subject": sub, "resource": {{"type": "desk", "id": "
 def test_mapping_intent_constant_is_checked(tmp_path):
     from zcompile import compile_text
 
-    policy = compile_text("policy p\naction go\naction stop\nfallback stop\nintent move \"m\" { allow go, stop }\n")
+    policy = compile_text("policy p\naction go\naction stop\nfallback stop\nintent move \"m\" { allow go, "
+                          "stop }\n")
     f = tmp_path / "m.yaml"
     f.write_text("intent: {const: mvoe}\n")
-    with pytest.raises(ZcError, match=r"m.yaml:1:10: \$.intent.const: unknown intent `mvoe` \(did you mean `move`\?\)"):
+    with pytest.raises(ZcError, match=r"m.yaml:1:10: \$.intent.const: unknown intent `mvoe` \(did you mean "
+                                      r"`move`\?\)"):
         load_mapping(f, policy)
     f.write_text("intent: context.task\n")
     pdp = PDP(policy, load_mapping(f, policy))
@@ -237,7 +252,8 @@ def test_without_the_serve_extra_says_what_to_install():
         f"sys.argv = ['zc', 'pdp', '--policy', {str(DESK)!r}, '--check']\nmain()\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert run.returncode == 1, run.stderr
-    assert "zc pdp needs the `serve` extra (starlette is not installed): pip install 'zcompile[serve]'" in run.stderr
+    assert ("zc pdp needs the `serve` extra (starlette is not installed): pip install "
+            "'zcompile[serve]'") in run.stderr
     assert "Traceback" not in run.stderr
 
 
@@ -247,7 +263,8 @@ def test_other_mcp_methods_are_judged_through_actions(tmp_path):
     policy = compile_text("policy p\nstate { user.admin: bool = false }\naction read_resource\naction stop\n"
                           "fallback stop\nrule admins: read_resource requires user.admin\n")
     f = tmp_path / "m.yaml"
-    f.write_text('actions: {"resources/read": read_resource}\nstate: {user.admin: subject.properties.admin}\n')
+    f.write_text('actions: {"resources/read": read_resource}\nstate: {user.admin: '
+                 'subject.properties.admin}\n')
     pdp = PDP(policy, load_mapping(f, policy))
     q = {"action": {"name": "resources/read"}, "resource": {"type": "resource", "id": "file:///x"}}
     admin = {"type": "identity", "id": "a", "properties": {"admin": True}}

@@ -28,7 +28,8 @@ SHIPPED = ROOT / "specialists" / "airline_chat"
 
 def test_answers_needed_and_detectable_difference_by_hand():
     # all right: the one-sided Clopper–Pearson lower bound of n/n is alpha ** (1 / n)
-    assert stats.answers_needed(0.95, method="clopper-pearson") == math.ceil(math.log(0.05) / math.log(0.95)) == 59
+    assert stats.answers_needed(0.95, method="clopper-pearson") == math.ceil(math.log(0.05) / math.log(
+        0.95)) == 59
     assert stats.answers_needed(0.9, method="clopper-pearson") == math.ceil(math.log(0.05) / math.log(0.9))
     # Wilson (two-sided 95%) of n/n is n / (n + z²): ≥ 0.95 first at n = 0.95 z² / 0.05
     z2 = 1.959963984540054 ** 2
@@ -88,7 +89,8 @@ def test_one_window_is_too_small_to_promote(policy, tmp_path):
     assert ev.asked == before.splits.test.decisions  # one shadow record per decision
     assert ev.answered >= ev.right > 0 and ev.illegal == ev.dangerous == 0
     p = m.metrics["promotion"]
-    assert p["lower_bound"] == pytest.approx(stats.lower_bound(ev.right, ev.answered))  # one-sided Clopper–Pearson
+    # one-sided Clopper–Pearson
+    assert p["lower_bound"] == pytest.approx(stats.lower_bound(ev.right, ev.answered))
     assert ev.answered < 59 and not m.gate.promoted
     assert any("Clopper–Pearson lower bound" in r and "59 answers" in r for r in m.gate.reasons)
     assert p["previous_gate"]["promoted"] is True
@@ -97,7 +99,8 @@ def test_one_window_is_too_small_to_promote(policy, tmp_path):
     assert "## Promotion on shadow evidence" in (d / "report.md").read_text()
     with pytest.raises(ZcError, match="not promoted"):
         Router(policy, specialists=d)
-    assert Router(policy, specialists=load_specialist(d, policy)).specialists  # a loaded one: the caller's choice
+    # a loaded one: the caller's choice
+    assert Router(policy, specialists=load_specialist(d, policy)).specialists
 
 
 def agreeing(r):
@@ -118,7 +121,8 @@ def test_enough_right_shadow_answers_promote_and_wrong_ones_demote(policy, tmp_p
     assert m.gate.promoted and m.gate.reasons == ()
     assert Router(policy, specialists=d).specialists  # the directory now earns its rung
 
-    def wrong(r):  # gold says every reply the specialist recognised should have been a lookup, every call a reply
+    # gold says every reply the specialist recognised should have been a lookup, every call a reply
+    def wrong(r):
         shadow = r.meta.get("shadow") or []
         if any(s.get("outcome") == "handed_on" for s in shadow):
             return msgspec.structs.replace(r, gold="get_user_details")
@@ -167,7 +171,8 @@ def test_illegal_or_dangerous_shadow_answers_refuse_promotion():
     m = read_manifest(SHIPPED)
     good = Evidence(asked=100, answered=80, right=80)
     assert regate(m, good).gate.promoted
-    for bad in (Evidence(asked=100, answered=80, right=79, dangerous=1), Evidence(asked=100, answered=80, right=80,
+    for bad in (Evidence(asked=100, answered=80, right=79, dangerous=1),
+                Evidence(asked=100, answered=80, right=80,
                                                                                illegal=1)):
         g = regate(m, bad).gate
         assert not g.promoted and any("illegal" in r for r in g.reasons)
@@ -177,12 +182,16 @@ def test_illegal_or_dangerous_shadow_answers_refuse_promotion():
 def test_cli_promote(policy, tmp_path):
     d = copy(tmp_path)
     path = live(policy, tmp_path / "live.jsonl", 1)
-    run = lambda *a: subprocess.run([sys.executable, "-m", "zcompile", "promote", *a], capture_output=True,  # noqa: E731
-                                    text=True, timeout=300)
+
+    def run(*a: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "zcompile", "promote", *a], capture_output=True,
+                              text=True, timeout=300)
+
     out = run(str(d), "--policy", str(ROOT / "policies" / "airline_chat.zc"), "--receipts", str(path))
     assert out.returncode == 1, out.stderr
     assert "NOT promoted" in out.stdout and "Traceback" not in out.stderr
-    out = run(str(tmp_path / "nowhere"), "--policy", str(ROOT / "policies" / "airline_chat.zc"), "--receipts", str(path))
+    out = run(str(tmp_path / "nowhere"), "--policy", str(ROOT / "policies" / "airline_chat.zc"), "--receipts",
+              str(path))
     assert out.returncode == 1 and out.stderr.startswith("error:") and "Traceback" not in out.stderr
     other = ROOT / "policies" / "agent_core.zc"
     out = run(str(d), "--policy", str(other), "--receipts", str(path))

@@ -1,4 +1,5 @@
-"""`--engine ray`: Ray Data over Parquet shards on a local instance gives bit for bit the local engine's features."""
+"""`--engine ray`: Ray Data over Parquet shards on a local instance gives bit for bit the local engine's
+features."""
 
 from __future__ import annotations
 
@@ -47,10 +48,10 @@ def _both(policy, shards, tmp_path, limit):
     rec.prepare(b.parts["train"] + b.parts["calibration"])
     (tmp_path / "local").mkdir()
     (tmp_path / "ray").mkdir()
-    local = E.Local().inputs(rec, b.parts, tmp_path / "local", D.Report())
+    local = E.Local().inputs(rec, b.parts, tmp_path / "local", D.Progress())
     engine = E.make("ray", [shards], policy)
     engine.sampling = b.sampling
-    return b, local, engine.inputs(rec, b.parts, tmp_path / "ray", D.Report())
+    return b, local, engine.inputs(rec, b.parts, tmp_path / "ray", D.Progress())
 
 
 @pytest.mark.parametrize("limit", [10_000, 120])
@@ -74,7 +75,8 @@ def test_ray_pass_one_is_the_local_one(local_ray, policy, shards):
     assert local.sampling.method == "sample" and _bounded(remote) == _bounded(local)
 
 
-def test_ray_pass_one_refuses_or_skips_an_invalid_row_as_the_local_pass_does(local_ray, policy, shards, tmp_path):
+def test_ray_pass_one_refuses_or_skips_an_invalid_row_as_the_local_pass_does(
+    local_ray, policy, shards, tmp_path):
     rs = list(read(shards))
     bad = msgspec.structs.replace(rs[130], state={**rs[130].state, "phase": "nowhere"})  # not an enum member
     d = tmp_path / "bad"
@@ -84,7 +86,8 @@ def test_ray_pass_one_refuses_or_skips_an_invalid_row_as_the_local_pass_does(loc
         D.load_split([d], policy, limit=50)
     with pytest.raises(ZcError) as remote:
         D.load_split([d], policy, limit=50, scan=E.make("ray", [d], policy).scan)
-    assert str(remote.value) == str(local.value) and "part-1.parquet:row 31: $.state.phase" in str(local.value)
+    assert str(remote.value) == str(local.value) and ("part-1.parquet:row 31: "
+                                                      "$.state.phase") in str(local.value)
     skipped = [D.load_split([d], policy, limit=50, skip_invalid=True, scan=scan)
                for scan in (None, E.make("ray", [d], policy, skip_invalid=True).scan)]
     assert _bounded(skipped[1]) == _bounded(skipped[0]) and skipped[0].counts["skipped_invalid"] == 1
@@ -103,11 +106,13 @@ def test_distill_with_the_ray_engine_matches_the_local_one(local_ray, policy, sh
         assert res.exit_code == 0, res.output
         outs[engine] = zcompile.qroute.read_manifest(tmp_path / engine)
     a, b = outs["local"], outs["ray"]
-    assert (a.splits, a.features, a.threshold, a.model.sha256) == (b.splits, b.features, b.threshold, b.model.sha256)
+    assert (a.splits, a.features, a.threshold,
+            a.model.sha256) == (b.splits, b.features, b.threshold, b.model.sha256)
     assert a.counts == b.counts and a.counts["sampled_out"] > 0
 
 
 def test_the_ray_engine_reads_parquet_only(policy, tmp_path):
     src = make_receipts(tmp_path / "r.jsonl", tasks=3, per_task=2)
-    with pytest.raises(ZcError, match=r"r\.jsonl: --engine ray reads Parquet shards; convert it with `zc receipts convert"):
+    with pytest.raises(ZcError, match=r"r\.jsonl: --engine ray reads Parquet shards; convert it with `zc "
+                                      r"receipts convert"):
         E.make("ray", [src], policy)

@@ -45,10 +45,10 @@ def test_readme_is_a_front_door():
 def test_readme_figures_match_benchmarks():
     """The figures the README quotes at a glance are those of BENCHMARKS.md."""
     bench = (ROOT / "BENCHMARKS.md").read_text()
-    for figure in ("| 0.017 |", "| 0.0013 |", "| 0.00016 |", "| 0.0073 |", "| 0.29 |", "| 0.043 |", "| 0.27 |",
-                   "| 5.7 |", "| 6.6 |", "| 5.5 |",
-                   "| 0.71 |", "| 0.77 |", "376×", "measured 59 µs", "measured 142 µs", "0.904 [0.794, 0.958]",
-                   "0.615 [0.480, 0.735]", "0.231 [0.137, 0.361]", "| 0.147 |"):
+    for figure in ("| 0.017 |", "| 0.0013 |", "| 0.00016 |", "| 0.0073 |", "| 0.29 |", "| 0.043 |",
+                   "| 0.27 |", "| 5.7 |", "| 6.6 |", "| 5.5 |",
+                   "| 0.71 |", "| 0.77 |", "376×", "measured 59 µs", "measured 142 µs",
+                   "0.904 [0.794, 0.958]", "0.615 [0.480, 0.735]", "0.231 [0.137, 0.361]", "| 0.147 |"):
         assert figure in bench, figure
         assert figure.strip("| ").removeprefix("measured ").removesuffix("×") in README, figure
     # the ONNX / scikit-learn ratio of one model call: a sentence there, a table cell here

@@ -15,8 +15,19 @@ from click.testing import CliRunner
 import zcompile
 from zcompile import ZcError
 from zcompile.cli import main
-from zcompile.receipts import (EXTRACT_VERSION, SHAPES, ReadStats, Receipt, ReceiptError, ReceiptWriter,
-                               default_extract, import_chat, load_extractor, read, write_file)
+from zcompile.receipts import (
+    EXTRACT_VERSION,
+    SHAPES,
+    ReadStats,
+    Receipt,
+    ReceiptError,
+    ReceiptWriter,
+    default_extract,
+    import_chat,
+    load_extractor,
+    read,
+    write_file,
+)
 
 ROOT = Path(__file__).parents[1]
 AIRLINE = ROOT / "policies" / "airline_chat.zc"
@@ -169,10 +180,12 @@ def test_truncated_gzip_is_an_error(tmp_path):
      "$.latency_ms: expected `float` >= 0"),
     ('{"id": "a", "task": "t", "state": {}, "tier": "x", "verified": "yes"}',
      "$.verified: expected `bool | null`, got `str`"),
-    ('{"id": "a", "task": "t", "state": {}, "tier": "x", "version": "1"}', "$.version: expected `str` matching"),
+    ('{"id": "a", "task": "t", "state": {}, "tier": "x", "version": "1"}',
+     "$.version: expected `str` matching"),
     ('{"version": "2.0", "id": "a", "task": "t", "state": {}, "tier": "x"}',
      "$.version: receipt format 2.0 is newer than this zc reads (1.x): upgrade zcompile"),
-    ('{"version": "9.3", "id": 5, "shape": "new"}', "$.version: receipt format 9.3 is newer than this zc reads"),
+    ('{"version": "9.3", "id": 5, "shape": "new"}', "$.version: receipt format 9.3 is newer than this zc "
+                                                    "reads"),
     ('["not", "an", "object"]', "$: expected `object`, got `array`"),
     ('{"id": "a",, }', "$: invalid JSON"),
 ])
@@ -204,7 +217,8 @@ def test_against_a_policy_unknown_actions_and_bad_states(tmp_path, support):
         (receipt(3, state=SUPPORT_STATE, legal=("get_order", "x")), '$.legal[1]: unknown action "x"'),
         (receipt(4, state={"user": {"role": "root"}, "budget": {"units": 1}}),
          '$.state.user.role: expected one of customer|agent|admin, got "root"'),
-        (receipt(5, state={"user": {"role": "agent", "verified": True}}), "$.state.budget: required field is missing"),
+        (receipt(5, state={"user": {"role": "agent", "verified": True}}),
+         "$.state.budget: required field is missing"),
         (receipt(6, state=SUPPORT_STATE, intent="nope"), "$.intent: unknown intent `nope`"),
     ]
     path = tmp_path / "r.jsonl"
@@ -245,7 +259,7 @@ def test_100k_lines_are_streamed_not_loaded(tmp_path):
     tracemalloc.start()
     try:
         n = 0
-        for r in read(path):
+        for _ in read(path):
             n += 1
         _, peak = tracemalloc.get_traced_memory()
     finally:
@@ -335,8 +349,8 @@ def test_default_extract_every_field():
         "turn": 2, "user_turns": 2, "tool_calls": 1, "calls_since_user": 1, "history": ["get_user_details"]}
     assert default_extract(msgs, 10, CONVERSATION) == {
         "prev": {"role": "tool"},
-        "last": {"tool": "get_reservation_details", "tool_error": True, "user_text": "mia_1", "result": "error",
-                 "tool_text": "{\"error\": \"x\"}", "assistant_text": "Your user id?"},
+        "last": {"tool": "get_reservation_details", "tool_error": True, "user_text": "mia_1",
+                 "result": "error", "tool_text": "{\"error\": \"x\"}", "assistant_text": "Your user id?"},
         "recent": {"action1": "get_reservation_details", "action2": "get_user_details"}, **NO_SHAPES,
         "turn": 4, "user_turns": 2, "tool_calls": 3, "calls_since_user": 3,
         "history": ["get_user_details", "get_reservation_details"]}
@@ -437,7 +451,8 @@ def test_import_chat_refuses_an_empty_tool_name_or_conversation_id(tmp_path, con
 
 
 def test_import_chat_malformed_conversations(tmp_path, airline):
-    bad_role = {**CONVERSATION, "messages": CONVERSATION["messages"][:3] + [{"role": "robot", "content": "x"}]}
+    bad_role = {**CONVERSATION, "messages": CONVERSATION["messages"][:3]
+                + [{"role": "robot", "content": "x"}]}
     path = write_chat(tmp_path, CONVERSATION, bad_role)
     with pytest.raises(ReceiptError) as exc:
         list(import_chat(path))
@@ -461,10 +476,12 @@ def test_import_chat_with_a_custom_extractor(tmp_path, airline):
     path = write_chat(tmp_path, CONVERSATION)
     rs = list(import_chat(path, extract=lambda m, i, c: {"n": i}))
     assert rs[0].state == {"n": 2}
-    with pytest.raises(ReceiptError, match=r"chat\.jsonl:1: \$\.messages\[2\]: extracted state does not match "
-                                           r"policy `airline_chat`: \$\.prev: required field is missing"):
+    with pytest.raises(ReceiptError, match=r"chat\.jsonl:1: \$\.messages\[2\]: extracted state does not "
+                                           r"match policy `airline_chat`: \$\.prev: required field is "
+                                           r"missing"):
         list(import_chat(path, extract=lambda m, i, c: {"n": i}, policy=airline))
-    with pytest.raises(ReceiptError, match=r"\$\.messages\[2\]: the state extractor failed: ZeroDivisionError"):
+    with pytest.raises(ReceiptError, match=r"\$\.messages\[2\]: the state extractor failed: "
+                                           r"ZeroDivisionError"):
         list(import_chat(path, extract=lambda m, i, c: 1 / 0))
     with pytest.raises(ReceiptError, match="returned list, expected a dict"):
         list(import_chat(path, extract=lambda m, i, c: []))
@@ -537,7 +554,8 @@ def test_cli_import(runner, tmp_path):
                                "--policy", str(AIRLINE)])
     assert res.exit_code == 0, res.output
     assert f"imported 1 conversation from {src} -> 7 receipts in {out}" in res.output
-    assert "actions: respond 3, get_user_details 2, get_reservation_details 1, cancel_reservation 1" in res.output
+    assert ("actions: respond 3, get_user_details 2, get_reservation_details 1, cancel_reservation "
+            "1") in res.output
     assert "policy airline_chat: 0 of 7 logged actions are outside the legal set" in res.output
     assert out.read_bytes()[:2] == b"\x1f\x8b" and gzip.decompress(out.read_bytes()).count(b"\n") == 7
     assert len(list(read(out, policy=zcompile.compile_file(AIRLINE)))) == 7
@@ -585,7 +603,8 @@ def test_cli_import_bad_extractor_and_usage(runner, tmp_path):
     res = runner.invoke(main, ["receipts", "import", "--format", "chat", src, "-o", out,
                                "--extract", "no_such_pkg_zc.mod:extract"])
     assert res.exit_code == 1
-    assert "error: extractor `no_such_pkg_zc.mod:extract`: cannot import module `no_such_pkg_zc.mod`" in res.output
+    assert ("error: extractor `no_such_pkg_zc.mod:extract`: cannot import module "
+            "`no_such_pkg_zc.mod`") in res.output
     res = runner.invoke(main, ["receipts", "import", "--format", "chat", src, "-o", out,
                                "--extract", "zcompile.receipts:default_extract"])
     assert res.exit_code == 0, res.output

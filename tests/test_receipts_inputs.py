@@ -16,16 +16,30 @@ from hypothesis import strategies as st
 
 import zcompile
 from zcompile.cli import main
-from zcompile.receipts import candidates
-from zcompile.receipts import (FORMAT_VERSION, SHAPES, ChatSummary, ReadStats, Receipt, ReceiptError,
-                               call_arguments, default_extract, encode, extract_candidates, import_bfcl,
-                               import_chat, read, write_file)
+from zcompile.receipts import (
+    FORMAT_VERSION,
+    SHAPES,
+    ChatSummary,
+    ReadStats,
+    Receipt,
+    ReceiptError,
+    call_arguments,
+    candidates,
+    default_extract,
+    encode,
+    extract_candidates,
+    import_bfcl,
+    import_chat,
+    read,
+    write_file,
+)
 from zcompile.receipts.candidates import WINDOW
 
 ROOT = Path(__file__).parents[1]
 AIRLINE = ROOT / "policies" / "airline_chat.zc"
 SUPPORT = ROOT / "tests" / "golden" / "ok" / "support_desk.zc"
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(max_examples=40, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +51,8 @@ def nested(depth: int, leaf: str = "1") -> str:
     """JSON text of `depth` arrays and objects inside each other (seeded mix)."""
     rng = random.Random(depth)
     kinds = [rng.random() < 0.5 for _ in range(depth)]
-    return "".join('{"k":' if k else "[" for k in kinds) + leaf + "".join("}" if k else "]" for k in reversed(kinds))
+    return "".join('{"k":' if k else "[" for k in kinds) + leaf + "".join("}" if k else "]" for k in reversed(
+        kinds))
 
 
 def tool_call(name: str, args: object = "{}") -> dict:
@@ -64,7 +79,8 @@ DEPTHS = [1_100, 3_000, 50_000]
 def test_deeply_nested_receipt_line_is_a_named_error(tmp_path, depth):
     path = tmp_path / "r.jsonl"
     good = encode(Receipt(id="a", task="t", state={}, tier="x"))
-    path.write_bytes(good + b'{"id": "b", "task": "t", "tier": "x", "state": {"s": ' + nested(depth).encode() + b"}}\n")
+    path.write_bytes(good + b'{"id": "b", "task": "t", "tier": "x", "state": {"s": ' + nested(depth).encode()
+                     + b"}}\n")
     with pytest.raises(ReceiptError, match=r"r\.jsonl:2: \$: invalid JSON: nested too deeply"):
         list(read(path))
     stats = ReadStats()
@@ -89,7 +105,8 @@ def test_deeply_nested_chat_and_bfcl_lines_are_named_errors(tmp_path, depth):
     with pytest.raises(ReceiptError, match=r"a\.json:1: \$: invalid JSON: nested too deeply"):
         list(import_bfcl(q, answers))
     for args in (["receipts", "import", "--format", "chat", str(chat), "-o", str(tmp_path / "o.jsonl")],
-                 ["receipts", "import", "--format", "bfcl", str(q), "--answers", "none", "-o", str(tmp_path / "o.jsonl")]):
+                 ["receipts", "import", "--format", "bfcl", str(q), "--answers", "none", "-o",
+                  str(tmp_path / "o.jsonl")]):
         res = CliRunner().invoke(main, args)
         assert res.exit_code == 1 and "nested too deeply" in res.output and "Traceback" not in res.output
 
@@ -207,7 +224,8 @@ def test_extractor_v3_fields():
 def test_result_kinds():
     kinds = {"Error: x": "error", '{"error": 1}': "error", "": "empty", "  ": "empty", "[]": "empty",
              "{}": "empty", "null": "empty", '""': "empty", "[1]": "list", '{"a": 1}': "record",
-             "42.0": "text", "no flights": "text", "[broken": "text", "[" + nested(5000) + "]": "list", '{"a": ' + nested(5000) + "}": "record"}
+             "42.0": "text", "no flights": "text", "[broken": "text", "[" + nested(5000) + "]": "list",
+             '{"a": ' + nested(5000) + "}": "record"}
     for content, kind in kinds.items():
         s = default_extract([{"role": "tool", "content": content}], 1, {})
         assert s["last"]["result"] == kind, content
@@ -233,14 +251,16 @@ def test_candidates_read_each_message_once_and_the_same(monkeypatch):
     for i in range(200):
         msgs.append(rng.choice([
             {"role": "user", "content": f"my code is ABC{rng.randrange(30):03d} and 4{i}"},
-            tool_call("get_reservation_details", json.dumps({"reservation_id": f"ABC{rng.randrange(30):03d}"})),
+            tool_call("get_reservation_details",
+                      json.dumps({"reservation_id": f"ABC{rng.randrange(30):03d}"})),
             {"role": "tool", "content": json.dumps({"id": f"ABC{i % 7}", "n": [i, i + 1]})},
             {"role": "tool", "content": "not json, ref XYZ9"},
             {"role": "assistant", "content": "done"}]))
     memo: dict = {}
     wants = [extract_candidates(msgs[:k]) for k in range(len(msgs) + 1)]
     reads = []
-    monkeypatch.setattr(candidates, "_found", lambda m, read=candidates._found: reads.append(id(m)) or read(m))
+    monkeypatch.setattr(candidates, "_found", lambda m, read=candidates._found: reads.append(id(m))
+                        or read(m))
     for k, want in enumerate(wants):
         assert extract_candidates(msgs[max(0, k - WINDOW):k], memo=memo) == want, k
     assert sorted(reads) == sorted(memo) == sorted(id(m) for m in msgs)
@@ -249,13 +269,15 @@ def test_candidates_read_each_message_once_and_the_same(monkeypatch):
 # ---- foreign formats and policies ---------------------------------------------------------------
 
 def test_a_chat_log_given_to_check_says_to_import_it(tmp_path):
-    path = chat_file(tmp_path, *(conversation([{"role": "user", "content": "hi"}], f"c{i}") for i in range(50)))
+    path = chat_file(tmp_path, *(conversation([{"role": "user", "content": "hi"}], f"c{i}")
+                                 for i in range(50)))
     res = CliRunner().invoke(main, ["receipts", "check", str(path)])
     assert res.exit_code == 1 and "Traceback" not in res.output
     assert res.output.count("this line is a chat log") == 1
     assert "zc receipts import --format chat" in res.output
     q = tmp_path / "q.jsonl"
-    q.write_text(json.dumps({"id": "q", "question": [[{"role": "user", "content": "x"}]], "function": []}) + "\n")
+    q.write_text(json.dumps({"id": "q", "question": [[{"role": "user", "content": "x"}]], "function": []})
+                 + "\n")
     with pytest.raises(ReceiptError, match=r"q\.jsonl:1: \$: this line is a function-calling question .* "
                                            r"`zc receipts import --format bfcl"):
         list(read(q))
@@ -299,7 +321,8 @@ def test_a_newer_minor_version_is_read_and_a_newer_major_refused(tmp_path, minor
     path.write_text(json.dumps({**line, "version": f"1.{minor}"}) + "\n")
     assert [r.id for r in read(path)] == ["a"]  # unknown fields of a newer minor version are ignored
     path.write_text(json.dumps({**line, "version": f"{1 + minor}.0"}) + "\n")
-    with pytest.raises(ReceiptError, match=rf"v\.jsonl:1: \$\.version: receipt format {1 + minor}\.0 is newer"):
+    with pytest.raises(ReceiptError, match=rf"v\.jsonl:1: \$\.version: receipt format {1 + minor}\.0 is "
+                                           r"newer"):
         list(read(path))
 
 
@@ -308,7 +331,8 @@ def test_a_newer_minor_version_is_read_and_a_newer_major_refused(tmp_path, minor
 @pytest.mark.parametrize(("raw", "want", "problem"), [
     ('{"a": 1}', {"a": 1}, None), ({"a": [1]}, {"a": [1]}, None), ("", {}, None), ("  ", {}, None),
     (None, None, None), ("{bad", None, "not valid JSON"), ("[1, 2]", None, "a JSON list, not an object"),
-    (7, None, "a JSON int, not an object"), (nested(3000), None, "not valid JSON (invalid JSON: nested too deeply"),
+    (7, None, "a JSON int, not an object"), (nested(3000), None,
+                                             "not valid JSON (invalid JSON: nested too deeply"),
 ])
 def test_call_arguments(raw, want, problem):
     got, why = call_arguments(raw)
@@ -355,9 +379,9 @@ def test_bfcl_import_keeps_the_answer_arguments(tmp_path):
 
 # ---- generated garbage --------------------------------------------------------------------------
 
-JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=6),
-                       lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
-                       max_leaves=12)
+JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+                       | st.text(max_size=6), lambda c: st.lists(c, max_size=3)
+                       | st.dictionaries(st.text(max_size=6), c, max_size=3), max_leaves=12)
 FIELDS = st.fixed_dictionaries({}, optional={
     "id": JSONISH, "task": JSONISH, "state": JSONISH, "tier": JSONISH, "version": JSONISH,
     "messages": JSONISH, "legal": JSONISH, "confidence": JSONISH, "arguments": JSONISH})
@@ -378,7 +402,8 @@ def test_generated_lines_give_receipts_or_named_errors(tmp_path, lines):
 @SETTINGS
 @given(st.lists(st.fixed_dictionaries({"id": st.text(max_size=4), "messages": st.lists(
     st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "tool", "robot"])},
-                          optional={"content": JSONISH, "tool_calls": JSONISH}), max_size=5)}), min_size=1, max_size=3))
+                          optional={"content": JSONISH, "tool_calls": JSONISH}), max_size=5)}), min_size=1,
+                max_size=3))
 def test_generated_chat_logs_import_or_give_named_errors(tmp_path, convs):
     path = tmp_path / "c.jsonl"
     path.write_text("".join(json.dumps(c) + "\n" for c in convs))
@@ -491,8 +516,10 @@ def test_a_utf8_byte_order_mark_is_ignored(tmp_path, airline):
     assert res.exit_code == 0 and "receipts: 1 (valid 1, skipped 0)" in res.output, res.output
     chat = tmp_path / "c.jsonl"
     chat.write_bytes(bom + json.dumps(conversation([{"role": "user", "content": "hi"},
-                                                    {"role": "assistant", "content": "hello"}])).encode() + b"\n")
+                                                    {"role": "assistant", "content": "hello"}])).encode()
+                     + b"\n")
     assert [r.action for r in import_chat(chat, policy=airline)] == ["respond"]
-    path.write_bytes(encode(Receipt(id="a", task="t", state={}, tier="x")) + bom + b"{}\n")  # only at the start
+    # only at the start
+    path.write_bytes(encode(Receipt(id="a", task="t", state={}, tier="x")) + bom + b"{}\n")
     with pytest.raises(ReceiptError, match=r"r\.jsonl:2: \$: invalid JSON"):
         list(read(path))

@@ -38,7 +38,8 @@ def _setup(tmp_path, state):
 def test_route_text_and_receipt(tmp_path):
     policy, state = _setup(tmp_path, {"role": "customer"})
     receipts = tmp_path / "r.jsonl"
-    res = CliRunner().invoke(main, ["route", "--policy", policy, "--state", state, "--receipts", str(receipts)])
+    res = CliRunner().invoke(main, ["route", "--policy", policy, "--state", state, "--receipts",
+                                    str(receipts)])
     assert res.exit_code == 0, res.output
     assert "action: escalate by fallback" in res.output and "small        skipped" in res.output
     (r,) = read([receipts])

@@ -16,8 +16,8 @@ from zcompile.router import Router
 from zcompile.tiers import OpenAITier
 
 ACTIONS = ["fs.read", "fs.write", "fetch", "json.extract", "deploy", "ask_user", "stop", "escalate"]
-POLICY = "policy open\nstate {\n  allowed: set[action] = {}\n  mode: enum(normal, fault) = normal\n}\n" + "".join(
-    f"action {a} tags(t)\n" for a in ACTIONS) + """
+STATE = "state {\n  allowed: set[action] = {}\n  mode: enum(normal, fault) = normal\n}\n"
+POLICY = "policy open\n" + STATE + "".join(f"action {a} tags(t)\n" for a in ACTIONS) + """
 fallback escalate
 rule allowed_only: * requires self in allowed
 tier specialist max_ms 5
@@ -135,7 +135,8 @@ def test_deadline_bounds_a_server_that_never_accepts(policy):
     try:
         tier = zcompile.OpenAITier(f"http://127.0.0.1:{port}/v1", "s", timeout_ms=30_000)
         started = time.perf_counter()
-        d = Router(policy, tiers={"small": tier}, deadline_ms=400).decide({"allowed": ["fs.read", "stop", "escalate"]})
+        d = Router(policy, tiers={"small": tier}, deadline_ms=400).decide({"allowed": [
+            "fs.read", "stop", "escalate"]})
         took = (time.perf_counter() - started) * 1000
         tier.close()
     finally:
@@ -145,7 +146,9 @@ def test_deadline_bounds_a_server_that_never_accepts(policy):
 
 
 ALLOWED = {"allowed": ["fs.read", "stop", "escalate"]}
-SLACK_S = 1.0  # what a loaded machine (the suite on 2 cores) may add past a deadline; a trickle that outlived it would add ten seconds or more
+# what a loaded machine (the suite on 2 cores) may add past a deadline; a trickle that outlived it would add
+# ten seconds or more
+SLACK_S = 1.0
 
 
 @pytest.fixture
@@ -189,7 +192,8 @@ FAILURES = [  # stub settings -> the rung's cause and the start of its detail
     ({"content": "I would read the file."}, "declined", "no tool call; replied 'I would read the file.'"),
     ({"behaviour": "slow", "delay_ms": 1500}, "timeout", "timed out after 200 ms (read)"),
     ({"behaviour": "trickle", "delay_ms": 50}, "timeout", "timed out after 200 ms (read)"),
-    ({"behaviour": "trickle", "delay_ms": 50, "trickle_body": True}, "timeout", "timed out after 200 ms (read)"),
+    ({"behaviour": "trickle", "delay_ms": 50, "trickle_body": True}, "timeout",
+     "timed out after 200 ms (read)"),
 ]
 
 

@@ -108,7 +108,8 @@ def test_a_call_is_checked_and_recorded(policy, tmp_path):
     sp = Rule("lookup", {"order_id": "W1"})
     with Router(policy, specialists=sp, receipts=path) as r:
         d = r.decide(S)
-    assert (d.action, d.tier, d.kind, d.arguments, d.complete) == ("lookup", "specialist", "call", {"order_id": "W1"}, True)
+    assert (d.action, d.tier, d.kind, d.arguments, d.complete) == ("lookup", "specialist", "call", {
+        "order_id": "W1"}, True)
     (got,) = read([path], policy=policy)
     assert receipt_arguments(got) == {"order_id": "W1"} and got.meta["kind"] == "call"
     assert got.meta["rungs"][0]["kind"] == "call"
@@ -180,12 +181,14 @@ def test_openai_tier_answers_complete_calls_and_replies(policy):
         r = Router(policy, tiers={"small": tier})
         stub.answer, stub.arguments = "refund", {"order_id": "W9", "amount": 20}
         d = r.decide(S)
-        assert (d.action, d.kind, d.arguments, d.tier) == ("refund", "call", {"order_id": "W9", "amount": 20}, "small")
+        assert (d.action, d.kind, d.arguments, d.tier) == ("refund", "call", {"order_id": "W9", "amount": 20},
+                                                           "small")
         tools = {t["function"]["name"]: t["function"]["parameters"] for t in stub.requests[-1]["tools"]}
         assert tools["refund"] == {"type": "object", "properties": {"order_id": {"type": "string"},
                                                                     "amount": {"type": "integer"}},
                                    "required": ["order_id", "amount"], "additionalProperties": False}
-        assert tools["respond"]["required"] == ["text"] and tools["ping"] == {"type": "object", "properties": {}}
+        assert (tools["respond"]["required"] == ["text"]
+                and tools["ping"] == {"type": "object", "properties": {}})
         stub.arguments = {"order_id": "W9", "amount": 101}
         d = r.decide(S)
         assert d.rungs[1].outcome == "illegal" and "args.amount = 101" in d.rungs[1].detail
@@ -232,8 +235,8 @@ def test_an_unencodable_state_is_refused_before_any_rung(policy, tmp_path, state
 @settings(max_examples=40, deadline=None)
 @given(extra=st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5)
                           | st.builds(Opaque) | st.sets(st.integers(), max_size=2),
-                          lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=3), c, max_size=3),
-                          max_leaves=8))
+                          lambda c: st.lists(c, max_size=3)
+                          | st.dictionaries(st.text(max_size=3), c, max_size=3), max_leaves=8))
 def test_every_decision_has_its_receipt_or_none_is_made(policy, tmp_path_factory, extra):
     path = tmp_path_factory.mktemp("gen") / "r.jsonl"
     small = TextTier()
@@ -254,7 +257,8 @@ def test_shadow_specialists_are_recorded_without_changing_the_decision(policy, t
     with Router(policy, specialists=Rule("stop"), shadow=[shadow], receipts=path) as r:
         d = r.decide(S)
         alone = Router(policy, specialists=Rule("stop")).decide(S)
-    assert (d.action, d.tier, d.kind) == (alone.action, alone.tier, alone.kind) == ("stop", "specialist", "call")
+    assert (d.action, d.tier, d.kind) == (alone.action, alone.tier,
+                                          alone.kind) == ("stop", "specialist", "call")
     (got,) = read([path])
     (s,) = got.meta["shadow"]
     assert (s["specialist"], s["kind"], s["action"], s["arguments"], s["same"]) == \
@@ -272,7 +276,8 @@ def test_a_specialist_is_demoted_when_its_live_bound_falls_below_target(policy):
 
     bad = Rule("ping", name="bad")
     bad.manifest = M(Th(0.9))
-    r = Router(policy, specialists=bad, tiers={"small": TextTier()}, monitor=Monitor(window=20, min_outcomes=10))
+    r = Router(policy, specialists=bad, tiers={"small": TextTier()},
+               monitor=Monitor(window=20, min_outcomes=10))
     demoted = []
     for i in range(12):
         d = r.decide(S)

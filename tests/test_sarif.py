@@ -102,7 +102,8 @@ def test_every_code_the_compiler_emits_has_a_rule_description():
 
     from zcompile.sarif import CODES
 
-    emitted = {m for f in (ROOT / "zcompile").rglob("*.py") for m in re.findall(r'"(ZC\d{4})"', f.read_text())}
+    emitted = {m for f in (ROOT / "zcompile").rglob("*.py")
+               for m in re.findall(r'"(ZC\d{4})"', f.read_text())}
     assert emitted - set(CODES) == set() and set(CODES) - emitted == set()
     log = json.loads(check("--format", "sarif", *ERR).stdout)
     rules = log["runs"][0]["tool"]["driver"]["rules"]

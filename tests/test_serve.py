@@ -11,9 +11,9 @@ import msgspec
 import openai
 import pytest
 from openai import OpenAI
+from openai_stub import OpenAIStub
 
 import zcompile
-from openai_stub import OpenAIStub
 from zcompile.gateway import FALLBACK_TEXT, Gateway, Running
 from zcompile.receipts import read
 from zcompile.receipts.chat import default_extract
@@ -27,7 +27,8 @@ DEADLINE_MS = 600
 
 def tool(name: str, **params: str) -> dict:
     return {"type": "function", "function": {"name": name, "description": f"the {name} tool", "parameters": {
-        "type": "object", "properties": {p: {"type": t} for p, t in params.items()}, "required": list(params)}}}
+        "type": "object", "properties": {p: {"type": t} for p, t in params.items()},
+        "required": list(params)}}}
 
 
 TOOLS = [tool("get_user_details", user_id="string"), tool("get_reservation_details", reservation_id="string"),
@@ -99,7 +100,8 @@ def test_forwards_a_legal_call_and_offers_only_legal_tools(client, stub, served,
     assert len(got) == before + 1
     last = got[-1]
     assert last.id == x["receipt"] == raw.headers["x-zc-receipt"]
-    assert (last.action, last.arguments, last.tier, last.model) == ("get_user_details", {"user_id": "mia_li_3668"},
+    assert (last.action, last.arguments, last.tier, last.model) == ("get_user_details", {
+        "user_id": "mia_li_3668"},
                                                                     "remote", "stub-model")
     assert last.meta["gateway"]["undeclared"] == ["delete_everything"]
     assert last.cost == 100.0  # the policy's `tier remote cost 100`
@@ -109,7 +111,8 @@ def test_forwards_a_legal_call_and_offers_only_legal_tools(client, stub, served,
 
 def test_an_illegal_call_is_reasked_once_then_answered_with_the_fallback(client, stub, served, airline):
     before = len(receipts_of(served))
-    stub.behaviour, stub.illegal_action, stub.arguments = "illegal", "cancel_reservation", {"reservation_id": "ABC123"}
+    stub.behaviour, stub.illegal_action, stub.arguments = "illegal", "cancel_reservation", {
+        "reservation_id": "ABC123"}
     raw = client.chat.completions.with_raw_response.create(model="any", messages=START, tools=TOOLS)
     r = raw.parse()
     msg = r.choices[0].message
@@ -137,11 +140,13 @@ def test_bad_arguments_are_blocked_and_the_reask_can_fix_them(client, stub, serv
     assert calls_of(r.choices[0].message) == [("get_user_details", {"user_id": "mia_li_3668"})]
     assert len(stub.requests) == 2
     x = r.model_extra["x_zc"]
-    assert len(x["blocked"]) == 1 and "missing required argument `user_id`" in " ".join(x["blocked"][0]["reasons"])
+    assert len(x["blocked"]) == 1 and "missing required argument `user_id`" in " ".join(
+        x["blocked"][0]["reasons"])
 
 
 def test_one_illegal_call_among_several_blocks_the_message(client, stub, airline):
-    stub.calls = [("get_user_details", {"user_id": "mia_li_3668"}), ("cancel_reservation", {"reservation_id": "X"})]
+    stub.calls = [("get_user_details", {"user_id": "mia_li_3668"}),
+                  ("cancel_reservation", {"reservation_id": "X"})]
     r = client.chat.completions.create(model="any", messages=START, tools=TOOLS)
     assert r.choices[0].message.tool_calls is None and r.choices[0].message.content == FALLBACK_TEXT
 
@@ -159,7 +164,8 @@ def test_a_legal_call_the_harness_did_not_offer_never_reaches_it(client, stub, s
         got = client.chat.completions.create(model="any", messages=START, stream=stream, **kwargs)
         chunks = list(got) if stream else None
         message = None if stream else got.choices[0].message
-        calls = [t for c in chunks for t in c.choices[0].delta.tool_calls or ()] if stream else message.tool_calls
+        calls = ([t for c in chunks for t in c.choices[0].delta.tool_calls or ()] if stream
+                 else message.tool_calls)
         x = (chunks[-1] if stream else got).model_extra["x_zc"]
         assert not calls, kwargs
         assert len(stub.requests) == 2 and x["blocked"] and "not offered" in x["blocked"][0]["reasons"][0], x
@@ -280,15 +286,16 @@ def test_models_health_and_http_errors(served):
         for body, status, where in [(b"{nope", 400, "not JSON"), (b"[]", 400, "$: expected a JSON object"),
                                     (b'{"messages": []}', 400, "$.messages"),
                                     (b'{"messages": [{"role": "robot"}]}', 400, "$.messages[0].role"),
-                                    (b'{"messages": [{"role": "user", "content": "x"}], "tools": [{"x": 1}]}', 400,
-                                     "$.tools[0]"),
+                                    (b'{"messages": [{"role": "user", "content": "x"}], "tools": [{"x": 1}]}',
+                                     400, "$.tools[0]"),
                                     (b'{"messages": [{"role": "user", "content": "x"}], "n": 2}', 400, "$.n"),
-                                    (b'{"messages": [{"role": "user", "content": "x"}], "tool_choice": 5}', 400,
-                                     "$.tool_choice")]:
+                                    (b'{"messages": [{"role": "user", "content": "x"}], "tool_choice": 5}',
+                                     400, "$.tool_choice")]:
             r = h.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
             assert r.status_code == status, body
             assert where in r.json()["error"]["message"]
-        big = b'{"messages": [{"role": "user", "content": "' + b"x" * (served.gateway.max_body_bytes + 1) + b'"}]}'
+        big = (b'{"messages": [{"role": "user", "content": "' + b"x" * (served.gateway.max_body_bytes + 1)
+               + b'"}]}')
         r = h.post("/v1/chat/completions", content=big)
         assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
         assert h.get("/v1/nothing").status_code == 404
@@ -325,7 +332,8 @@ def test_the_compiler_answers_a_lookup_locally(desk, stub, stream):
     stub.reset()
     client = OpenAI(base_url=desk.base_url, api_key="unused", max_retries=0)
     if stream:
-        chunks = list(client.chat.completions.create(model="any", messages=START, tools=DESK_TOOLS, stream=True))
+        chunks = list(client.chat.completions.create(model="any", messages=START, tools=DESK_TOOLS,
+                                                     stream=True))
         calls = [t for c in chunks for t in c.choices[0].delta.tool_calls or ()]
         x = chunks[-1].model_extra["x_zc"]
     else:
@@ -347,7 +355,8 @@ def test_receipts_reimport_bit_for_bit(client, stub, served, airline, tmp_path):
                    {"content": "I found your profile. Which reservation?"},
                    {"answer": "get_reservation_details", "arguments": {"reservation_id": "ABC123"}}]
     ids = []
-    for follow in ({"role": "tool", "tool_call_id": "call_0", "content": '{"name": "Mia", "reservations": ["ABC123"]}'},
+    for follow in ({"role": "tool", "tool_call_id": "call_0",
+                    "content": '{"name": "Mia", "reservations": ["ABC123"]}'},
                    {"role": "user", "content": "ABC123 please"}, None):
         r = client.chat.completions.create(model="any", messages=convo, tools=TOOLS)
         ids.append(r.model_extra["x_zc"]["receipt"])
@@ -395,7 +404,8 @@ def test_concurrent_requests_each_get_their_own_decision_and_receipt(client, stu
 def desk_extract(messages, index, conversation):
     """A harness's own extractor: the desk's state from the number of user messages alone."""
     users = sum(1 for m in messages[:index] if m.get("role") == "user")
-    return {"prev": {"role": messages[index - 1]["role"]}, "user_turns": users, "history": ["list_all_airports"]}
+    return {"prev": {"role": messages[index - 1]["role"]}, "user_turns": users,
+            "history": ["list_all_airports"]}
 
 
 def test_a_harness_extractor_decides_the_state_as_the_importer_would(stub, tmp_path):
@@ -434,7 +444,8 @@ def test_a_developer_message_is_a_system_message(client, stub, served, airline, 
     assert got.state["prev"] == {"role": "system"}
     assert got.state == default_extract([{"role": "system", "content": "x"}], 1, {})
     log = tmp_path / "chat.jsonl"
-    log.write_text(json.dumps({"id": "c", "messages": [*messages, {"role": "assistant", "content": "Hello!"}]}) + "\n")
+    log.write_text(json.dumps({"id": "c", "messages": [*messages,
+                                                       {"role": "assistant", "content": "Hello!"}]}) + "\n")
     (imported,) = import_chat(log, policy=airline)
     assert msgspec.json.encode(imported.state) == msgspec.json.encode(got.state)
 
@@ -450,12 +461,14 @@ def test_time_queued_for_a_worker_counts_against_the_deadline(airline, stub, tmp
     stub.behaviour, stub.delay_ms, stub.answer, stub.arguments = "slow", 600.0, "get_user_details", {
         "user_id": "mia_li_3668"}
     timeout_ms = 800
-    gw = Gateway(airline, stub.base_url, "stub-model", receipts=tmp_path / "r.jsonl", timeout_ms=timeout_ms, workers=1)
+    gw = Gateway(airline, stub.base_url, "stub-model", receipts=tmp_path / "r.jsonl", timeout_ms=timeout_ms,
+                 workers=1)
 
     def ask(i: int):
         t = time.perf_counter()
         r = httpx.post(f"{srv.base_url}/chat/completions", timeout=10, json={
-            "model": "m", "tools": TOOLS, "messages": [START[0], {"role": "user", "content": f"I am user_{i}_1000."}]})
+            "model": "m", "tools": TOOLS, "messages": [START[0],
+                                                       {"role": "user", "content": f"I am user_{i}_1000."}]})
         return r.status_code, time.perf_counter() - t, r.json()
 
     with Running(gw) as srv, ThreadPoolExecutor(6) as pool:
@@ -466,7 +479,7 @@ def test_time_queued_for_a_worker_counts_against_the_deadline(airline, stub, tmp
     # 1 s of slack: six client threads, the server and its worker share one interpreter, and the
     # suite's other workers its 2 cores (0.5 s was exceeded once under `make test`)
     assert max(dt for _, dt, _ in got) < timeout_ms / 1000 + 1.0, [round(dt, 3) for _, dt, _ in got]
-    for status, _, body in got:
+    for _, _, body in got:
         assert body["x_zc"]["receipt"], body  # every response names its receipt
     assert len(list(read(tmp_path / "r.jsonl"))) == 6
 
@@ -504,12 +517,13 @@ def test_compressed_request_bodies(client, stub, served):
     body = json.dumps({"model": "m", "messages": START, "tools": TOOLS}).encode()
     url = f"{served.base_url}/chat/completions"
     for encoding, data in (("gzip", gzip.compress(body)), ("deflate", zlib.compress(body))):
-        r = httpx.post(url, content=data, headers={"content-encoding": encoding, "content-type": "application/json"})
+        r = httpx.post(url, content=data, headers={"content-encoding": encoding,
+                                                   "content-type": "application/json"})
         assert r.status_code == 200 and r.json()["choices"][0]["message"]["tool_calls"], r.text
     bomb = gzip.compress(b'{"messages": "' + b" " * (served.gateway.max_body_bytes * 4) + b'"}')
     assert len(bomb) < served.gateway.max_body_bytes // 100
-    for data, encoding, status in ((bomb, "gzip", 413), (body, "gzip", 400), (gzip.compress(body)[:-9], "gzip", 400),
-                                   (body, "br", 415)):
+    for data, encoding, status in ((bomb, "gzip", 413), (body, "gzip", 400),
+                                   (gzip.compress(body)[:-9], "gzip", 400), (body, "br", 415)):
         r = httpx.post(url, content=data, headers={"content-encoding": encoding})
         assert r.status_code == status, (encoding, r.text)
         assert r.json()["error"]["message"]

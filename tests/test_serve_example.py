@@ -10,7 +10,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_gateway_example_runs(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "examples.gateway.run", "--conversations", "0", "--out", str(tmp_path)],
+    run = subprocess.run([sys.executable, "-m", "examples.gateway.run", "--conversations", "0", "--out",
+                          str(tmp_path)],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     out = run.stdout

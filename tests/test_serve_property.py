@@ -68,7 +68,8 @@ def typed(params, text) -> st.SearchStrategy[dict]:
              "list": st.lists(st.integers(0, 3), max_size=3), "text": text}
     value = lambda p: st.sampled_from(p.members) if p.kind == "enum" else kinds[p.kind]  # noqa: E731
     return st.fixed_dictionaries({p.name: value(p) for p in params if not p.optional},
-                                 optional={p.name: st.one_of(st.none(), value(p)) for p in params if p.optional})
+                                 optional={p.name: st.one_of(st.none(), value(p)) for p in params
+                                           if p.optional})
 
 
 @st.composite
@@ -85,8 +86,9 @@ def a_call(draw, policy, names, anything, text):
 values = st.one_of(st.sampled_from(["mia_li_3668", "ABC123", "JFK", "2024-05-01", ""]), st.integers(-3, 3),
                    st.booleans(), st.none(), st.lists(st.just("x"), max_size=2))
 arguments = st.one_of(
-    st.dictionaries(st.sampled_from(["user_id", "reservation_id", "origin", "destination", "date", "expression",
-                                     "thought", "summary", "amount", "bogus"]), values, max_size=4),
+    st.dictionaries(st.sampled_from(["user_id", "reservation_id", "origin", "destination", "date",
+                                     "expression", "thought", "summary", "amount", "bogus"]), values,
+                    max_size=4),
     st.just("{not json"), st.just("[1, 2]"))
 
 
@@ -109,7 +111,8 @@ conversations = st.builds(lambda steps: [{"role": "system", "content": "airline 
 
 
 CHOICES = st.sampled_from([None, "auto", "none", "required", *({"type": "function", "function": {"name": n}}
-                                                                for n in ("get_user_details", "cancel_reservation"))])
+                                                                for n in ("get_user_details",
+                                                                          "cancel_reservation"))])
 
 
 def allowed_by(choice, offer: list[str], name: str) -> bool:
@@ -117,7 +120,8 @@ def allowed_by(choice, offer: list[str], name: str) -> bool:
     offered (`offer`), and allowed by its `tool_choice` (one naming any other tool counts as "auto")."""
     if name not in offer or choice == "none":
         return False
-    return not isinstance(choice, dict) or choice["function"]["name"] not in offer or choice["function"]["name"] == name
+    return (not isinstance(choice, dict) or choice["function"]["name"] not in offer
+            or choice["function"]["name"] == name)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -136,8 +140,8 @@ def test_every_returned_call_passes_policy_check(setup, messages, first, second,
     extra = {"tool_choice": choice} if choice is not None and tools else {}
     try:
         if stream:
-            chunks = list(client.chat.completions.create(model="m", messages=messages, tools=tools, stream=True,
-                                                         **extra))
+            chunks = list(client.chat.completions.create(model="m", messages=messages, tools=tools,
+                                                         stream=True, **extra))
             calls = [t.function for c in chunks for t in c.choices[0].delta.tool_calls or ()]
             x = chunks[-1].model_extra["x_zc"]
         else:
@@ -151,7 +155,8 @@ def test_every_returned_call_passes_policy_check(setup, messages, first, second,
     for call in calls:
         verdict = POLICY.check(state, call.name, json.loads(call.arguments))
         assert verdict.allowed, verdict.reasons
-        assert allowed_by(extra.get("tool_choice"), [n for n in offer if n in legal], call.name), (call, offer, choice)
+        assert allowed_by(extra.get("tool_choice"), [n for n in offer if n in legal],
+                          call.name), (call, offer, choice)
     for sent in stub.requests:  # the re-ask repeats the offer of the original request
         assert {t["function"]["name"] for t in sent.get("tools", ())} <= legal & set(offer)
         assert not any(isinstance(m.get("content"), str) and m["content"].startswith(REFUSED)
@@ -190,8 +195,8 @@ def _answer(client: OpenAI, messages: list[dict], tools: list[dict] | None, inte
     extra = {"x_zc": {"intent": intent}} if intent else None
     try:
         if stream:
-            chunks = list(client.chat.completions.create(model="m", messages=messages, tools=tools, stream=True,
-                                                         extra_body=extra))
+            chunks = list(client.chat.completions.create(model="m", messages=messages, tools=tools,
+                                                         stream=True, extra_body=extra))
             return 200, [t.function for c in chunks for t in c.choices[0].delta.tool_calls or ()], \
                 chunks[-1].model_extra["x_zc"]
         r = client.chat.completions.create(model="m", messages=messages, tools=tools, extra_body=extra)
@@ -229,19 +234,22 @@ def test_random_policies_every_returned_call_passes_policy_check(stub, tmp_path_
                 stream = data.draw(st.booleans())
                 stub.reset()
                 stub.script = list(script)
-                messages = [{"role": "system", "content": json.dumps(state)}, {"role": "user", "content": "go"}]
+                messages = [{"role": "system", "content": json.dumps(state)},
+                            {"role": "user", "content": "go"}]
                 status, returned, x = _answer(client, messages, offer or None, intent, stream)
                 event(f"{status}, rung {x.get('rung') if status == 200 else '-'}, "
                       f"{'a call' if returned else 'no call'}")
                 if status != 200:  # only a broken upstream answers an error
-                    assert status in (502, 504) and any(r.get("behaviour") in FAILURES for r in script), (status, x)
+                    assert status in (502, 504) and any(r.get("behaviour") in FAILURES
+                                                        for r in script), (status, x)
                 names = {t["function"]["name"] for t in offer}
                 for call in returned:
                     verdict = policy.check(state, call.name, json.loads(call.arguments), intent)
                     assert verdict.allowed, (src, state, intent, call, verdict.reasons)
                     assert call.name in names, (src, state, call.name, names)  # only what the harness offered
                 for sent in stub.requests:  # the re-ask repeats the offer of the original request
-                    assert {t["function"]["name"] for t in sent.get("tools", ())} <= set(legal) & names, (src, state)
+                    assert {t["function"]["name"] for t in sent.get("tools", ())} <= set(legal) & names, (
+                        src, state)
                 written = list(read(receipts))
                 assert len(written) == n  # exactly one receipt per request, errors included
                 assert written[-1].state == json.loads(messages[0]["content"])  # the extractor's state

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import zcompile
 from openai_stub import OpenAIStub
 from trickle import trickle
+
+import zcompile
 from zcompile.gateway import Gateway, Running
 
 ROOT = Path(__file__).resolve().parents[1]

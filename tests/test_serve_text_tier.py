@@ -43,7 +43,8 @@ def served(policy, stubs, tmp_path_factory):
     writer, _ = stubs
     folder = tmp_path_factory.mktemp("text")
     toml = folder / "tiers.toml"  # bound as `zc serve --tiers` binds it
-    toml.write_text(f'[tiers.writer]\nbase_url = "{writer.base_url}"\nmodel = "small-writer"\ntimeout_ms = 2000\n')
+    toml.write_text(f'[tiers.writer]\nbase_url = "{writer.base_url}"\nmodel = "small-writer"\ntimeout_ms = '
+                    '2000\n')
     picks = Picks("respond")
     gw = Gateway(policy, stubs[1].base_url, "big-upstream", specialists=picks, tiers=load_tiers(toml, policy),
                  receipts=folder / "receipts.jsonl", timeout_ms=3000)
@@ -136,7 +137,8 @@ def test_the_text_tier_is_not_asked_for_calls(client, stubs, served):
 
 def test_the_upstream_is_never_bound_to_the_text_tier(policy, stubs):
     last = zcompile.compile_text(SOURCE.replace("route default: use specialist, writer, remote",
-                                                "tier late cost 1 text\nroute default: use specialist, remote")
+                                                "tier late cost 1 text\nroute default: use specialist, "
+                                                "remote")
                                  .replace("cost 5   text", "cost 5"), "t.zc")
     gw = Gateway(last, stubs[1].base_url, "m")  # `late`, declared last, is the text tier: not the upstream's
     assert gw.upstream_tier == "remote"
@@ -154,8 +156,8 @@ def test_zc_serve_binds_the_text_tier_from_tiers_toml(tmp_path, monkeypatch):
     toml = tmp_path / "tiers.toml"
     toml.write_text('[tiers.writer]\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "small-writer"\n')
     policy = str(Path(__file__).resolve().parent / "fixtures" / "text_tier.zc")
-    args = ["serve", "--policy", policy, "--upstream", "http://127.0.0.1:9/v1", "--model", "big", "--tiers", str(toml),
-            "--receipts", str(tmp_path / "r.jsonl")]
+    args = ["serve", "--policy", policy, "--upstream", "http://127.0.0.1:9/v1", "--model", "big", "--tiers",
+            str(toml), "--receipts", str(tmp_path / "r.jsonl")]
     served = []
     monkeypatch.setattr(zcompile.gateway, "serve", lambda gateway, host, port: served.append(gateway))
     r = CliRunner().invoke(main, args)

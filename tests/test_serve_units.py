@@ -7,9 +7,9 @@ import re
 from pathlib import Path
 
 import pytest
+from openai_stub import OpenAIStub
 
 import zcompile
-from openai_stub import OpenAIStub
 from zcompile import ZcError
 from zcompile.gateway.request import BadRequest, forwarded, parse
 from zcompile.gateway.upstream import assemble
@@ -26,7 +26,8 @@ def fn(name: str, **extra) -> dict:
 
 def test_filter_tools_keeps_the_legal_declared_tools_in_order():
     tools = [fn("cancel_reservation"), fn("get_user_details"), fn("rm_rf"), {"name": "calculate"}]
-    assert POLICY.filter_tools(tools, START) == [tools[1], tools[3]]  # cancel: not legal yet; rm_rf: undeclared
+    # cancel: not legal yet; rm_rf: undeclared
+    assert POLICY.filter_tools(tools, START) == [tools[1], tools[3]]
     later = {**START, "history": ["get_reservation_details"], "turn": 1, "user_turns": 2}
     assert [t["function"]["name"] for t in POLICY.filter_tools(tools[:2], later)] == ["cancel_reservation",
                                                                                      "get_user_details"]
@@ -58,9 +59,10 @@ def test_the_tier_offers_the_given_tools_schemas_and_the_router_checks_the_call(
         offered = {t["function"]["name"]: t["function"] for t in stub.requests[-1]["tools"]}
         assert offered["get_user_details"]["parameters"] == schema  # the harness's schema, not the signature
         assert offered["get_user_details"]["description"] == "Find a user by id."
-        assert offered["get_reservation_details"]["parameters"]["required"] == ["reservation_id"]  # the signature
-        assert (d.kind, d.action, d.arguments, d.tier) == ("call", "get_user_details", {"user_id": "mia_li_3668"},
-                                                           "remote")
+        # the signature
+        assert offered["get_reservation_details"]["parameters"]["required"] == ["reservation_id"]
+        assert (d.kind, d.action, d.arguments, d.tier) == ("call", "get_user_details",
+                                                           {"user_id": "mia_li_3668"}, "remote")
         stub.arguments = {"user_id": 7}  # legal action, arguments the policy refuses
         d = router.decide(START)
         assert d.tier == "fallback" and d.rungs[-1].cause == "illegal"
@@ -69,18 +71,20 @@ def test_the_tier_offers_the_given_tools_schemas_and_the_router_checks_the_call(
 
 
 def test_a_complete_router_goes_past_a_bare_name():
-    p = zcompile.compile_text("policy p\nstate { x: bool = false }\naction look(id: text)\naction respond tags(reply)\n"
-                              "fallback respond\nrule r: forbid respond when x == false\n")
+    p = zcompile.compile_text("policy p\nstate { x: bool = false }\naction look(id: text)\naction respond "
+                              "tags(reply)\nfallback respond\nrule r: forbid respond when x == false\n")
     assert Router(p).decide({}).kind == "name"  # the compiler's single legal action, arguments unknown
     d = Router(p, complete=True).decide({})
-    assert (d.tier, d.action) == ("none", None)  # the name is recorded, not accepted; the fallback is not legal
+    # the name is recorded, not accepted; the fallback is not legal
+    assert (d.tier, d.action) == ("none", None)
     assert d.rungs[0].kind == "name" and d.receipt.action is None
 
 
 def test_the_forwarded_body_drops_zc_fields_and_unoffered_tool_choice():
     raw = (b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.2, "x_zc": {},'
            b' "tools": [{"type": "function", "function": {"name": "a"}}, {"type": "function", "function":'
-           b' {"name": "b"}}], "tool_choice": {"type": "function", "function": {"name": "b"}}, "stream": true}')
+           b' {"name": "b"}}], "tool_choice": {"type": "function", "function": {"name": "b"}}, "stream": '
+           b'true}')
     req = parse(raw)
     body = forwarded(req, req.tools[:1])
     assert body["tool_choice"] == "auto" and body["tools"] == req.tools[:1]
@@ -121,7 +125,8 @@ def test_zc_serve_refuses_bad_setups_without_a_traceback():
     r = runner.invoke(main, ["serve", "--policy", str(ROOT / "policies" / "airline_chat.zc"), "--upstream",
                              "http://127.0.0.1:9/v1", "--model", "m", "--upstream-tier", "specialist2"])
     assert r.exit_code == 1 and "declares no tier `specialist2` (did you mean `specialist`?)" in r.output
-    assert runner.invoke(main, ["serve", "--model", "m"]).exit_code == 2  # usage: --policy, --upstream missing
+    # usage: --policy, --upstream missing
+    assert runner.invoke(main, ["serve", "--model", "m"]).exit_code == 2
 
 
 def test_a_failed_setup_leaves_no_receipts_file(tmp_path):
@@ -144,6 +149,7 @@ def test_zc_serve_on_a_busy_port_exits_1(tmp_path):
         policy = str(ROOT / "policies" / "airline_chat.zc")
         run = subprocess.run([sys.executable, "-m", "zcompile", "serve", "--policy", policy,
                               "--upstream", "http://127.0.0.1:9/v1", "--model", "m", "--port", str(port),
-                              "--receipts", str(tmp_path / "r.jsonl")], capture_output=True, text=True, timeout=60)
+                              "--receipts", str(tmp_path / "r.jsonl")], capture_output=True, text=True,
+                             timeout=60)
     assert run.returncode == 1 and f"error: cannot listen on 127.0.0.1:{port}" in run.stderr
     assert "Traceback" not in run.stderr

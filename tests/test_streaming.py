@@ -84,7 +84,7 @@ def test_features_are_written_in_float32_chunks_identical_to_rows(policy, receip
     parts = D.split_by_task(D.load([receipts], policy).decisions)
     rec = recipe("logistic", 0, F.spec_for(policy.ir), policy, {}, 3)
     rec.prepare(parts["train"] + parts["calibration"])
-    x = E.Local().inputs(rec, parts, tmp_path, D.Report())
+    x = E.Local().inputs(rec, parts, tmp_path, D.Progress())
     for p in D.PARTS:
         assert isinstance(x[p], np.memmap) and x[p].dtype == np.float32
         rows = np.stack([rec.fz.row(d.root, d.legal) for d in parts[p]])
@@ -110,7 +110,8 @@ def test_parquet_receipts_distil_like_json_lines(policy, receipts, tmp_path):
     write_file(tmp_path / "r.parquet", read(receipts))
     a = Q.distill([receipts], policy, tmp_path / "a", Q.Settings(model="logistic")).manifest
     b = Q.distill([tmp_path / "r.parquet"], policy, tmp_path / "b", Q.Settings(model="logistic")).manifest
-    assert (a.splits, a.features, a.threshold, a.calibration) == (b.splits, b.features, b.threshold, b.calibration)
+    assert (a.splits, a.features, a.threshold,
+            a.calibration) == (b.splits, b.features, b.threshold, b.calibration)
     assert a.model.sha256 == b.model.sha256
     assert msgspec.json.encode(a.metrics["coverage"]) == msgspec.json.encode(b.metrics["coverage"])
 

@@ -93,7 +93,8 @@ def test_a_cabin_change_changes_the_bag_allowance(db, policy):
     assert check(policy, w, "update_reservation_baggages", {**bags, "nonfree_baggages": 1}).allowed
     w.apply("update_reservation_flights", {"reservation_id": "FQ8APE", "cabin": "economy",
             "flights": [{"flight_number": "HAT056", "date": "2024-05-25"},
-                        {"flight_number": "HAT138", "date": "2024-05-25"}], "payment_id": "gift_card_8190333"})
+                        {"flight_number": "HAT138", "date": "2024-05-25"}],
+                                           "payment_id": "gift_card_8190333"})
     assert check(policy, w, "update_reservation_baggages", bags).allowed
     w.apply("update_reservation_baggages", bags)
     assert [r.rule for r in check(policy, w, "update_reservation_baggages",
@@ -103,7 +104,8 @@ def test_a_cabin_change_changes_the_bag_allowance(db, policy):
 def test_flight_changes_basic_economy_route_and_payment(db, policy):
     w = AirlineWorld(db, "")
     base = {"reservation_id": "XEHM4B", "cabin": "basic_economy", "payment_id": "credit_card_2408938"}
-    moved = [{"flight_number": "HAT007", "date": "2024-05-19"}, {"flight_number": "HAT174", "date": "2024-05-29"}]
+    moved = [{"flight_number": "HAT007", "date": "2024-05-19"},
+             {"flight_number": "HAT174", "date": "2024-05-29"}]
     s = w.state("update_reservation_flights", {**base, "flights": moved}, set())
     assert s["call"] == {"payment_in_profile": True, "payment_kind": "credit_card", "flights_changed": True,
                          "same_route": True, "new_flights_unavailable": 0}
@@ -111,9 +113,12 @@ def test_flight_changes_basic_economy_route_and_payment(db, policy):
     assert [r.rule for r in v.reasons] == ["basic_economy_fixed"]
     # economy may change flights, but only with a payment method from the profile
     econ = {**base, "reservation_id": "59XX6W", "cabin": "economy", "payment_id": "gift_card_0000000",
-            "flights": [{"flight_number": "HAT005", "date": "2024-05-20"}, {"flight_number": "HAT178", "date": "2024-05-30"}]}
-    assert [r.rule for r in check(policy, w, "update_reservation_flights", econ).reasons] == ["change_payment"]
-    assert check(policy, w, "update_reservation_flights", {**econ, "payment_id": "credit_card_2408938"}).allowed
+            "flights": [{"flight_number": "HAT005", "date": "2024-05-20"},
+                        {"flight_number": "HAT178", "date": "2024-05-30"}]}
+    assert [r.rule for r in check(policy, w, "update_reservation_flights",
+                                  econ).reasons] == ["change_payment"]
+    assert check(policy, w, "update_reservation_flights", {**econ,
+                                                           "payment_id": "credit_card_2408938"}).allowed
 
 
 def test_flown_reservation_cannot_change_cabin_or_cancel(db, policy):
@@ -121,8 +126,10 @@ def test_flown_reservation_cannot_change_cabin_or_cancel(db, policy):
     up = {"reservation_id": "4XGCCM", "cabin": "economy", "payment_id": "credit_card_4074252",
           "flights": [{"flight_number": f["flight_number"], "date": f["date"]}
                       for f in db["reservations"]["4XGCCM"]["flights"]]}
-    assert [r.rule for r in check(policy, w, "update_reservation_flights", up).reasons] == ["cabin_before_flying"]
-    assert [r.rule for r in check(policy, w, "cancel_reservation", {"reservation_id": "4XGCCM"}).reasons] == ["not_flown"]
+    assert [r.rule for r in check(policy, w, "update_reservation_flights",
+                                  up).reasons] == ["cabin_before_flying"]
+    assert [r.rule for r in check(policy, w, "cancel_reservation", {"reservation_id": "4XGCCM"}).reasons] == [
+        "not_flown"]
 
 
 def test_booking_passengers_payments_and_bags(db, policy):
@@ -173,7 +180,8 @@ def test_bad_tasks_file(tmp_path, content, message):
 
 
 def test_cli_bad_db_is_a_clear_error(tmp_path, capsys):
-    rc = conformance.main(["--domain", "airline", "--tasks", str(FIXTURE / "tasks.json"), "--db", str(tmp_path)])
+    rc = conformance.main(["--domain", "airline", "--tasks", str(FIXTURE / "tasks.json"), "--db",
+                           str(tmp_path)])
     assert rc == 1
     err = capsys.readouterr().err
     assert "not an airline database (no users.json" in err and "Traceback" not in err
@@ -189,7 +197,8 @@ def test_full_airline_conformance(capsys):
     # the one data error (README): task 39 cancels MSJ4OA, economy with insurance, booked 10 days
     # before, for a reason insurance does not cover ("give up your seat for someone else")
     [err] = report["illegal"]
-    assert (err["task"], err["action"], err["arguments"]) == ("39", "cancel_reservation", {"reservation_id": "MSJ4OA"})
+    assert (err["task"], err["action"], err["arguments"]) == ("39", "cancel_reservation",
+                                                              {"reservation_id": "MSJ4OA"})
     assert [r["rule"] for r in err["reasons"]] == ["cancel_eligible"]
     assert report["refusals_checked"] == report["refusals_blocked"] == 22
     assert all(r["rules"] for r in report["refusals"])
@@ -197,7 +206,8 @@ def test_full_airline_conformance(capsys):
 
 @pytest.mark.parametrize("content, message", [
     ("[]", r"refusals.json: \$: expected"),
-    ('{"cases": [{"task": 7, "call": {"name": "cancel_reservation"}}]}', r"\$\.cases\[0\]\.task: expected the task id"),
+    ('{"cases": [{"task": 7, "call": {"name": "cancel_reservation"}}]}',
+     r"\$\.cases\[0\]\.task: expected the task id"),
     ('{"cases": [{"task": "7", "call": {"arguments": {}}}]}', r"\$\.cases\[0\]\.call: expected"),
 ])
 def test_bad_refusals_file(tmp_path, content, message):

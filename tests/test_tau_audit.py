@@ -22,8 +22,10 @@ RESERVATION = {"reservation_id": "AB12CD", "user_id": "u1", "origin": "JFK", "de
                "flight_type": "one_way", "cabin": "economy", "insurance": "no", "total_baggages": 0,
                "nonfree_baggages": 0, "created_at": "2024-05-10T10:00:00",
                "passengers": [{"first_name": "A", "last_name": "B", "dob": "1990-01-01"}],
-               "flights": [{"flight_number": "HAT001", "date": "2024-05-14", "origin": "JFK", "destination": "ATL"},
-                           {"flight_number": "HAT002", "date": "2024-05-20", "origin": "ATL", "destination": "SEA"}]}
+               "flights": [{"flight_number": "HAT001", "date": "2024-05-14", "origin": "JFK",
+                            "destination": "ATL"},
+                           {"flight_number": "HAT002", "date": "2024-05-20", "origin": "ATL",
+                            "destination": "SEA"}]}
 
 
 def test_observed_world_knows_only_what_tools_showed():
@@ -35,7 +37,8 @@ def test_observed_world_knows_only_what_tools_showed():
     assert res["segments_flown"] == 1  # dated before 2024-05-15: flown
     assert res["segments_cancelled"] is None  # no search showed the status: unknown (null = absent)
     w.observe("search_direct_flight", {"origin": "ATL", "destination": "SEA", "date": "2024-05-20"},
-              json.dumps([{"flight_number": "HAT002", "origin": "ATL", "destination": "SEA", "status": "available"}]))
+              json.dumps([{"flight_number": "HAT002", "origin": "ATL", "destination": "SEA",
+                           "status": "available"}]))
     assert w.status("HAT002", "2024-05-20") == "available"
     w.observe("get_user_details", {"user_id": "u1"}, "Error: user not found")  # errors teach nothing
     assert "user" not in w.state("cancel_reservation", {"reservation_id": "AB12CD"}, set())

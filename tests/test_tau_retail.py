@@ -58,7 +58,8 @@ def test_nothing_before_authentication(db, policy):
     # another user's order: the lookup and any write are refused
     other = {"order_id": "#W5490111"}  # mia_garcia_4516's
     assert rules(policy, w, history, "get_order_details", other) == ["one_user_lookups"]
-    assert "one_user" in rules(policy, w, history, "cancel_pending_order", {**other, "reason": "no longer needed"})
+    assert "one_user" in rules(policy, w, history, "cancel_pending_order",
+                               {**other, "reason": "no longer needed"})
 
 
 def test_cancel_reason_is_the_argument_type_and_status_must_be_pending(db, policy):
@@ -83,7 +84,8 @@ def test_refund_goes_to_the_original_method_or_a_gift_card(db, policy):
     assert rules(policy, w, history, "return_delivered_order_items", ret) == []
     others = [p for p in db["users"]["fatima_johnson_7581"]["payment_methods"].values() if p["id"] != paid]
     for pm in others:
-        got = rules(policy, w, history, "return_delivered_order_items", {**ret, "payment_method_id": pm["id"]})
+        got = rules(policy, w, history, "return_delivered_order_items",
+                    {**ret, "payment_method_id": pm["id"]})
         assert got == ([] if pm["source"] == "gift_card" else ["refund_destination"]), pm
     assert rules(policy, w, history, "return_delivered_order_items", {**ret, "item_ids": ["123"]}) == \
         ["return_delivered"]

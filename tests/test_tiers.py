@@ -222,7 +222,9 @@ def test_slow_but_in_time_answers(stub):
     assert ans.outcome == "answered" and ans.latency_ms >= 50
 
 
-SLACK_S = 1.0  # what a loaded machine (the suite on 2 cores) may add past a deadline; a trickle that outlived it would add ten seconds or more
+# what a loaded machine (the suite on 2 cores) may add past a deadline; a trickle that outlived it would add
+# ten seconds or more
+SLACK_S = 1.0
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -331,8 +333,8 @@ def property_tiers(server):
 @settings(max_examples=60, deadline=None)
 @given(legal=_legal, behaviour=st.sampled_from(FAST_BEHAVIOURS), mode=st.sampled_from(MODES),
        answer=st.one_of(st.none(), st.integers(0, 11)), illegal=st.one_of(st.none(), _name))
-def test_property_never_an_action_outside_the_legal_set(server, property_tiers, legal, behaviour, mode, answer,
-                                                        illegal):
+def test_property_never_an_action_outside_the_legal_set(server, property_tiers, legal, behaviour, mode,
+                                                        answer, illegal):
     server.reset(behaviour)
     server.answer = answer % len(legal) if answer is not None else None
     server.illegal_action = illegal

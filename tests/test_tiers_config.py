@@ -1,4 +1,5 @@
-"""tiers.toml read as untrusted input: a regular file, bounded nesting, tier names checked against the policy."""
+"""tiers.toml read as untrusted input: a regular file, bounded nesting, tier names checked against the
+policy."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def test_a_tier_name_typo_gets_did_you_mean_and_the_file(tmp_path, policy):
     path.write_text(TABLE.format("small") + TABLE.format("lrage"))
     with pytest.raises(ZcError) as e:
         load_tiers(path, policy)
-    assert str(e.value) == f"{path}: [tiers.lrage]: policy `p` declares no tier `lrage` (did you mean `large`?)"
+    assert str(e.value) == (f"{path}: [tiers.lrage]: policy `p` declares no tier `lrage` (did you mean "
+                            "`large`?)")
     path.write_text(TABLE.format("remote"))
     with pytest.raises(ZcError, match=r"declares no tier `remote` \(it declares small, large\)"):
         load_tiers(path, policy)
@@ -47,7 +49,8 @@ def test_a_tier_name_typo_gets_did_you_mean_and_the_file(tmp_path, policy):
 
 def test_the_specialists_rung_cannot_be_bound_to_an_llm(tmp_path):
     """`specialist` is a rung the router fills with specialists: an LLM bound to it would be ignored."""
-    policy = zcompile.compile_text(POLICY.replace("tier small", "tier specialist").replace("use small", "use specialist"),
+    policy = zcompile.compile_text(POLICY.replace("tier small",
+                                                  "tier specialist").replace("use small", "use specialist"),
                                    "p.zc")
     path = tmp_path / "tiers.toml"
     path.write_text(TABLE.format("specialist"))
@@ -57,7 +60,8 @@ def test_the_specialists_rung_cannot_be_bound_to_an_llm(tmp_path):
         zcompile.Router(policy, tiers={"specialist": object()})
 
 
-@pytest.mark.parametrize("name, hint", [("lrage", "(did you mean `large`?)"), ("remote", "(it declares small, large)")])
+@pytest.mark.parametrize("name, hint", [("lrage", "(did you mean `large`?)"),
+                                        ("remote", "(it declares small, large)")])
 def test_a_router_built_in_python_refuses_a_typo_as_tiers_toml_does(tmp_path, policy, name, hint):
     """One check, one message: `Router(tiers=…)` says what tiers.toml says, without the file."""
     from zcompile.tiers import TierAnswer
@@ -74,7 +78,8 @@ def test_a_router_built_in_python_refuses_a_typo_as_tiers_toml_does(tmp_path, po
         zcompile.Router(policy, tiers={"small": Tier(), name: Tier()})
     assert str(from_python.value) == f"policy `p` declares no tier `{name}` {hint}"
     assert str(from_file.value) == f"{path}: [tiers.{name}]: {from_python.value}"
-    assert zcompile.Router(policy, tiers={"small": Tier(), "large": Tier()}).tiers.keys() == {"small", "large"}
+    assert zcompile.Router(policy, tiers={"small": Tier(), "large": Tier()}).tiers.keys() == {
+        "small", "large"}
 
 def test_route_names_the_tiers_file_on_a_typo(tmp_path):
     (tmp_path / "p.zc").write_text(POLICY)
@@ -83,7 +88,8 @@ def test_route_names_the_tiers_file_on_a_typo(tmp_path):
     res = CliRunner().invoke(main, ["route", "--policy", str(tmp_path / "p.zc"), "--tiers",
                                     str(tmp_path / "tiers.toml"), "--state", str(tmp_path / "s.json")])
     assert res.exit_code == 1
-    assert f"{tmp_path / 'tiers.toml'}: [tiers.smal]: policy `p` declares no tier `smal` (did you mean `small`?)" \
+    assert (f"{tmp_path / 'tiers.toml'}: [tiers.smal]: policy `p` declares no tier `smal` (did you mean "
+            "`small`?)") \
         in res.stderr
 
 

@@ -16,8 +16,7 @@ from zcompile.driver import compile_file, compile_text
 from zcompile.errors import ZcError
 from zcompile.parse import parse
 from zcompile.source import Source
-from zcompile.tools import (RESERVED, import_tools, openai_tools, read_tools, signature_schema,
-                            signature_text)
+from zcompile.tools import RESERVED, import_tools, openai_tools, read_tools, signature_schema, signature_text
 
 ROOT = Path(__file__).parents[1]
 POLICIES = sorted((ROOT / "policies").glob("*.zc")) + sorted((ROOT / "tests" / "golden" / "ok").glob("*.zc"))
@@ -143,7 +142,8 @@ def test_mcp_tools_list_result_in_json_rpc():
     p = {x.name: x for x in signatures(text)["read_file"][0]}
     assert signatures(text)["read_file"][2] == ("read",)
     assert (p["path"].kind, p["path"].optional) == ("text", False)
-    assert (p["encoding"].kind, p["encoding"].members, p["encoding"].optional) == ("enum", ("utf8", "latin1"), True)
+    assert (p["encoding"].kind, p["encoding"].members, p["encoding"].optional) == ("enum", (
+        "utf8", "latin1"), True)
     assert (p["limit"].kind, p["limit"].optional) == ("int", True)
     assert signatures(text)["rm"] == ((), None, ("destructive",))
     assert [str(w) for w in warnings] == [
@@ -172,7 +172,8 @@ def test_lossy_mappings_are_warned_at_their_path():
      "$[0].parameters.properties.o", "object argument"),
     ([{"name": "t", "parameters": {"properties": {"u": {"type": ["string", "integer"]}}}}],
      "$[0].parameters.properties.u.type", "union of types"),
-    ([{"name": "t", "parameters": {"properties": {"u": {"oneOf": [{"type": "string"}, {"type": "integer"}]}}}}],
+    ([{"name": "t", "parameters": {"properties": {"u": {"oneOf": [{"type": "string"}, {
+        "type": "integer"}]}}}}],
      "$[0].parameters.properties.u.oneOf", "union of 2 types"),
     ([{"name": "t", "parameters": {"properties": {"r": {"$ref": "#/$defs/R"}}}}],
      "$[0].parameters.properties.r.$ref", "`$ref`"),
@@ -312,7 +313,8 @@ def test_check_tools_drift_in_machine_formats(tmp_path, fmt):
     assert res.exit_code == 1
     out = json.loads(res.stdout)
     if fmt == "json":
-        codes = [(d["code"], d["location"]["line"]) for d in out["diagnostics"] if d["code"].startswith("ZC05")]
+        codes = [(d["code"], d["location"]["line"]) for d in out["diagnostics"]
+                 if d["code"].startswith("ZC05")]
     else:
         codes = [(r["ruleId"], r["locations"][0]["physicalLocation"]["region"]["startLine"])
                  for r in out["runs"][0]["results"] if r["ruleId"].startswith("ZC05")]
@@ -324,8 +326,10 @@ def test_check_tools_missing_argument_and_clean_policy(tmp_path):
     pol = tmp_path / "p.zc"
     pol.write_text("policy p\naction get_order()\naction respond tags(reply)\nfallback respond\n")
     res = run("check", "--tools", tools, pol)
-    assert res.exit_code == 1 and "error[ZC0503]: action `get_order` lacks argument `order_id: text`" in res.stderr
-    pol.write_text("policy p\naction get_order(order_id: text)\naction respond tags(reply)\nfallback respond\n")
+    assert res.exit_code == 1 and ("error[ZC0503]: action `get_order` lacks argument `order_id: "
+                                   "text`") in res.stderr
+    pol.write_text("policy p\naction get_order(order_id: text)\naction respond tags(reply)\nfallback "
+                   "respond\n")
     res = run("check", "--tools", tools, pol)
     assert res.exit_code == 0, res.stderr
 
@@ -339,13 +343,15 @@ def test_signature_text_is_what_the_language_writes():
 def test_the_examples_in_docs_tools_md_are_what_zc_prints(tmp_path):
     doc = (ROOT / "docs" / "tools.md").read_text()
     tools = write(tmp_path, [
-        {"type": "function", "function": {"name": "get_order", "description": "Look up an order", "parameters": {
+        {"type": "function", "function": {"name": "get_order", "description": "Look up an order",
+                                          "parameters": {
             "type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}}},
         {"type": "function", "function": {
             "name": "refund", "description": "Refund a delivered order to its original payment method.",
             "parameters": {"type": "object", "properties": {
                 "order_id": {"type": "string"}, "amount": {"type": "number"},
-                "reason": {"type": "string", "enum": ["damaged", "late"]}}, "required": ["order_id", "amount"]}}}])
+                "reason": {"type": "string", "enum": ["damaged", "late"]}},
+                           "required": ["order_id", "amount"]}}}])
     out = run("tools", "import", tools).stdout
     assert out.replace(str(tools.name), "tools.json") in doc
     shop = tmp_path / "shop.zc"
@@ -413,6 +419,7 @@ def test_drift_sarif_is_valid_sarif_2_1_0(tmp_path):
     assert res.exit_code == 1
     log = json.loads(res.stdout)
     assert sorted(jsonschema.Draft4Validator(schema).iter_errors(log), key=str) == []
-    uris = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in log["runs"][0]["results"]
+    uris = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+            for r in log["runs"][0]["results"]
             if r["ruleId"] == "ZC0500"}
     assert len(uris) == 1 and uris.pop().endswith("tools.json")

@@ -46,8 +46,8 @@ rule verified_refunds: refund requires verified
 INTENTS = {
     "lookup_order": ["where is my order {n}", "can you track parcel {n} for me", "has order {n} shipped yet",
                      "what is the delivery status of {n}"],
-    "cancel_order": ["please cancel order {n}", "i no longer want {n}, cancel it", "stop order {n} from shipping",
-                     "cancel my purchase {n} right away"],
+    "cancel_order": ["please cancel order {n}", "i no longer want {n}, cancel it",
+                     "stop order {n} from shipping", "cancel my purchase {n} right away"],
     "refund": ["i want my money back for {n}", "refund order {n} please", "please return the payment for {n}",
                "can i get a refund on {n}"],
     "reply": ["thanks, that is all", "hello, who am i talking to", "ok great, thank you", "good morning"],
@@ -113,7 +113,8 @@ def test_fine_tune_export_int8_parity_and_decide(trained, policy):
         ans = sp.decide({"channel": "chat", "verified": True, "request": text}, list(policy.actions))
         assert ans.best == want, (text, ans)
     # masked to the legal set: refund removed, so it can never be proposed
-    legal = policy.legal({"channel": "chat", "verified": False, "request": "refund order #5678 please"}).actions
+    legal = policy.legal({"channel": "chat", "verified": False,
+                          "request": "refund order #5678 please"}).actions
     assert "refund" not in legal
     ans = sp.decide({"channel": "chat", "verified": False, "request": "refund order #5678 please"}, legal)
     assert ans.best in legal and (ans.action is None or ans.action in legal)
@@ -123,7 +124,8 @@ def test_fine_tune_export_int8_parity_and_decide(trained, policy):
 
 def test_single_decision_agrees_with_batch(trained, policy):
     sp = Specialist(trained.directory, policy)
-    states = [{"channel": "email", "verified": True, "request": f"can i get a refund on #{n}"} for n in (12, 345)]
+    states = [{"channel": "email", "verified": True, "request": f"can i get a refund on #{n}"}
+              for n in (12, 345)]
     states.append({"channel": "chat"})
     probs = sp.state_probabilities(states, [policy.actions] * len(states))
     for s, row in zip(states, probs):
@@ -149,7 +151,8 @@ def test_int8_weights_are_signed(trained):
 
     g = onnx.load(str(trained.directory / "model.onnx")).graph
     inits = {i.name: i for i in g.initializer}
-    products = [n for n in g.node if n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat")]
+    products = [n for n in g.node if n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul",
+                                                   "MatMulIntegerToFloat")]
     products = [n for n in products if n.input[1] in inits]  # by a weight, not two activations
     # MiniLM's six layers, each with its six weight matrices (Q, K, V, output, 2 feed-forward), then
     # the pooler and the classifier head
@@ -221,7 +224,8 @@ def test_every_swap_of_two_classes_is_refused_on_load(trained, policy, tmp_path)
                                            for p in raw["model"].get("text_probes", [])]
 
         _resealed(copy, swap)
-        with pytest.raises(ZcError, match=r"model\.onnx: on \$\.model\.text_probes\[\d\] the model ranks .* \(logits\): "
+        with pytest.raises(ZcError, match=r"model\.onnx: on \$\.model\.text_probes\[\d\] the model ranks .* "
+                                          r"\(logits\): "
                                           "the class order does not match the model's outputs"):
             Specialist(copy, policy)
 
@@ -314,7 +318,8 @@ def test_quantization_choice(policy, tmp_path, monkeypatch):
     assert res.manifest.model.params["quantization"] == "float32"
     assert [a["quantization"] for a in par["attempts"]] == ["float32"] and par["decision_agreement"] >= 0.995
     monkeypatch.setattr(TransformerRecipe, "parity", ("decision_agreement", 1.01))
-    with pytest.raises(ZcError, match=r"parity check failed \(int8\).*nothing was written; --quantization auto "
+    with pytest.raises(ZcError, match=r"parity check failed \(int8\).*nothing was written; --quantization "
+                                      r"auto "
                                       "ships float32 when int8 fails"):
         Q.distill([receipts], policy, tmp_path / "strict", Q.Settings(model="transformer",
                   options={**small, "quantization": "int8"}))
@@ -325,13 +330,14 @@ def test_quantization_choice(policy, tmp_path, monkeypatch):
         Q.distill([receipts], policy, tmp_path / "x", Q.Settings(model="transformer",
                   options={**small, "quantization": "int4"}))
     with pytest.raises(ZcError, match=r"--layers must be between 1 and 6 \(MiniLM-L6's layers\), got 7"):
-        Q.distill([receipts], policy, tmp_path / "x", Q.Settings(model="transformer", options={**small, "layers": 7}))
+        Q.distill([receipts], policy, tmp_path / "x", Q.Settings(model="transformer", options={
+            **small, "layers": 7}))
 
 
 def test_parity_counts_decisions_not_raw_probabilities(policy):
     import numpy as np
 
-    from zcompile.qroute.dataset import Decision
+    from zcompile.qroute.dataset import LoggedDecision
     from zcompile.qroute.features import spec_for
     from zcompile.qroute.manifest import Calibration
     from zcompile.qroute.pipeline import parity
@@ -339,7 +345,8 @@ def test_parity_counts_decisions_not_raw_probabilities(policy):
     rec = TransformerRecipe(0, spec_for(policy.ir), {})
     acts = list(policy.actions)
     legal = [acts[:2], acts[:3], acts[1:3]]
-    ds = [Decision(str(i), "t", (0.0, i), {}, None, None, tuple(lg), lg[0]) for i, lg in enumerate(legal)]
+    ds = [LoggedDecision(str(i), "t", (0.0, i), {}, None, None, tuple(lg), lg[0]) for i,
+          lg in enumerate(legal)]
     A = len(acts)
 
     def raw(rows):
@@ -371,7 +378,8 @@ def test_ensemble_classifier(policy, tmp_path, monkeypatch):
     monkeypatch.setattr(TransformerRecipe, "parity", ("decision_agreement", 0.0))
     receipts = make_receipts(tmp_path / "r.jsonl", tasks=10, per_task=8)
     res = Q.distill([receipts], policy, tmp_path / "ens", Q.Settings(model="transformer", options={
-        "max_steps": 3, "max_length": 16, "batch_size": 8, "layers": 1, "ensemble": 2, "quantization": "int8"}))
+        "max_steps": 3, "max_length": 16, "batch_size": 8, "layers": 1, "ensemble": 2,
+        "quantization": "int8"}))
     m = res.manifest
     assert m.model.params["ensemble"] == 2 and m.model.params["steps"] == 6
     nodes = onnx.load(str(res.directory / "model.onnx")).graph.node
@@ -381,4 +389,5 @@ def test_ensemble_classifier(policy, tmp_path, monkeypatch):
     sp = Specialist(res.directory, policy)
     assert sp.decide({"channel": "chat", "verified": True, "request": "hello"}, ["reply"]).best == "reply"
     with pytest.raises(ZcError, match="--ensemble must be at least 1"):
-        Q.distill([receipts], policy, tmp_path / "x", Q.Settings(model="transformer", options={"ensemble": 0}))
+        Q.distill([receipts], policy, tmp_path / "x", Q.Settings(model="transformer", options={
+            "ensemble": 0}))

@@ -70,11 +70,11 @@ def test_call_cases_judge_allowed_and_reasons(tmp_path):
     shutil.copy(GOLDEN / "shop.zc", tmp_path / "shop.zc")
     write(tmp_path, "version: 1\ncases:\n"
                     "- name: blocked\n  state: {order: {status: pending}}\n"
-                    "  call: {name: cancel_pending_order, arguments: {order_id: a, reason: no_longer_needed}}\n"
-                    "  allowed: true\n"
+                    "  call: {name: cancel_pending_order, arguments: {order_id: a, reason: "
+                    "no_longer_needed}}\n  allowed: true\n"
                     "- name: why\n  state: {order: {status: pending}}\n"
-                    "  call: {name: cancel_pending_order, arguments: {order_id: a, reason: no_longer_needed}}\n"
-                    "  allowed: false\n  reasons: [pending_only]\n", "shop.test.yaml")
+                    "  call: {name: cancel_pending_order, arguments: {order_id: a, reason: "
+                    "no_longer_needed}}\n  allowed: false\n  reasons: [pending_only]\n", "shop.test.yaml")
     out = zc("test", tmp_path).output
     assert "cancel_pending_order: expected allowed, got blocked: `verified_writes`:" in out
     assert "reasons: expected [pending_only], got [verified_writes]" in out
@@ -151,7 +151,8 @@ def test_every_character_yaml_refuses_is_named_at_its_line_and_column(desk):
             load_suite(p)
         line = text.count("\n", 0, i) + 1
         col = i - (text.rfind("\n", 0, i) + 1) + 1
-        assert f"{p}:{line}:{col}: invalid YAML: the character U+{ord(c):04X} is not allowed" in str(exc.value)
+        assert (f"{p}:{line}:{col}: invalid YAML: the character U+{ord(c):04X} is not "
+                "allowed") in str(exc.value)
     res = zc("test", p)
     assert res.exit_code == 1 and "Traceback" not in res.output
 
@@ -296,7 +297,8 @@ def test_min_coverage_fails_a_run_below_it(desk):
 def test_coverage_is_complete_for_the_golden_suite():
     res = zc("test", GOLDEN / "support_desk.test.yaml", "--coverage")
     assert res.exit_code == 0
-    assert "31/31 rule and condition outcomes (100.0%)" in res.output  # `order.status == pending` is unknown too
+    # `order.status == pending` is unknown too
+    assert "31/31 rule and condition outcomes (100.0%)" in res.output
 
 
 def test_run_case_api():

@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Union
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar, dataclass_transform
 
+from .kinds import ArithOp, CmpOp, FieldKind, RuleKind
 from .source import Span, stored_init
 
-
 _FIELDS: dict[type, tuple[str, ...]] = {}  # a node class -> its fields but `span`
+T = TypeVar("T")
 
 
-def node(cls: type) -> type:
+@dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(field,))
+def node(cls: type[T]) -> type[T]:
     """An AST node: a frozen, slotted, keyword-only dataclass (built fast: `stored_init`)."""
-    cls = stored_init(dataclass(frozen=True, slots=True, kw_only=True)(cls))
-    _FIELDS[cls] = tuple(name for name in cls.__dataclass_fields__ if name != "span")
-    return cls
+    made = stored_init(dataclass(frozen=True, slots=True, kw_only=True)(cls))
+    dc: Any = made  # a dataclass by now, which type[T] does not say
+    _FIELDS[made] = tuple(f.name for f in fields(dc) if f.name != "span")
+    return made
+
+
+def maker(cls: type[T]) -> Callable[..., T]:
+    """`cls.make`, set by `stored_init`: a node from every field in order, positionally."""
+    make: Callable[..., T] = vars(cls)["make"]
+    return make
 
 
 def _span() -> Span:
@@ -38,7 +47,7 @@ class EnumType:
 
 @node
 class ScalarType:
-    kind: str  # bool | int | float | text
+    kind: FieldKind  # bool | int | float | text
     span: Span = _span()
 
 
@@ -54,7 +63,7 @@ class ListType:
     span: Span = _span()
 
 
-TypeRef = Union[EnumType, ScalarType, SetType, ListType]
+TypeRef = EnumType | ScalarType | SetType | ListType
 
 
 @node
@@ -87,7 +96,7 @@ class LitSet:
     span: Span = _span()
 
 
-Literal = Union[LitNum, LitBool, LitMember, LitString, LitSet]
+Literal = LitNum | LitBool | LitMember | LitString | LitSet
 
 
 # ---- expressions ----------------------------------------------------------------
@@ -182,7 +191,7 @@ class Or:
 
 @node
 class Compare:
-    op: str  # == != < <= > >=
+    op: CmpOp
     left: Expr
     right: Expr
     span: Span = _span()
@@ -206,7 +215,7 @@ class InField:
 
 @node
 class Arith:
-    op: str  # + - *
+    op: ArithOp
     left: Expr
     right: Expr
     span: Span = _span()
@@ -218,10 +227,8 @@ class Neg:
     span: Span = _span()
 
 
-Expr = Union[
-    Name, FieldRef, MemberRef, ActionRef, ArgRef, Call, Len, Num, Bool, SelfRef, CostRef,
-    Not, And, Or, Compare, InLit, InField, Arith, Neg,
-]
+Expr = (Name | FieldRef | MemberRef | ActionRef | ArgRef | Call | Len | Num | Bool | SelfRef | CostRef
+        | Not | And | Or | Compare | InLit | InField | Arith | Neg)
 
 
 # ---- declarations -------------------------------------------------------------------
@@ -285,13 +292,13 @@ class TargetAll:
     span: Span = _span()
 
 
-Target = Union[TargetActions, TargetTags, TargetAll]
+Target = TargetActions | TargetTags | TargetAll
 
 
 @node
 class RuleDecl:
     name: Ident
-    kind: str  # requires | forbid_when | forbid_unless | after
+    kind: RuleKind
     target: Target
     cond: Expr | None  # None for `after`
     after: tuple[Ident, ...]  # only for `after`
@@ -331,9 +338,9 @@ class Policy:
 _NODES = frozenset(_FIELDS) - {Ident}  # the node classes a walk enters
 
 
-def children(e) -> list:
+def children(e: object) -> list[Any]:
     """The direct sub-expressions of an AST node (names, strings and spans are not expressions)."""
-    out = []
+    out: list[Any] = []
     for name in _FIELDS[type(e)]:
         v = getattr(e, name)
         if type(v) is tuple:
@@ -343,7 +350,7 @@ def children(e) -> list:
     return out
 
 
-def walk(expr) -> Iterator:
+def walk(expr: object) -> Iterator[Any]:
     """Every node of an expression, parents first."""
     stack = [expr]
     while stack:

@@ -11,6 +11,7 @@ from .ast import walk
 from .checked import HISTORY, Checked, FieldInfo
 from .errors import Diagnostic, ZcError, did_you_mean
 from .ir import MAX_FLOAT
+from .kinds import FieldKind, RuleKind
 from .lint import allowed, lint
 from .source import Source, Span
 
@@ -105,7 +106,8 @@ class _Checker:
                 if self.reads_args:
                     self.arg_rules.add(rule.name.text)
             rules.append(rule if cond is rule.cond else A.RuleDecl(
-                name=rule.name, kind=rule.kind, target=rule.target, cond=cond, after=rule.after, span=rule.span))
+                name=rule.name, kind=rule.kind, target=rule.target, cond=cond, after=rule.after,
+                span=rule.span))
         self._unique("ZC0105", "tier", p.tiers)
         self._text_tier(p.tiers)
         self._unique("ZC0106", "route", p.routes)
@@ -172,9 +174,12 @@ class _Checker:
         for extra in text[1:]:
             self.err("ZC0114", f"more than one text tier: `{extra.name.text}`", extra.text.span,
                      f"`{text[0].name.text}` on line {text[0].span.line} is already the text tier")
-        if text and not any(t.text == "reply" for a in self.actions.values() for t in a.tags):  # tools.REPLY_TAG
-            self.warn("ZC1006", f"text tier `{text[0].name.text}` is never asked: no action is tagged `reply`",
-                      text[0].text.span, "tag the reply action (`action respond tags(control, reply)`), or drop `text`")
+        # tools.REPLY_TAG
+        if text and not any(t.text == "reply" for a in self.actions.values() for t in a.tags):
+            self.warn("ZC1006", f"text tier `{text[0].name.text}` is never asked: no action is tagged "
+                                "`reply`",
+                      text[0].text.span, "tag the reply action (`action respond tags(control, reply)`), or "
+                                         "drop `text`")
 
     def _params(self, a: A.ActionDecl) -> dict[str, FieldInfo] | None:
         if a.params is None:
@@ -187,9 +192,9 @@ class _Checker:
                          prm.name.span)
                 continue
             if isinstance(prm.type, A.ListType):
-                params[name] = FieldInfo(name, "list", (), prm.optional)
+                params[name] = FieldInfo(name, FieldKind.LIST, (), prm.optional)
             elif isinstance(prm.type, A.SetType):  # the grammar never builds it; kept total
-                params[name] = FieldInfo(name, "set", (), prm.optional)
+                params[name] = FieldInfo(name, FieldKind.SET, (), prm.optional)
             else:
                 params[name] = self._field_info(
                     A.FieldDecl(path=prm.name, type=prm.type, optional=prm.optional, default=None,
@@ -220,7 +225,7 @@ class _Checker:
                          "a path cannot be both a value and an object holding other fields")
             decls[path] = f
             self.fields[path] = self._field_info(f)
-        self.fields[HISTORY] = FieldInfo(HISTORY, "set", default=frozenset(), has_default=True)
+        self.fields[HISTORY] = FieldInfo(HISTORY, FieldKind.SET, default=frozenset(), has_default=True)
 
     def _field_info(self, f: A.FieldDecl) -> FieldInfo:
         t = f.type
@@ -231,9 +236,9 @@ class _Checker:
                     self.err("ZC0110", f"enum member `{m.text}` is listed twice", m.span)
                 else:
                     members[m.text] = None
-            kind = "enum"
+            kind = FieldKind.ENUM
         else:
-            members, kind = [], ("set" if isinstance(t, A.SetType) else t.kind)
+            members, kind = [], (FieldKind.SET if isinstance(t, A.SetType) else t.kind)
         info = FieldInfo(f.path.text, kind, tuple(members), f.optional)
         if f.default is None:
             return info
@@ -253,16 +258,16 @@ class _Checker:
         if not ok:
             self.err("ZC0307", f"default of `{info.path}` must have type `{info.kind}`", d.span)
             return None
-        if info.kind == "enum":
+        if info.kind == FieldKind.ENUM:
             if d.name.text not in info.members:
                 self.err("ZC0202", f"`{d.name.text}` is not a member of `{info.path}`", d.span,
                          did_you_mean(d.name.text, info.members)
                          or f"members: {', '.join(info.members)}")
                 return None
             return d.name.text
-        if info.kind == "float":
+        if info.kind == FieldKind.FLOAT:
             return float(d.value)
-        if info.kind == "set":
+        if info.kind == FieldKind.SET:
             names = []
             for item in d.items:
                 if not isinstance(item, A.LitMember):
@@ -288,10 +293,10 @@ class _Checker:
 
     def _cycles(self) -> None:
         graph: dict[str, list[tuple[str, A.RuleDecl]]] = {}
-        after = {r.name.text for r in self.p.rules if r.kind == "after"}
+        after = {r.name.text for r in self.p.rules if r.kind == RuleKind.AFTER}
         targets = {r.name.text: self._target_quiet(r.target) for r in self.p.rules if r.name.text in after}
         for rule in self.p.rules:
-            if rule.kind == "after":
+            if rule.kind == RuleKind.AFTER:
                 for t in sorted(targets[rule.name.text]):
                     for a in rule.after:
                         graph.setdefault(t, []).append((a.text, rule))
@@ -385,7 +390,7 @@ class _Checker:
                     return e, TName(path)
                 self.reads.add(path)
                 ref = A.FieldRef(path=path, span=e.span)
-                if info.kind == "text":
+                if info.kind == FieldKind.TEXT:
                     self.err("ZC0305", f"rules cannot read text field `{path}`", e.span,
                              "text fields are features for specialists, not for rules")
                     return ref, T_ERR
@@ -525,9 +530,9 @@ class _Checker:
             self.err("ZC0303", f"arithmetic needs numbers, found `{t}`", e.span)
         return new
 
-    def _compare(self, e, op, l, r, in_rule):
-        nl, lt = self._expr(l, in_rule)
-        nr, rt = self._expr(r, in_rule)
+    def _compare(self, e, op, left, right, in_rule):
+        nl, lt = self._expr(left, in_rule)
+        nr, rt = self._expr(right, in_rule)
         context = lambda t: t if isinstance(t, TEnum) or t in (T_ACTION, T_ERR) else None  # noqa: E731
         if isinstance(lt, TName) and isinstance(rt, TName):
             nl, lt = self._bare(nl, None)  # report the left one; the right is then moot
@@ -540,7 +545,7 @@ class _Checker:
         if T_ERR in (lt, rt):
             return new, T_BOOL
         if op in ("<", "<=", ">", ">="):
-            bad = next(((side, t) for side, t in ((l, lt), (r, rt)) if t != T_NUM), None)
+            bad = next(((side, t) for side, t in ((left, lt), (right, rt)) if t != T_NUM), None)
             if bad:
                 self.err("ZC0302", f"`{op}` compares numbers, found `{bad[1]}`", bad[0].span)
             return new, T_BOOL
@@ -562,6 +567,6 @@ _SCALAR_TYPES = {"bool": T_BOOL, "int": T_NUM, "float": T_NUM, "text": T_TEXT, "
 
 
 def _field_type(info: FieldInfo):
-    if info.kind == "enum":
+    if info.kind == FieldKind.ENUM:
         return TEnum(info.members, frozenset(info.members))
     return _SCALAR_TYPES[info.kind]

@@ -15,6 +15,7 @@ from typing import Any
 
 from . import ir
 from .errors import ZcError
+from .kinds import FieldKind, RuleKind
 
 HOIST = 24  # parenthesis nesting past which a sub-expression becomes its own statement
 MAX_LITERAL_BITS = 60  # longer integers are passed as named constants, not written out
@@ -105,8 +106,9 @@ class Gen:
             leaf = f"{expr}.{chain[-1]}"
             read = leaf if not guards else \
                 f"({leaf} if {' is not None and '.join(guards)} is not None else None)"
-            if f.kind == "set":
-                default = self.const(frozenset(f.default or ())) if f.has_default else "None"
+            if f.kind == FieldKind.SET:
+                members = f.default if isinstance(f.default, tuple) else ()
+                default = self.const(frozenset(members)) if f.has_default else "None"
                 lines.append(f"    {var} = {read}\n"
                              f"    {var} = frozenset({var}) if {var} is not None else {default}")
             elif f.has_default:
@@ -151,9 +153,9 @@ class Gen:
                 return self._out(f"(None if ({t} := {c.text}) is None else len({t}))", True,
                                  c.height + 2)
             case ir.Self():
-                return Code(self.const(action.name), False)
+                return Code(self.const(_judged(action).name), False)
             case ir.Cost():
-                return Code(self.const(action.cost), False)
+                return Code(self.const(_judged(action).cost), False)
             case ir.Not(operand=o):
                 return self._lift(self._expr(o, action), lambda x: f"not {x}")
             case ir.And(operands=ops) | ir.Or(operands=ops):
@@ -180,7 +182,8 @@ class Gen:
         raise ZcError(f"corrupt artifact: unknown expression {e!r}")
 
     def _lift(self, c: Code, apply: Callable[[str], str]) -> Code:
-        """`apply` (one operand's text -> an expression) over a value that may be unknown: unknown stays unknown."""
+        """`apply` (one operand's text -> an expression) over a value that may be unknown: unknown stays
+        unknown."""
         if not c.maybe:
             return self._out(f"({apply(c.text)})", False, c.height + 1)
         t = self._t()
@@ -257,20 +260,23 @@ def legal_program(p: ir.PolicyIR, gen: Gen, index: dict[str, int],
     static: set[int] = set()
     memo: dict[ir.Expr, Test] = {}  # action-free condition -> its test (same Gen, same text)
     # (keep if, setup, text) of a test -> (keep if and test, its groups, the targets they remove)
-    shared: dict[tuple, tuple[tuple[bool, Test], list[int], dict[int, None]]] = {}
+    shared: dict[tuple[bool, tuple[str, ...], str], tuple[tuple[bool, Test], list[int], dict[int, None]]] = {}
     for ri, rule in enumerate(p.rules, start=1):
         if ri - 1 in skip:
             continue
         by_test: dict[tuple[bool, Test], list[int]] = {}  # (keep if, condition) -> targets
-        if rule.kind == "after":
+        cond = rule.cond
+        if rule.kind == RuleKind.AFTER:
             by_test[(True, gen.history_test(rule.after))] = [index[n] for n in rule.targets]
-        elif (test := memo.get(rule.cond)) is not None or not _reads_action(rule.cond):
+        elif cond is None:
+            raise ValueError(f"rule `{rule.name}`: a `{rule.kind}` rule without a condition")
+        elif (test := memo.get(cond)) is not None or not ir.holds(cond, ir.Self, ir.Cost):
             if test is None:
-                test = memo[rule.cond] = gen.test(rule.cond, None)
-            by_test[(rule.kind != "forbid_when", test)] = [index[n] for n in rule.targets]
+                test = memo[cond] = gen.test(cond, None)
+            by_test[(rule.kind != RuleKind.FORBID_WHEN, test)] = [index[n] for n in rule.targets]
         else:
             for name in rule.targets:
-                key = (rule.kind != "forbid_when", gen.test(rule.cond, p.actions[index[name]]))
+                key = (rule.kind != RuleKind.FORBID_WHEN, gen.test(cond, p.actions[index[name]]))
                 by_test.setdefault(key, []).append(index[name])
         for key, targets in by_test.items():
             keep_if, test = key
@@ -312,15 +318,11 @@ def _fire(gen: Gen, key: tuple[bool, Test], fired: tuple[int, ...], targets: tup
     return test.statements(f"{note}\n{store}", keep_if)
 
 
-def _reads_action(e: ir.Expr) -> bool:
-    """Whether a condition reads `self` or `cost` (its code then differs per target)."""
-    stack = [e]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ir.Self, ir.Cost)):
-            return True
-        stack.extend(ir.children(node))
-    return False
+def _judged(action: ir.ActionDef | None) -> ir.ActionDef:
+    """The action a condition reading `self` or `cost` is judged for (there is one)."""
+    if action is None:
+        raise ValueError("`self` and `cost` are read only when one action is judged")
+    return action
 
 
 def check_program(p: ir.PolicyIR, gen: Gen, action: ir.ActionDef, rules: tuple[int, ...]) -> str:
@@ -328,8 +330,10 @@ def check_program(p: ir.PolicyIR, gen: Gen, action: ir.ActionDef, rules: tuple[i
     body = ["    fired = 0"]
     for j, ri in enumerate(rules):
         rule = p.rules[ri]
+        if rule.cond is None:
+            raise ValueError(f"rule `{rule.name}`: an argument rule without a condition")
         body.append(gen.test(rule.cond, action).statements(f"fired |= {gen.const(1 << j)}",
-                                                           rule.kind != "forbid_when"))
+                                                           rule.kind != RuleKind.FORBID_WHEN))
     return function("_check", "st, args", gen, body, "return fired")
 
 

@@ -91,7 +91,8 @@ def member(path: str, key: str) -> str:
     import json
     import re
 
-    return f"{path}.{key}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) else f"{path}[{json.dumps(key, ensure_ascii=False)}]"
+    return (f"{path}.{key}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key)
+            else f"{path}[{json.dumps(key, ensure_ascii=False)}]")
 
 
 def json_problem(exc: Exception) -> JsonProblem:
@@ -107,7 +108,8 @@ def json_problem(exc: Exception) -> JsonProblem:
                            "beyond the decoder's limit of about 1,000 levels)", "depth")
     if not isinstance(exc, msgspec.ValidationError):
         if "truncated" in text:
-            return JsonProblem("$", "invalid JSON: the input ends before the JSON value is complete", "truncated")
+            return JsonProblem("$", "invalid JSON: the input ends before the JSON value is complete",
+                               "truncated")
         return JsonProblem("$", f"invalid JSON: {text.removeprefix('JSON is malformed: ')}", "json")
     msg, sep, where = text.rpartition(" - at `")
     path = where.rstrip("`") if sep else "$"

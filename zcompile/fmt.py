@@ -69,9 +69,11 @@ class _Line:
     cells: list[str]
     comment: str | None = None
     blank_before: bool = False
-    kind: str | None = None  # the segment's kind (its alignment group), None for comment lines and continuations
+    # the segment's kind (its alignment group), None for comment lines and continuations
+    kind: str | None = None
     extra: list[_Line] = field(default_factory=list)  # a segment's continuation lines
-    shift_cell: int | None = None  # a continuation under a bracket of the head's cell k: moves with its padding
+    # a continuation under a bracket of the head's cell k: moves with its padding
+    shift_cell: int | None = None
 
 
 def format_source(source: Source) -> str:
@@ -259,7 +261,8 @@ def _segment_lines(seg: _Segment, comments: list[Token]) -> list[_Line]:
     prev: _Tok | None = None
     prev_line = seg.toks[0].tok.line
     depth = 0
-    visual: list[tuple[int, int | None] | None] = []  # per open bracket: (column, head cell) of the token after it
+    # per open bracket: (column, head cell) of the token after it
+    visual: list[tuple[int, int | None] | None] = []
     body: tuple[int, int] | None = None  # a rule's, route's or field's body: where its continuations line up
     index = {id(t): i for i, t in enumerate(seg.toks)}
 

@@ -6,13 +6,31 @@ import contextlib
 import os
 import re
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from .errors import ZcError
+
+
+def json_type(v: Any, integers: bool = False) -> str:
+    """How an error names a JSON value's type (`an object`, `an array`, `a string`, `a boolean`,
+    `a number`, `null`); `integers`: `an integer` for an int. Anything else: its Python type's name."""
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, int):
+        return "an integer" if integers else "a number"
+    if isinstance(v, float):
+        return "a number"
+    if isinstance(v, str):
+        return "a string"
+    if isinstance(v, (list, tuple)):
+        return "an array"
+    if isinstance(v, Mapping):
+        return "an object"
+    return "null" if v is None else type(v).__name__
 
 MAX_JSON_DEPTH = 200  # deepest JSON nesting accepted in states and calls: a named error past it
 MAX_FILE_BYTES = 64 * 1024 * 1024  # largest input file read by default

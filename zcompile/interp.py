@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from . import ast as A
 from .ir import MAX_FLOAT
+from .kinds import FieldKind, RuleKind
 
 Value = object  # True / False / None (unknown), numbers, strings, frozensets of action names
 
@@ -79,11 +80,11 @@ def finite(v):
 def keeps(rule: A.RuleDecl, state: Mapping[str, Value], action: str, cost: float,
           args: Mapping[str, Value] | None = None) -> bool:
     """Whether `action` survives `rule` in `state` (fail closed: only a definite yes keeps it)."""
-    if rule.kind == "after":
+    if rule.kind == RuleKind.AFTER:
         history = state.get("history") or frozenset()
         return all(a.text in history for a in rule.after)
     value = evaluate(rule.cond, state, action, cost, args)
-    return value is False if rule.kind == "forbid_when" else value is True
+    return value is False if rule.kind == RuleKind.FORBID_WHEN else value is True
 
 
 def legal(actions: Sequence[tuple[str, float]], targets: Mapping[str, frozenset[str]],
@@ -131,7 +132,7 @@ def typed_args(sig: Mapping | None, args: Mapping[str, Value]) -> tuple[dict[str
         if v is None:
             if not info.optional:
                 blocked.append("schema")
-        elif (v in info.members and isinstance(v, str)) if info.kind == "enum" \
+        elif (v in info.members and isinstance(v, str)) if info.kind == FieldKind.ENUM \
                 else _KINDS[info.kind](v):
             good[name] = v
         else:

@@ -5,14 +5,16 @@ from __future__ import annotations
 import contextlib
 import gc
 import hashlib
+import os
 import sys
-from collections.abc import Iterator
-from typing import Literal, Union
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import msgspec
 
 from .errors import ZcError
 from .inputs import too_deep
+from .kinds import ArithOp, CmpOp, FieldKind, RuleKind
 
 FORMAT = "zcp"
 VERSION = 2  # 2: action signatures (`ActionDef.params`), `Arg` and `Len` expressions, `RuleDef.args`
@@ -49,7 +51,7 @@ class Len(msgspec.Struct, frozen=True, tag="len"):
 
 
 class Const(msgspec.Struct, frozen=True, tag="const"):
-    value: Union[bool, int, float, str]
+    value: bool | int | float | str
 
 
 class Self(msgspec.Struct, frozen=True, tag="self"):
@@ -73,14 +75,14 @@ class Or(msgspec.Struct, frozen=True, tag="or"):
 
 
 class Cmp(msgspec.Struct, frozen=True, tag="cmp"):
-    op: Literal["==", "!=", "<", "<=", ">", ">="]
+    op: CmpOp
     left: Expr
     right: Expr
 
 
 class InConst(msgspec.Struct, frozen=True, tag="in_const"):
     operand: Expr
-    values: tuple[Union[bool, int, float, str], ...]
+    values: tuple[bool | int | float | str, ...]
     negated: bool
 
 
@@ -91,7 +93,7 @@ class InSet(msgspec.Struct, frozen=True, tag="in_set"):
 
 
 class Arith(msgspec.Struct, frozen=True, tag="arith"):
-    op: Literal["+", "-", "*"]
+    op: ArithOp
     left: Expr
     right: Expr
 
@@ -100,8 +102,8 @@ class Neg(msgspec.Struct, frozen=True, tag="neg"):
     operand: Expr
 
 
-Expr = Union[Field, Arg, Len, Const, Self, Cost, Not, And, Or, Cmp, InConst, InSet, Arith, Neg]
-Scalar = Union[bool, int, float, str]
+Expr = Field | Arg | Len | Const | Self | Cost | Not | And | Or | Cmp | InConst | InSet | Arith | Neg
+Scalar = bool | int | float | str
 
 
 def children(e: Expr) -> tuple[Expr, ...]:
@@ -110,31 +112,48 @@ def children(e: Expr) -> tuple[Expr, ...]:
     return () if get is None else get(e)
 
 
-def _operand(e) -> tuple[Expr]:
+def holds(e: Expr, *types: type) -> bool:
+    """Whether an expression holds a node of one of `types` (`Self`, `Cost`: it reads the judged
+    action, so its value differs per target)."""
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, types):
+            return True
+        stack.extend(children(node))
+    return False
+
+
+def _operand(e: Len | Not | Neg | InConst | InSet) -> tuple[Expr]:
     return (e.operand,)
 
 
-def _sides(e) -> tuple[Expr, Expr]:
+def _sides(e: Cmp | Arith) -> tuple[Expr, Expr]:
     return (e.left, e.right)
 
 
-def _operands(e) -> tuple[Expr, ...]:
+def _operands(e: And | Or) -> tuple[Expr, ...]:
     return e.operands
 
 
 # the expressions with sub-expressions, and where they hold them (the others are leaves)
-_CHILDREN = {Len: _operand, Not: _operand, Neg: _operand, InConst: _operand, InSet: _operand,
-             Cmp: _sides, Arith: _sides, And: _operands, Or: _operands}
+_CHILDREN: dict[type, Callable[[Any], tuple[Expr, ...]]] = {
+    Len: _operand, Not: _operand, Neg: _operand, InConst: _operand, InSet: _operand,
+    Cmp: _sides, Arith: _sides, And: _operands, Or: _operands}
 
 
 # ---- declarations -------------------------------------------------------------------------
 class FieldDef(msgspec.Struct, frozen=True):
     path: str
-    kind: Literal["enum", "bool", "int", "float", "text", "set"]
+    kind: FieldKind  # not `list`
     members: tuple[str, ...] = ()
     optional: bool = False
     has_default: bool = False
-    default: Union[Scalar, tuple[str, ...], None] = None
+    default: Scalar | tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind is FieldKind.LIST:
+            raise ValueError("a state field cannot be a `list` (an argument's kind)")
 
     @property
     def may_be_absent(self) -> bool:
@@ -143,32 +162,36 @@ class FieldDef(msgspec.Struct, frozen=True):
 
 class ParamDef(msgspec.Struct, frozen=True):
     name: str
-    kind: Literal["enum", "bool", "int", "float", "text", "list"]
+    kind: FieldKind  # not `set`
     members: tuple[str, ...] = ()
     optional: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind is FieldKind.SET:
+            raise ValueError("an argument cannot be a `set` (a state field's kind)")
 
 
 class ActionDef(msgspec.Struct, frozen=True):
     name: str
     tags: tuple[str, ...] = ()
-    cost: Union[int, float] = 0
-    description: Union[str, None] = None
-    params: Union[tuple[ParamDef, ...], None] = None  # None: no signature, arguments unchecked
+    cost: int | float = 0
+    description: str | None = None
+    params: tuple[ParamDef, ...] | None = None  # None: no signature, arguments unchecked
 
 
 class IntentDef(msgspec.Struct, frozen=True):
     name: str
     allow: tuple[str, ...]
-    description: Union[str, None] = None
+    description: str | None = None
 
 
 class RuleDef(msgspec.Struct, frozen=True):
     name: str
-    kind: Literal["requires", "forbid_when", "forbid_unless", "after"]
+    kind: RuleKind
     targets: tuple[str, ...]
     span: SpanDef
     text: str  # the condition (or the `after` list) as written
-    cond: Union[Expr, None] = None
+    cond: Expr | None = None
     after: tuple[str, ...] = ()
     reads: tuple[str, ...] = ()  # state fields the condition reads
     args: tuple[str, ...] = ()  # arguments the condition reads: judged by `check`, not `legal`
@@ -179,8 +202,8 @@ class TierDef(msgspec.Struct, frozen=True, omit_defaults=True):
     the bytes and the identity it had before the option existed: `max_ms` and `cost` are always written)."""
 
     name: str
-    max_ms: Union[int, float, None]
-    cost: Union[int, float, None]
+    max_ms: int | float | None
+    cost: int | float | None
     text: bool = False
 
 
@@ -188,7 +211,7 @@ class RouteDef(msgspec.Struct, frozen=True):
     name: str
     tiers: tuple[str, ...]
     span: SpanDef
-    when: Union[Expr, None] = None
+    when: Expr | None = None
 
 
 class PolicyIR(msgspec.Struct, frozen=True):
@@ -240,7 +263,7 @@ def identity(policy: PolicyIR) -> str:
     return hashlib.sha256(msgspec.json.encode(data)).hexdigest()
 
 
-def is_artifact(path) -> bool:
+def is_artifact(path: str | os.PathLike[str]) -> bool:
     """Whether the file at `path` starts as `dumps` writes an artifact (what `zc compile` may replace)."""
     head = msgspec.json.encode({"format": FORMAT})[:-1] + b","
     with open(path, "rb") as f:

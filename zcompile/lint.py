@@ -19,9 +19,9 @@ from . import codegen, interp, ir
 from .ast import walk
 from .checked import Checked
 from .errors import Diagnostic
+from .kinds import NUMBERS, FieldKind, RuleKind
 from .lower import expr as lower_expr
 from .source import Span
-
 
 RISKY_TAGS = ("destructive", "publish", "money", "credential")
 LINT_BUDGET = 1 << 16  # most states enumerated to decide one lint; beyond it the lint stays silent
@@ -166,7 +166,7 @@ class Linter:
                 path=self.path))
         for f in k.policy.fields:
             path = f.path.text
-            if path in k.fields and k.fields[path].kind != "text" and path not in self.reads:
+            if path in k.fields and k.fields[path].kind != FieldKind.TEXT and path not in self.reads:
                 self.warn("ZC1004", f"state field `{path}` is never read", f.path.span,
                             "remove it, or use it in a rule or route (or, for a field only "
                             "specialists read, end its line with `# zc: allow(ZC1004)`)")
@@ -176,7 +176,8 @@ class Linter:
         guards = self._guarding.get(id(rule))
         if guards is None:
             guards = self._guarding[id(rule)] = rule.cond is not None and any(
-                isinstance(e, A.FieldRef) and self.k.fields[e.path].kind in ("enum", "bool", "set")
+                isinstance(e, A.FieldRef) and self.k.fields[e.path].kind in (
+                    FieldKind.ENUM, FieldKind.BOOL, FieldKind.SET)
                 for e in walk(rule.cond))
         return guards
 
@@ -282,7 +283,7 @@ class Linter:
         if id(rule) in self._templates:
             return
         gen = _Parameters(self.k.fields, {})
-        if rule.kind == "after":
+        if rule.kind == RuleKind.AFTER:
             reads: tuple[str, ...] = ("history",)
             test = gen.history_test(tuple(a.text for a in rule.after))
             text = f"{gen.var('history')} is not None and {test.code.text}"
@@ -290,9 +291,9 @@ class Linter:
             reads = tuple(sorted(self._case_facts(case)[0]))  # every field it reads has an entry
             for p in reads:
                 gen.var(p)  # the parameters, in order
-            cond = self.k.lowered[id(rule.cond)] = lower_expr(rule.cond)
+            cond = self.k.lowered.put(rule.cond, lower_expr(rule.cond))
             test = gen.test(cond, _MARKED)
-            keep = "False" if rule.kind == "forbid_when" else "True"
+            keep = "False" if rule.kind == RuleKind.FORBID_WHEN else "True"
             text = f"({test.code.text}) is {keep}"
         body = "".join(f"        {line}\n" for line in test.setup) + f"        return {text}\n"
         shape = (f"({', '.join(gen.consts)}):\n    def keep({', '.join(gen.var(p) for p in reads)}):\n"
@@ -308,7 +309,7 @@ class Linter:
         rule, _, key = case
         if key not in self._charged:
             self._charged.add(key)
-            if rule.name.text not in self.k.arg_rules and rule.kind != "after":
+            if rule.name.text not in self.k.arg_rules and rule.kind != RuleKind.AFTER:
                 self.work += len(rule.cond.span.text)  # rough cost of walking it
             if self.work > LINT_WORK:
                 self.exhausted = True
@@ -321,7 +322,7 @@ class Linter:
             return self._facts_cache[key]
         if rule.name.text in self.k.arg_rules:
             facts = None  # reads the proposed call's arguments: no state decides it
-        elif rule.kind == "after":
+        elif rule.kind == RuleKind.AFTER:
             facts = ({"history": set()}, {"history": {a.text for a in rule.after}})
         else:
             expr = rule.cond if self._uses[id(rule)] == (False, False) \
@@ -337,7 +338,7 @@ class Linter:
         for e in walk(expr):
             t = type(e)
             if t is A.Arith or (t is A.Compare and all(
-                    type(x) is A.FieldRef and k.fields[x.path].kind in ("int", "float")
+                    type(x) is A.FieldRef and k.fields[x.path].kind in NUMBERS
                     for x in (e.left, e.right))):
                 if any(type(x) is A.FieldRef for x in walk(e)):
                     return None  # not decided by interval reasoning
@@ -352,7 +353,8 @@ class Linter:
                 named = [s.value for s in sides if type(s) is A.MemberRef]
                 for f in fields:
                     consts.setdefault(f, set()).update(n for n in nums if n is not None)
-                    if k.fields[f].kind == "enum":  # the members named beside it (all: beside a field)
+                    # the members named beside it (all: beside a field)
+                    if k.fields[f].kind == FieldKind.ENUM:
                         consts[f].update(k.fields[f].members if len(fields) > 1 else named)
             elif t is A.InField and type(e.operand) is A.ActionRef:
                 members.setdefault(e.field.path, set()).add(e.operand.name)
@@ -366,10 +368,10 @@ class Linter:
         sizes: dict[str, int] = {}
         for path, values in consts.items():
             kind = self.k.fields[path].kind
-            if kind == "set":
+            if kind == FieldKind.SET:
                 values = members.get(path, ())
             # equal numbers of two types (7, 7.0) may make different points
-            key = (path, frozenset([(v, type(v)) for v in values] if kind in ("int", "float") else values))
+            key = (path, frozenset([(v, type(v)) for v in values] if kind in NUMBERS else values))
             found = self._domain_cache.get(key, _MISSING)
             if found is _MISSING:
                 found = self._domain_cache[key] = self._domain(path, values)
@@ -386,7 +388,7 @@ class Linter:
         compare an enum field with named members, or with another field, which names them all), so
         one of them stands for the others: the answer is that of the whole domain."""
         info = self.k.fields[path]
-        if info.kind == "enum":
+        if info.kind == FieldKind.ENUM:
             index = self._indexes.get(path)
             if index is None:
                 index = self._indexes[path] = {m: i for i, m in enumerate(info.members)}
@@ -394,11 +396,11 @@ class Linter:
             other = next((m for m in info.members if m not in named), None)
             values: list = sorted(named if other is None else named | {other}, key=index.__getitem__)
             size = len(info.members) + info.may_be_absent
-        elif info.kind == "bool":
+        elif info.kind == FieldKind.BOOL:
             values = [False, True]
-        elif info.kind in ("int", "float"):
-            values = _numeric_points(sorted(consts), info.kind == "int")
-        elif info.kind == "set":
+        elif info.kind in NUMBERS:
+            values = _numeric_points(sorted(consts), info.kind == FieldKind.INT)
+        elif info.kind == FieldKind.SET:
             values = [frozenset()]  # every subset, in the order of product((0, 1), repeat=n)
             for name in sorted(consts, reverse=True):
                 values += [v | {name} for v in values]
@@ -406,7 +408,7 @@ class Linter:
             return None
         if info.may_be_absent:
             values.append(None)
-        return values, size if info.kind == "enum" else len(values)
+        return values, size if info.kind == FieldKind.ENUM else len(values)
 
 
 def _witness(preds: list[tuple], domains: dict[str, list], want_keep: bool) -> bool:

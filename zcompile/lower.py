@@ -8,7 +8,8 @@ import re
 from . import ast as A
 from . import ir
 from .ast import walk
-from .checked import Checked
+from .checked import Checked, FieldInfo
+from .kinds import RuleKind
 from .source import Source, Span
 
 
@@ -32,9 +33,9 @@ def lower(checked: Checked, source: Source) -> ir.PolicyIR:
             targets=tuple(sorted(checked.targets[r.name.text], key=order.__getitem__)),
             span=span_def(r.span),
             text=_one_line(r.cond.span.text) if r.cond is not None else ", ".join(a.text for a in r.after),
-            cond=(checked.lowered.get(id(r.cond)) or expr(r.cond)) if r.cond is not None else None,
+            cond=(checked.lowered.get(r.cond) or expr(r.cond)) if r.cond is not None else None,
             after=tuple(a.text for a in r.after),
-            reads=reads + (("history",) if r.kind == "after" else ()),
+            reads=reads + (("history",) if r.kind == RuleKind.AFTER else ()),
             args=args)
         for r in p.rules for reads, args in [_reads_args(r.cond)])
     return ir.PolicyIR(
@@ -48,7 +49,8 @@ def lower(checked: Checked, source: Source) -> ir.PolicyIR:
                                    description=i.description) for i in p.intents),
         rules=rules,
         tiers=tuple(ir.TierDef(name=t.name.text, max_ms=t.max_ms.value if t.max_ms else None,
-                               cost=t.cost.value if t.cost else None, text=t.text is not None) for t in p.tiers),
+                               cost=t.cost.value if t.cost else None, text=t.text is not None)
+                    for t in p.tiers),
         routes=tuple(ir.RouteDef(name=r.name.text, tiers=tuple(t.text for t in r.tiers),
                                  span=span_def(r.span),
                                  when=expr(r.when) if r.when is not None else None)
@@ -68,7 +70,7 @@ def _one_line(text: str) -> str:
     return re.sub(r"[ \t\r]*(#[^\n]*)?\n\s*", " ", text)
 
 
-def _params(params) -> tuple[ir.ParamDef, ...] | None:
+def _params(params: dict[str, FieldInfo] | None) -> tuple[ir.ParamDef, ...] | None:
     if params is None:
         return None
     return tuple(ir.ParamDef(name=p.path, kind=p.kind, members=p.members, optional=p.optional)
@@ -117,8 +119,8 @@ def expr(e: A.Expr) -> ir.Expr:
                 assert isinstance(c, ir.Const), "checked set literals hold constants"
                 values.append(c.value)
             return ir.InConst(expr(o), tuple(values), neg)
-        case A.InField(operand=o, field=f, negated=neg):
-            return ir.InSet(expr(o), f.path, neg)
+        case A.InField(operand=o, field=A.FieldRef(path=path), negated=neg):  # checked: a field
+            return ir.InSet(expr(o), path, neg)
         case A.Arith(op=op, left=l, right=r):
             return ir.Arith(op, expr(l), expr(r))
         case A.Neg(operand=o):

@@ -1,4 +1,5 @@
-"""Output files and directories: written to a temporary sibling and swapped in atomically, never over a stranger's files."""
+"""Output files and directories: written to a temporary sibling and swapped in atomically, never over a
+stranger's files."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Parsing: Lark (LALR) over grammar/zc.lark, its lexer, syntax errors and recovery (the AST is built by transform.py)."""
+"""Parsing: Lark (LALR) over grammar/zc.lark, its lexer, syntax errors and recovery (the AST is built by
+transform.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import lark.grammar
 import lark.lexer
 import msgspec
 from lark import Token
-from lark.parsers.lalr_analysis import Shift
 from lark.lexer import Lexer
+from lark.parsers.lalr_analysis import Shift
 
 from . import ast as A
 from . import ir
@@ -167,7 +168,8 @@ class _Loop:
         grows a left-recursive `_rule` list by its last item, _CALL (_CALL1: of one symbol) calls the
         reduction on the children, _SHAPE splices `_rule` children first and inlines a `?rule`'s
         single child."""
-        splice = tuple(i for i, sym in enumerate(rule.expansion) if not sym.is_term and sym.name.startswith("_"))
+        splice = tuple(i for i, sym in enumerate(rule.expansion) if not sym.is_term
+                       and sym.name.startswith("_"))
         single = bool(rule.options.expand1) and not rule.alias  # a `?rule`: one child is the node
         name, size = rule.origin.name, len(rule.expansion)
         if name.startswith("_"):  # lark's rule for `*` or `+`: its children go to the parent

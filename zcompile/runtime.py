@@ -15,7 +15,7 @@ the legal set, and those rules, generated into one small function per action.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import compress
 from pathlib import Path
@@ -25,11 +25,14 @@ import msgspec
 
 from . import codegen, ir
 from .errors import ZcError, did_you_mean
-from .inputs import read_file
+from .inputs import json_type, read_file
+from .kinds import NUMBERS, FieldKind, RuleKind
 from .state import Schema, number_problem, read_path
 from .verify import verify
 
 MAX_SHOWN = 160  # a longer condition is cut in reason messages (its span points at the whole rule)
+
+_json_type = functools.partial(json_type, integers=True)  # errors here name an int `an integer`
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +140,7 @@ class Policy:
         self._fallback = policy.fallback
         self._fields = {f.path: f for f in policy.fields}
         self._schemas = {s: Schema(policy.fields, self.actions, s) for s in (False, True)}
-        self._action_evals: dict[str, Any] = {}
+        self._action_evals: dict[str, tuple[Callable[..., Any], tuple[int, ...]]] = {}
         self._arg_rules = frozenset(i for i, r in enumerate(policy.rules) if r.args)
         self._program = codegen.legal_program(
             policy, codegen.Gen(self._fields, self._schemas[False].attrs), self._index,
@@ -147,12 +150,12 @@ class Policy:
         # because it is outside the intent or a constant rule removes it; copied per evaluation.
         # An intent's flags are made on its first use: n bytes each, so making all of them at load
         # would cost actions x intents
-        self._base = {None: _flags(len(self.actions), self._program.static)}
+        self._base: dict[str | None, bytes] = {None: _flags(len(self.actions), self._program.static)}
         namespace = codegen.load(self._program.source, self._program.gen.consts, self._label())
         self._eval, self._route = namespace["_eval"], namespace["_route"]
         self._params = {a.name: ({p.name: p for p in a.params} if a.params is not None else None)
                         for a in policy.actions}
-        self._checks: dict[str, tuple[Any, tuple[int, ...]]] = {}
+        self._checks: dict[str, tuple[Callable[..., Any], tuple[int, ...]]] = {}
         self._reads_cost: dict[str, bool] = {}  # rule name -> its condition reads `cost`
 
     @functools.cached_property
@@ -243,7 +246,7 @@ class Policy:
         legal = set(self.legal(state, intent).actions)
         return [t for t, n in zip(tools, names) if n in legal]
 
-    def _action_eval(self, action: str):
+    def _action_eval(self, action: str) -> tuple[Callable[..., Any], tuple[int, ...]]:
         """(the generated evaluator restricted to the groups that can remove `action`, returning
         (fired, removed) like the whole one; the indices of those groups). Made on first use."""
         got = self._action_evals.get(action)
@@ -280,7 +283,7 @@ class Policy:
                     args[name]))
         return reasons, values
 
-    def _check_fn(self, action: str):
+    def _check_fn(self, action: str) -> tuple[Callable[..., Any], tuple[int, ...]]:
         """(generated function, rule indices) judging the argument rules that target `action`."""
         got = self._checks.get(action)
         if got is None:
@@ -333,7 +336,7 @@ class Policy:
 
     # ---- reasons -------------------------------------------------------------------------------
     def _explain(self, root: Any, fired: list[int], intent: str | None,
-                 removed: list[str], groups=None) -> dict[str, tuple[Reason, ...]]:
+                 removed: list[str], groups: Iterable[int] | None = None) -> dict[str, tuple[Reason, ...]]:
         """Every reason each action of `removed` was removed; `fired`: the groups that fired;
         `groups`: the indices of the groups to look at (default: all)."""
         reasons: dict[str, list[Reason]] = {a: [] for a in removed}
@@ -363,15 +366,15 @@ class Policy:
                 reasons[a].append(self._reason(rule, a, values))
         return {a: tuple(rs) for a, rs in reasons.items()}
 
-    def _reason(self, rule: ir.RuleDef, action: str, values) -> Reason:
+    def _reason(self, rule: ir.RuleDef, action: str, values: tuple[tuple[str, Any], ...]) -> Reason:
         cost = self.ir.actions[self._index[action]].cost
         reads_cost = self._reads_cost.get(rule.name)
         if reads_cost is None:
-            reads_cost = self._reads_cost[rule.name] = rule.cond is not None and _reads_cost(rule.cond)
+            reads_cost = self._reads_cost[rule.name] = rule.cond is not None and ir.holds(rule.cond, ir.Cost)
         if reads_cost:
             values = values + (("cost", cost),)
         shown = ", ".join(f"{k} = {_show(v)}" for k, v in values)
-        if rule.kind == "after":
+        if rule.kind == RuleKind.AFTER:
             history = dict(values).get("history") or frozenset()
             missing = [a for a in rule.after if a not in history]
             msg = f"`{action}` must come after {', '.join(f'`{m}`' for m in missing)}"
@@ -390,22 +393,12 @@ class Policy:
 _FLIP = bytes([1, 0]) + bytes(254)  # removed flag -> legal flag
 
 
-def _flags(n: int, on) -> bytes:
+def _flags(n: int, on: Iterable[int]) -> bytes:
     """n bytes, 1 at the indices in `on`."""
     out = bytearray(n)
     for i in on:
         out[i] = 1
     return bytes(out)
-
-
-def _reads_cost(e: ir.Expr) -> bool:
-    stack = [e]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ir.Cost):
-            return True
-        stack.extend(ir.children(node))
-    return False
 
 
 def tool_name(tool: Any, path: str = "$.tools[0]") -> str:
@@ -426,22 +419,6 @@ def _schema_reason(action: str, arg: str, problem: str, value: Any = None) -> Re
                   ((f"args.{arg}", value),) if value is not None else ())
 
 
-def _json_type(v: Any) -> str:
-    if isinstance(v, bool):
-        return "a boolean"
-    if isinstance(v, int):
-        return "an integer"
-    if isinstance(v, float):
-        return "a number"
-    if isinstance(v, str):
-        return "a string"
-    if isinstance(v, (list, tuple)):
-        return "an array"
-    if isinstance(v, Mapping):
-        return "an object"
-    return "null" if v is None else type(v).__name__
-
-
 def _type_problem(p: ir.ParamDef, v: Any) -> str | None:
     """What is wrong with argument value `v` for parameter `p` (None: nothing)."""
     ok = {"bool": isinstance(v, bool),
@@ -451,8 +428,8 @@ def _type_problem(p: ir.ParamDef, v: Any) -> str | None:
           "list": isinstance(v, (list, tuple)),
           "enum": isinstance(v, str) and v in p.members}[p.kind]
     if ok:
-        return number_problem(v) if p.kind in ("int", "float") else None
-    if p.kind == "enum":
+        return number_problem(v) if p.kind in NUMBERS else None
+    if p.kind == FieldKind.ENUM:
         shown = "|".join(p.members[:12]) + ("|…" if len(p.members) > 12 else "")
         got = msgspec.json.encode(v).decode() if isinstance(v, str) else _json_type(v)
         return f"expected one of {shown}, got {got}"

@@ -135,7 +135,8 @@ def _uri(path: str) -> str:
     return quote(p.as_posix()) if not p.is_absolute() else p.as_uri()
 
 
-def sarif_report(results: Sequence[tuple[Path, object, Iterable[Diagnostic]]], failure: str | None = None) -> bytes:
+def sarif_report(results: Sequence[tuple[Path, object, Iterable[Diagnostic]]], failure: str
+                 | None = None) -> bytes:
     """A SARIF 2.1.0 log with one run: the rules are the codes that occur, results point at spans.
 
     Relative paths are relative to the directory `zc check` ran in (`%SRCROOT%`); columns count
@@ -171,7 +172,8 @@ def sarif_report(results: Sequence[tuple[Path, object, Iterable[Diagnostic]]], f
                           | ({"shortDescription": {"text": CODES[code]}} if code in CODES else {})
                           for code in rules]}},
             "invocations": [{"executionSuccessful": failure is None} | (
-                {"toolExecutionNotifications": [{"level": "error", "message": {"text": failure}}]} if failure else {})],
+                {"toolExecutionNotifications": [{"level": "error", "message": {"text": failure}}]} if failure
+                else {})],
             "columnKind": "unicodeCodePoints",
             "originalUriBaseIds": {"%SRCROOT%": {"uri": Path.cwd().as_uri() + "/"}},
             "results": out,

@@ -6,6 +6,9 @@ import bisect
 import dataclasses
 import re
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -32,14 +35,18 @@ class Source:
         return self.text[start:end]
 
 
-def stored_init(cls: type) -> type:
+def stored_init(cls: type[T]) -> type[T]:
     """Give a frozen, slotted dataclass an `__init__` that stores each field through its slot's own
     descriptor: the same signature, defaults and frozen instances as dataclass's, at a third of the
     cost (dataclass's goes through `object.__setattr__`, by name, once a field); and `cls.make`,
     which takes every field in order, positionally (a keyword-only signature costs a call its
     keywords' matching). The parser makes millions of spans and nodes for a large policy."""
-    positional, keywords, body, names = [], [], [], {}
-    for f in dataclasses.fields(cls):
+    positional: list[str] = []
+    keywords: list[str] = []
+    body: list[str] = []
+    names: dict[str, Any] = {}
+    dc: Any = cls  # a dataclass, which type[T] does not say
+    for f in dataclasses.fields(dc):
         if f.default_factory is not dataclasses.MISSING or not f.init:
             raise TypeError(f"{cls.__name__}.{f.name}: stored_init takes plain fields only")
         names[f"_set_{f.name}"] = getattr(cls, f.name).__set__
@@ -50,14 +57,14 @@ def stored_init(cls: type) -> type:
         (keywords if f.kw_only else positional).append(param)
         body.append(f"    _set_{f.name}(self, {f.name})\n")
     params = ", ".join(["self", *positional, *(["*", *keywords] if keywords else [])])
-    every = ", ".join(f.name for f in dataclasses.fields(cls))
+    every = ", ".join(f.name for f in dataclasses.fields(dc))
     names.update(_new=object.__new__, _cls=cls)
     exec(f"def __init__({params}):\n{''.join(body) or '    pass'}\n"
          f"def make({every}):\n    self = _new(_cls)\n{''.join(body)}    return self\n", names)
     init = names["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
-    cls.__init__ = init  # type: ignore[misc]
-    cls.make = staticmethod(names["make"])  # type: ignore[attr-defined]
+    cls.__init__ = init  # type: ignore[method-assign]  # replacing dataclass's __init__ is the point
+    cls.make = staticmethod(names["make"])  # type: ignore[attr-defined]  # read back by ast.maker
     return cls
 
 

@@ -9,6 +9,7 @@ import msgspec
 
 from . import ir
 from .errors import ZcError, did_you_mean, json_problem
+from .kinds import FieldKind
 
 
 class StateError(ZcError):
@@ -38,9 +39,10 @@ def number_problem(v: Any) -> str | None:
 
 def _leaf_type(f: ir.FieldDef, actions: tuple[str, ...]) -> Any:
     base: Any
-    if f.kind == "enum":
-        base = Literal[f.members]  # type: ignore[valid-type]
-    elif f.kind == "set":
+    if f.kind == FieldKind.ENUM:
+        base = Literal[f.members]
+    elif f.kind == FieldKind.SET:
+        # a Literal of the policy's actions, known at run time only
         base = list[Literal[actions]] if actions else list[str]  # type: ignore[valid-type]
     else:
         base = {"bool": bool, "int": INT, "float": FLOAT, "text": str}[f.kind]
@@ -55,7 +57,7 @@ class Schema:
     def __init__(self, fields: tuple[ir.FieldDef, ...], actions: tuple[str, ...], strict: bool) -> None:
         self.fields = {f.path: f for f in fields}
         self.actions = actions
-        tree: dict = {}
+        tree: dict[str, Any] = {}
         for f in fields:
             node = tree
             *parents, leaf = f.path.split(".")
@@ -68,8 +70,11 @@ class Schema:
         self._flat = frozenset(".".join(parts[:i]) for parts in (f.path.split(".") for f in fields)
                                for i in range(2, len(parts) + 1))
 
-    def _struct(self, name: str, tree: dict, prefix: tuple[str, ...], strict: bool):
-        specs, rename, required = [], {}, False
+    def _struct(self, name: str, tree: dict[str, Any], prefix: tuple[str, ...],
+                strict: bool) -> tuple[Any, bool]:
+        specs: list[tuple[Any, ...]] = []
+        rename: dict[str, str] = {}
+        required = False
         for i, (key, sub) in enumerate(tree.items()):
             attr = f"f{i}"
             rename[attr] = key
@@ -119,11 +124,12 @@ class Schema:
         bad = re.match(r"invalid enum value (.*)", msg)
         field = self.fields.get(re.sub(r"\[\d+\]$", "", path)[2:])
         if bad and field is not None:
-            allowed = field.members if field.kind == "enum" else self.actions
+            allowed = field.members if field.kind == FieldKind.ENUM else self.actions
             shown = "|".join(allowed[:12]) + ("|…" if len(allowed) > 12 else "")
             value = bad.group(1).strip("'")
             hint = did_you_mean(value, allowed)
-            msg = f"expected one of {shown}, got {msgspec.json.encode(value).decode()}" + (f" ({hint})" if hint else "")
+            msg = (f"expected one of {shown}, got {msgspec.json.encode(value).decode()}"
+                   + (f" ({hint})" if hint else ""))
         if p.kind == "unknown":
             msg = "unknown field (the policy's state schema does not declare it)"
         msg = msg.replace(" | null`", "`")
@@ -140,6 +146,6 @@ def read_path(schema: Schema, root: Any, path: str) -> Any:
     f = schema.fields[path]
     if node is None:
         node = f.default if f.has_default else None
-    if f.kind == "set" and node is not None:
+    if f.kind == FieldKind.SET and node is not None:
         return frozenset(node)
     return node

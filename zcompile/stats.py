@@ -43,7 +43,8 @@ def betainc(a: float, b: float, x: float) -> float:
         return 0.0
     if x >= 1.0:
         return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x)
+                     + b * math.log1p(-x))
     if x < (a + 1) / (a + b + 2):
         return front * _beta_fraction(a, b, x) / a
     return 1.0 - front * _beta_fraction(b, a, 1.0 - x) / b
@@ -81,7 +82,8 @@ def _beta_ppf(q: float, a: float, b: float) -> float:
     return (lo + hi) / 2
 
 
-def answers_needed(target: float, confidence: float = 0.95, method: str = "wilson", limit: int = 100_000) -> int:
+def answers_needed(target: float, confidence: float = 0.95, method: str = "wilson",
+                   limit: int = 100_000) -> int:
     """The fewest answers, all right, whose lower bound reaches `target`: the two-sided Wilson interval's
     at `confidence` (`wilson`), or the one-sided Clopper–Pearson bound at `confidence` (`clopper-pearson`)."""
     def low(n: int) -> float:

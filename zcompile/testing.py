@@ -13,8 +13,10 @@ import msgspec
 
 from . import ast as A
 from . import interp
+from .checked import Checked
 from .errors import ZcError, did_you_mean
 from .inputs import files_under, read_file
+from .kinds import FieldKind, RuleKind
 from .runtime import Policy
 from .state import StateError
 from .yamldoc import Refused, compose, locate
@@ -124,7 +126,8 @@ def load_suite(path: str | Path, text: str | None = None) -> LoadedSuite:
             known = (Call if at.endswith(".call") else Case if at.endswith("]") else Suite).__struct_fields__
             hint = did_you_mean(unknown.group(1), known)
             at, msg = f"{at}.{unknown.group(1)}", "unknown key" + (f" ({hint})" if hint else
-                                                                  f" (a {'case' if at.endswith(']') else 'file'} "
+                                                                  " (a "
+                                                                  f"{'case' if at.endswith(']') else 'file'} "
                                                                   f"takes {', '.join(known)})")
         raise _problem(p, node, at, msg) from None
     if suite.version != VERSION:
@@ -224,7 +227,8 @@ def _why(reasons) -> str:
 def run_case(compiled: Compiled, case: Case, at: str = "$") -> CaseResult:
     """Run one case (`at`: its `$.cases[i]` path in its file) against a compiled policy."""
     t0 = time.perf_counter()
-    wrong = _flat_keys(case.state, set(compiled.checked.fields), at + ".state") + _unknown_names(compiled, case, at)
+    wrong = (_flat_keys(case.state, set(compiled.checked.fields), at + ".state")
+             + _unknown_names(compiled, case, at))
     if not wrong:
         try:
             diff = _legal_diff(compiled.policy, case) if case.legal is not None \
@@ -236,7 +240,8 @@ def run_case(compiled: Compiled, case: Case, at: str = "$") -> CaseResult:
                       time.perf_counter() - t0, wrong[0][0])
 
 
-def _flat_keys(state: Mapping[str, Any], fields: set[str], at: str, prefix: str = "") -> list[tuple[str, str]]:
+def _flat_keys(state: Mapping[str, Any], fields: set[str], at: str,
+               prefix: str = "") -> list[tuple[str, str]]:
     """A state key written flat (`"user.role": …`) would be ignored: say how to nest it."""
     out = []
     for key, value in state.items():
@@ -338,7 +343,7 @@ class Coverage:
             self.compiled.policy.legal(case.state, case.intent)
         except ZcError:
             return
-        state = _flat(checked, case.state)
+        state = flat_state(checked, case.state)
         if case.call is not None:
             if case.call.name not in checked.costs:
                 return
@@ -400,7 +405,8 @@ class Coverage:
             return _BOOL
         checked = self.compiled.checked
         for e in A.walk(leaf):
-            if isinstance(e, A.FieldRef) and (f := checked.fields.get(e.path)) is not None and f.may_be_absent:
+            if isinstance(e, A.FieldRef) and (f := checked.fields.get(
+                e.path)) is not None and f.may_be_absent:
                 return _KLEENE
             if isinstance(e, A.ArgRef) and any(
                     (p := (checked.params.get(t) or {}).get(e.name)) is not None and p.optional
@@ -415,7 +421,7 @@ _KLEENE = (*_BOOL, ("unknown", None))
 
 def _leaves(rule: A.RuleDecl) -> list:
     """The atomic conditions of a rule: every maximal sub-expression that is not and/or/not."""
-    if rule.kind == "after":
+    if rule.kind == RuleKind.AFTER:
         return list(rule.after)
     out, stack = [], [rule.cond]
     while stack:
@@ -429,7 +435,7 @@ def _leaves(rule: A.RuleDecl) -> list:
     return out
 
 
-def _flat(checked, state: Mapping[str, Any]) -> dict[str, Any]:
+def flat_state(checked: Checked, state: Mapping[str, Any]) -> dict[str, Any]:
     """The interpreter's reading of a state: field path -> value (defaults applied, None absent)."""
     out = {}
     for path, info in checked.fields.items():
@@ -438,7 +444,7 @@ def _flat(checked, state: Mapping[str, Any]) -> dict[str, Any]:
             node = node.get(part) if isinstance(node, Mapping) else None
         if node is None:
             node = info.default if info.has_default else None
-        if info.kind == "set" and node is not None:
+        if info.kind == FieldKind.SET and node is not None:
             node = frozenset(node)
         out[path] = node
     return out

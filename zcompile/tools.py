@@ -15,6 +15,8 @@ from typing import Any
 
 from . import ir
 from .errors import Diagnostic, ZcError, did_you_mean
+from .inputs import json_type
+from .kinds import FieldKind
 
 
 def tool_schemas(tools: Any) -> dict[str, Mapping[str, Any]]:
@@ -33,7 +35,8 @@ def tool_schemas(tools: Any) -> dict[str, Mapping[str, Any]]:
     out: dict[str, Mapping[str, Any]] = {}
     for path, name, t in entries:
         if not isinstance(t, Mapping):
-            raise ZcError(f"{path}: expected a tool schema {{name, description, parameters}}, got {type(t).__name__}")
+            raise ZcError(f"{path}: expected a tool schema {{name, description, parameters}}, got "
+                          f"{type(t).__name__}")
         if not isinstance(name, str):
             raise ZcError(f"{path}: a tool schema needs a string `name`")
         out[name] = t
@@ -44,7 +47,8 @@ def policy_tools(policy: Any) -> dict[str, dict[str, str]]:
     """The policy's action descriptions as tool schemas by name: what describes an action when a
     decision offers no tools, in training and at decision time (an action without a description is
     left out: it reads as its name)."""
-    return {a.name: {"name": a.name, "description": a.description} for a in policy.ir.actions if a.description}
+    return {a.name: {"name": a.name, "description": a.description} for a in policy.ir.actions
+            if a.description}
 
 
 REPLY_TAG = "reply"  # an action tagged `reply` is a text reply: only a rung that writes text answers it
@@ -55,7 +59,8 @@ _JSON_TYPE = {"bool": "boolean", "int": "integer", "float": "number", "text": "s
 def signature_schema(params: Sequence[Any]) -> dict[str, Any]:
     """The JSON schema of a declared signature (`ir.ParamDef`s): a closed object whose required
     properties are the non-optional parameters (no `required` key for an empty signature)."""
-    props = {p.name: ({"type": "string", "enum": list(p.members)} if p.kind == "enum" else {"type": _JSON_TYPE[p.kind]})
+    props = {p.name: ({"type": "string", "enum": list(p.members)} if p.kind == FieldKind.ENUM
+                      else {"type": _JSON_TYPE[p.kind]})
              for p in params}
     required = [p.name for p in params if not p.optional]
     return {"type": "object", "properties": props, **({"required": required} if params else {}),
@@ -65,17 +70,18 @@ def signature_schema(params: Sequence[Any]) -> dict[str, Any]:
 # --- the inverse: tool schemas -> `action` declarations (`zc tools import`, `zc check --tools`) ----------
 #
 # One table serves both directions: `signature_schema` writes `_JSON_TYPE[kind]`, `_KIND` (its
-# inverse) reads it back. JSON schema that a signature cannot state is an error at its `$.path`; a constraint that a
-# signature drops (an array's `items`, `minimum`, `pattern`, ...) is a warning at its `$.path`.
+# inverse) reads it back. JSON schema that a signature cannot state is an error at its `$.path`; a constraint
+# that a signature drops (an array's `items`, `minimum`, `pattern`, ...) is a warning at its `$.path`.
 
-_KIND = {json_type: kind for kind, json_type in _JSON_TYPE.items() if kind != "enum"}  # enum: `string` + `enum`
+# enum: `string` + `enum`
+_KIND = {jt: kind for kind, jt in _JSON_TYPE.items() if kind != FieldKind.ENUM}
 _ALIASES = {"dict": "object", "float": "number", "tuple": "array", "bool": "boolean", "int": "integer",
             "str": "string", "list": "array"}  # BFCL's Python-flavoured type names
-_ANNOTATIONS = frozenset({"description", "title", "default", "examples", "deprecated", "readOnly", "writeOnly",
-                          "$comment", "optional", "nullable"})
+_ANNOTATIONS = frozenset({"description", "title", "default", "examples", "deprecated", "readOnly",
+                          "writeOnly", "$comment", "optional", "nullable"})
 _DROPPED = frozenset({"items", "prefixItems", "contains", "minItems", "maxItems", "uniqueItems", "minimum",
-                      "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength", "maxLength",
-                      "pattern", "format", "contentEncoding", "contentMediaType"})
+                      "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength",
+                      "maxLength", "pattern", "format", "contentEncoding", "contentMediaType"})
 _UNIONS = ("anyOf", "oneOf")
 _REFUSED = ("$ref", "allOf", "not", "if", "then", "else", "dependentSchemas", "patternProperties")
 # words the grammar reserves where an action or enum member is named (`path` / `name` admit the others)
@@ -139,7 +145,7 @@ def read_tools(data: Any) -> tuple[list[ImportedTool], list[Problem]]:
                                       '`{"tools": [...]}`' + (f", found keys {_keys(data)}" if data else ""))]
         data, base = data["tools"], f"{base}.tools"
     if not isinstance(data, list):
-        return [], [Problem(base, f"expected an array of tools, found {_json_type(data)}")]
+        return [], [Problem(base, f"expected an array of tools, found {json_type(data)}")]
     tools: list[ImportedTool] = []
     seen: dict[str, str] = {}
     for i, entry in enumerate(data):
@@ -157,29 +163,30 @@ def read_tools(data: Any) -> tuple[list[ImportedTool], list[Problem]]:
 
 def _read_tool(entry: Any, path: str, problems: list[Problem]) -> ImportedTool | None:
     if not isinstance(entry, dict):
-        problems.append(Problem(path, f"expected a tool object, found {_json_type(entry)}"))
+        problems.append(Problem(path, f"expected a tool object, found {json_type(entry)}"))
         return None
     if "function" in entry:  # OpenAI: {type: function, function: {...}}
         if entry.get("type", "function") != "function":
-            problems.append(Problem(f"{path}.type", f"expected `function`, found {_shown(entry.get('type'))}"))
+            problems.append(Problem(f"{path}.type", "expected `function`, found "
+                                                    f"{_shown(entry.get('type'))}"))
             return None
         entry, path = entry["function"], f"{path}.function"
         if not isinstance(entry, dict):
-            problems.append(Problem(path, f"expected a function object, found {_json_type(entry)}"))
+            problems.append(Problem(path, f"expected a function object, found {json_type(entry)}"))
             return None
     name = entry.get("name")
     if not isinstance(name, str):
         problems.append(Problem(f"{path}.name", "a tool needs a string `name`" if name is None else
-                                f"expected a string, found {_json_type(name)}"))
+                                f"expected a string, found {json_type(name)}"))
         return None
     named = bool(_ACTION.fullmatch(name)) and not any(part in RESERVED for part in name.split("."))
     if not named:
         problems.append(Problem(f"{path}.name", f"tool name {_shown(name)} is not a zc action name (letters, "
-                                                "digits, `_` and `.`, not starting with a digit, no reserved word); "
-                                                "rename the tool"))
+                                                "digits, `_` and `.`, not starting with a digit, no reserved "
+                                                "word); rename the tool"))
     desc = entry.get("description")
     if desc is not None and not isinstance(desc, str):
-        problems.append(Problem(f"{path}.description", f"expected a string, found {_json_type(desc)}"))
+        problems.append(Problem(f"{path}.description", f"expected a string, found {json_type(desc)}"))
         desc = None
     key = "inputSchema" if "inputSchema" in entry else "parameters"
     schema = entry.get(key)
@@ -201,16 +208,17 @@ def params_from_schema(schema: Any, path: str, problems: list[Problem]) -> tuple
     None (with errors in `problems`) when it states something a signature cannot."""
     n = len(problems)
     if not isinstance(schema, dict):
-        problems.append(Problem(path, f"expected a JSON schema object, found {_json_type(schema)}"))
+        problems.append(Problem(path, f"expected a JSON schema object, found {json_type(schema)}"))
         return None
     kind = _ALIASES.get(schema.get("type"), schema.get("type")) if isinstance(schema.get("type"), str) \
         else schema.get("type")
     if kind not in (None, "object"):
-        problems.append(Problem(f"{path}.type", f"a tool's arguments are an object, found type {_shown(kind)}"))
+        problems.append(Problem(f"{path}.type", "a tool's arguments are an object, found type "
+                                                f"{_shown(kind)}"))
         return None
     props = schema.get("properties", {})
     if not isinstance(props, dict):
-        problems.append(Problem(f"{path}.properties", f"expected an object, found {_json_type(props)}"))
+        problems.append(Problem(f"{path}.properties", f"expected an object, found {json_type(props)}"))
         return None
     required = schema.get("required", [])
     if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
@@ -218,7 +226,8 @@ def params_from_schema(schema: Any, path: str, problems: list[Problem]) -> tuple
         required = []
     for j, r in enumerate(required):
         if r not in props:
-            problems.append(Problem(f"{path}.required[{j}]", f"`{r}` is required but not among the properties"))
+            problems.append(Problem(f"{path}.required[{j}]", f"`{r}` is required but not among the "
+                                                             "properties"))
     extra = schema.get("additionalProperties")
     if extra not in (None, False):
         problems.append(Problem(f"{path}.additionalProperties", "the tool accepts undeclared arguments; a zc "
@@ -230,8 +239,8 @@ def params_from_schema(schema: Any, path: str, problems: list[Problem]) -> tuple
     for name, prop in props.items():
         ppath = _member(f"{path}.properties", name)
         if not _WORD.fullmatch(name):
-            problems.append(Problem(ppath, f"argument name {_shown(name)} is not a zc argument name (letters, "
-                                           "digits and `_`, not starting with a digit)"))
+            problems.append(Problem(ppath, f"argument name {_shown(name)} is not a zc argument name "
+                                           "(letters, digits and `_`, not starting with a digit)"))
             continue
         got = _param_kind(prop, ppath, problems)
         if got is not None:
@@ -249,7 +258,7 @@ def _param_kind(prop: Any, path: str, problems: list[Problem]) -> tuple[str, tup
         problems.append(Problem(path, "an argument of any type is not expressible in a zc signature"))
         return None
     if not isinstance(prop, dict):
-        problems.append(Problem(path, f"expected a JSON schema object, found {_json_type(prop)}"))
+        problems.append(Problem(path, f"expected a JSON schema object, found {json_type(prop)}"))
         return None
     for key in _UNIONS:  # pydantic's Optional[T]: anyOf [T, {type: null}]
         if key in prop:
@@ -257,21 +266,24 @@ def _param_kind(prop: Any, path: str, problems: list[Problem]) -> tuple[str, tup
             if not isinstance(branches, list):
                 problems.append(Problem(f"{path}.{key}", "expected an array of schemas"))
                 return None
-            others = [(i, b) for i, b in enumerate(branches) if not (isinstance(b, dict) and b.get("type") == "null")]
+            others = [(i, b) for i, b in enumerate(branches) if not (isinstance(b, dict) and b.get(
+                "type") == "null")]
             if len(others) != 1:
-                problems.append(Problem(f"{path}.{key}", f"a union of {len(others)} types is not expressible in a "
-                                        "zc signature (only one type, or one type or null)"))
+                problems.append(Problem(f"{path}.{key}", f"a union of {len(others)} types is not expressible "
+                                                         "in a zc signature (only one type, or one type or "
+                                                         "null)"))
                 return None
             i, branch = others[0]
             if not isinstance(branch, dict):
                 problems.append(Problem(f"{path}.{key}[{i}]", f"expected a JSON schema object, found "
-                                                              f"{_json_type(branch)}"))
+                                                              f"{json_type(branch)}"))
                 return None
             rest = {k: v for k, v in prop.items() if k != key}
             clash = next((k for k in branch if k in rest and rest[k] != branch[k]), None)
             if clash is not None:
                 problems.append(Problem(f"{path}.{key}[{i}].{clash}", f"`{clash}` differs from the `{clash}` "
-                                                                      "beside it: not expressible in a zc signature"))
+                                                                      "beside it: not expressible in a zc "
+                                                                      "signature"))
                 return None
             got = _param_kind({**rest, **branch}, f"{path}.{key}[{i}]", problems)
             return None if got is None else (got[0], got[1], got[2] or len(branches) > 1)
@@ -285,8 +297,8 @@ def _param_kind(prop: Any, path: str, problems: list[Problem]) -> tuple[str, tup
         types = [t for t in raw if t != "null"]
         nullable = nullable or len(types) < len(raw)
         if len(types) != 1:
-            problems.append(Problem(f"{path}.type", f"a union of types {_shown(raw)} is not expressible in a zc "
-                                    "signature (only one type, or one type or null)"))
+            problems.append(Problem(f"{path}.type", f"a union of types {_shown(raw)} is not expressible in a "
+                                                    "zc signature (only one type, or one type or null)"))
             return None
         raw = types[0]
     enum = prop.get("enum", [prop["const"]] if "const" in prop else None)
@@ -296,12 +308,12 @@ def _param_kind(prop: Any, path: str, problems: list[Problem]) -> tuple[str, tup
         problems.append(Problem(path, "an argument without a `type` is not expressible in a zc signature"))
         return None
     if not isinstance(raw, str):
-        problems.append(Problem(f"{path}.type", f"expected a type name, found {_json_type(raw)}"))
+        problems.append(Problem(f"{path}.type", f"expected a type name, found {json_type(raw)}"))
         return None
     typ = _ALIASES.get(raw, raw)
     if typ == "object":
-        problems.append(Problem(path, "an object argument is not expressible in a zc signature (arguments are "
-                                      "bool, int, float, text, enum or list)"))
+        problems.append(Problem(path, "an object argument is not expressible in a zc signature (arguments "
+                                      "are bool, int, float, text, enum or list)"))
         return None
     if typ not in _KIND:
         problems.append(Problem(f"{path}.type", f"unknown JSON schema type {_shown(raw)}"))
@@ -310,32 +322,29 @@ def _param_kind(prop: Any, path: str, problems: list[Problem]) -> tuple[str, tup
     ekey = "enum" if "enum" in prop else "const"
     if enum is not None:
         if typ != "string":
-            problems.append(Problem(f"{path}.{ekey}", f"the allowed values of a `{typ}` argument are not checked "
-                                    f"by a zc signature (imported as `{kind}`)", "warning"))
+            problems.append(Problem(f"{path}.{ekey}", f"the allowed values of a `{typ}` argument are not "
+                                                      f"checked by a zc signature (imported as `{kind}`)",
+                                    "warning"))
         elif (not isinstance(enum, list) or not enum or not all(isinstance(v, str) for v in enum)
               or len(set(enum)) != len(enum)):
             problems.append(Problem(f"{path}.{ekey}", "expected distinct strings"))
             return None
         elif all(_WORD.fullmatch(v) and v not in RESERVED for v in enum):
-            kind, members = "enum", tuple(enum)
+            kind, members = FieldKind.ENUM, tuple(enum)
         else:
             bad = next(v for v in enum if not _WORD.fullmatch(v) or v in RESERVED)
-            problems.append(Problem(f"{path}.{ekey}", f"member {_shown(bad)} is not a zc name: imported as `text`, "
-                                    "its values are not checked", "warning"))
+            problems.append(Problem(f"{path}.{ekey}", f"member {_shown(bad)} is not a zc name: imported as "
+                                                      "`text`, its values are not checked", "warning"))
     dropped = sorted(k for k in prop if k in _DROPPED)
     unknown = sorted(k for k in prop if k not in _DROPPED and k not in _ANNOTATIONS
                      and k not in ("type", "enum", "const"))
     if dropped:
-        problems.append(Problem(path, f"not checked by a zc signature: {', '.join(f'`{k}`' for k in dropped)}",
+        problems.append(Problem(path, "not checked by a zc signature: "
+                                      f"{', '.join(f'`{k}`' for k in dropped)}",
                                 "warning"))
     if unknown:
         problems.append(Problem(path, f"ignored: {', '.join(f'`{k}`' for k in unknown)}", "warning"))
     return kind, members, nullable
-
-
-def _json_type(v: Any) -> str:
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null",
-            int: "a number", float: "a number"}.get(type(v), type(v).__name__)
 
 
 def _shown(v: Any) -> str:
@@ -352,7 +361,8 @@ def _member(path: str, key: str) -> str:
 
 
 def _type_text(p: ir.ParamDef) -> str:
-    return (f"enum({', '.join(p.members)})" if p.kind == "enum" else p.kind) + ("?" if p.optional else "")
+    return ((f"enum({', '.join(p.members)})" if p.kind == FieldKind.ENUM else p.kind)
+            + ("?" if p.optional else ""))
 
 
 def signature_text(params: Sequence[ir.ParamDef]) -> str:
@@ -424,11 +434,13 @@ def _verify(text: str, tools: Sequence[ImportedTool]) -> None:
     from .source import Source
 
     decls = parse(Source("<tools import>", "policy imported\n" + text)).actions
-    back = [(d.name.text, tuple(_param_def(p) for p in d.params or ()), d.description, tuple(t.text for t in d.tags))
+    back = [(d.name.text, tuple(_param_def(p) for p in d.params or ()), d.description,
+             tuple(t.text for t in d.tags))
             for d in decls]
     want = [(t.name, t.params, t.description, t.tags) for t in tools]
     if back != want:
-        raise ZcError("zc tools import wrote declarations that do not parse back to the tools (please report it)")
+        raise ZcError("zc tools import wrote declarations that do not parse back to the tools (please report "
+                      "it)")
 
 
 def _param_def(p: Any) -> ir.ParamDef:
@@ -437,9 +449,9 @@ def _param_def(p: Any) -> ir.ParamDef:
 
     t = p.type
     if isinstance(t, A.EnumType):
-        return ir.ParamDef(name=p.name.text, kind="enum", members=tuple(m.text for m in t.members),
+        return ir.ParamDef(name=p.name.text, kind=FieldKind.ENUM, members=tuple(m.text for m in t.members),
                            optional=p.optional)
-    kind = "list" if isinstance(t, A.ListType) else t.kind
+    kind = FieldKind.LIST if isinstance(t, A.ListType) else t.kind
     return ir.ParamDef(name=p.name.text, kind=kind, optional=p.optional)
 
 
@@ -487,8 +499,10 @@ def drift(policy: ir.PolicyIR, tree: Any, tools: Sequence[ImportedTool], file: s
         if action is None or decl is None:
             hint = did_you_mean(tool.name, actions)
             if hint is None:
-                hint = ("no signature states its schema (ZC0500 on the tools file)" if tool.params is None else
-                        f"declare `action {tool.name}{signature_text(tool.params)}` (`zc tools import` writes it)")
+                hint = ("no signature states its schema (ZC0500 on the tools file)" if tool.params is None
+                        else
+                        f"declare `action {tool.name}{signature_text(tool.params)}` (`zc tools import` "
+                        "writes it)")
             err("ZC0501", f"{where} has no action in policy `{policy.name}`", tree.name.span, hint)
             continue
         if tool.params is None:

@@ -12,6 +12,7 @@ from lark import Transformer
 from . import ast as A
 from .errors import Diagnostic
 from .ir import MAX_DEPTH, MAX_FLOAT, MAX_INT
+from .kinds import FieldKind, RuleKind
 from .source import Source, Span
 
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
@@ -36,10 +37,10 @@ class _Params(_Part):
 
 Tok = tuple  # a token: (text, start, end)
 # the nodes made most often, made from their fields in order (`make`: no keyword arguments to match)
-_Ident, _Name, _Num = A.Ident.make, A.Name.make, A.Num.make
-_LitNum, _LitMember = A.LitNum.make, A.LitMember.make
-_ActionDecl, _RuleDecl, _TargetActions = A.ActionDecl.make, A.RuleDecl.make, A.TargetActions.make
-_Compare, _InLit = A.Compare.make, A.InLit.make
+_Ident, _Name, _Num = A.maker(A.Ident), A.maker(A.Name), A.maker(A.Num)
+_LitNum, _LitMember = A.maker(A.LitNum), A.maker(A.LitMember)
+_ActionDecl, _RuleDecl, _TargetActions = A.maker(A.ActionDecl), A.maker(A.RuleDecl), A.maker(A.TargetActions)
+_Compare, _InLit = A.maker(A.Compare), A.maker(A.InLit)
 
 
 def _lo(v) -> int:
@@ -220,7 +221,7 @@ class Builder(Transformer):
         return A.EnumType(members=_items(c[2:-1]), span=self._span(c))
 
     def scalar_type(self, c):
-        return A.ScalarType(kind=c[0][0], span=self._tok(c[0]))
+        return A.ScalarType(kind=FieldKind(c[0][0]), span=self._tok(c[0]))
 
     def set_type(self, c):
         return A.SetType(span=self._span(c))
@@ -281,16 +282,16 @@ class Builder(Transformer):
         return _RuleDecl(c[1], kind, target, cond, after, self._span(c))
 
     def requires(self, c):  # target "requires" expr
-        return _Part(("requires", c[0], _expr(c[2]), ()), _lo(c[0]), _hi(c[2]))
+        return _Part((RuleKind.REQUIRES, c[0], _expr(c[2]), ()), _lo(c[0]), _hi(c[2]))
 
     def forbid_when(self, c):  # "forbid" target "when" expr
-        return _Part(("forbid_when", c[1], _expr(c[3]), ()), c[0][1], _hi(c[3]))
+        return _Part((RuleKind.FORBID_WHEN, c[1], _expr(c[3]), ()), c[0][1], _hi(c[3]))
 
     def forbid_unless(self, c):  # "forbid" target "unless" expr
-        return _Part(("forbid_unless", c[1], _expr(c[3]), ()), c[0][1], _hi(c[3]))
+        return _Part((RuleKind.FORBID_UNLESS, c[1], _expr(c[3]), ()), c[0][1], _hi(c[3]))
 
     def after(self, c):  # target "after" path_list
-        return _Part(("after", c[0], None, c[2].value), _lo(c[0]), _hi(c[2]))
+        return _Part((RuleKind.AFTER, c[0], None, c[2].value), _lo(c[0]), _hi(c[2]))
 
     def target_actions(self, c):
         part = c[0]

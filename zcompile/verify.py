@@ -11,6 +11,7 @@ import re
 
 from . import ir
 from .errors import ZcError
+from .kinds import FieldKind, RuleKind
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _KINDS = {"bool": "bool", "int": "num", "float": "num", "set": "set", "list": "list"}
@@ -96,13 +97,13 @@ class _Verifier:
     def _field(self, f: ir.FieldDef) -> None:
         if not all(_NAME.fullmatch(part) for part in f.path.split(".")):
             raise _bad(f"field path `{f.path}` is not a dotted name")
-        if f.kind == "enum":
+        if f.kind == FieldKind.ENUM:
             if not f.members:
                 raise _bad(f"enum field `{f.path}` has no members")
             _unique(f"member of `{f.path}`", f.members)
         elif f.members:
             raise _bad(f"{f.kind} field `{f.path}` lists enum members")
-        if f.path == "history" and f.kind != "set":
+        if f.path == "history" and f.kind != FieldKind.SET:
             raise _bad("field `history` is not a set of actions")
         if not f.has_default:
             if f.default is not None:
@@ -131,9 +132,9 @@ class _Verifier:
             return
         _unique(f"argument of `{a.name}`", (prm.name for prm in a.params))
         for prm in a.params:
-            if (prm.kind == "enum") != bool(prm.members):
+            if (prm.kind == FieldKind.ENUM) != bool(prm.members):
                 raise _bad(f"argument `{prm.name}` of `{a.name}` has malformed members")
-            if prm.kind == "enum":
+            if prm.kind == FieldKind.ENUM:
                 _unique(f"member of argument `{prm.name}`", prm.members)
 
     def _rule(self, r: ir.RuleDef) -> None:
@@ -144,9 +145,9 @@ class _Verifier:
         if not self.actions.keys() >= {*r.targets, *r.after}:
             for t in (*r.targets, *r.after):
                 self._known(t, where)
-        if (r.kind == "after") != (r.cond is None) or (r.kind == "after") != bool(r.after):
+        if (r.kind == RuleKind.AFTER) != (r.cond is None) or (r.kind == RuleKind.AFTER) != bool(r.after):
             raise _bad(f"{where} has a malformed condition")
-        if r.kind == "after":
+        if r.kind == RuleKind.AFTER:
             if "history" not in self.fields:
                 raise _bad(f"{where} reads `history`, which the state does not declare")
             if r.reads != ("history",) or r.args:
@@ -207,17 +208,17 @@ class _Verifier:
                 f = self.fields.get(path)
                 if f is None:
                     raise _bad(f"{where} reads unknown field `{path}`")
-                if f.kind == "text":
+                if f.kind == FieldKind.TEXT:
                     raise _bad(f"{where} reads text field `{path}`")
-                return ("enum", frozenset(f.members)) if f.kind == "enum" else _KINDS[f.kind]
+                return ("enum", frozenset(f.members)) if f.kind == FieldKind.ENUM else _KINDS[f.kind]
             case ir.Arg(name=name):
                 if self.rule is None:
                     raise _bad(f"{where} reads `args.{name}` outside a rule")
                 prm = next(prm for prm in self.actions[self.rule.targets[0]].params or ()
                            if prm.name == name)
-                if prm.kind == "text":
+                if prm.kind == FieldKind.TEXT:
                     raise _bad(f"{where} reads text argument `{name}`")
-                return ("enum", frozenset(prm.members)) if prm.kind == "enum" else _KINDS[prm.kind]
+                return ("enum", frozenset(prm.members)) if prm.kind == FieldKind.ENUM else _KINDS[prm.kind]
             case ir.Const(value=v):
                 if isinstance(v, bool):
                     return "bool"

@@ -28,7 +28,8 @@ def _yaml_loader():
     return Loader
 
 
-def compose(text: str, name: str, what: str = "test file", empty: str = "a mapping with `version` and `cases`"):
+def compose(text: str, name: str, what: str = "test file",
+            empty: str = "a mapping with `version` and `cases`"):
     """(data, node tree) of a YAML (or JSON) document; ZcError with line:column otherwise. `what`
     names the kind of file in messages; `empty` what an empty one should have held."""
     import yaml

@@ -1,6 +1,7 @@
 """A scripted agent on the official `openai` client, pointed at `zc serve` in front of a stub upstream.
 
-    python -m examples.gateway.run                      # from the repository root (~30 s; extras serve, distill)
+    python -m examples.gateway.run                      # from the repository root (~30 s; extras serve,
+distill)
     python -m examples.gateway.run --conversations 0    # the first conversation only (~6 s)
 
 No chat model can be downloaded here, so a local stub (tests/openai_stub.py) stands in for the
@@ -42,7 +43,8 @@ POLICY = ROOT / "examples" / "gateway" / "desk.zc"
 
 def tool(name: str, description: str, **params: str) -> dict:
     return {"type": "function", "function": {"name": name, "description": description, "parameters": {
-        "type": "object", "properties": {p: {"type": t} for p, t in params.items()}, "required": list(params)}}}
+        "type": "object", "properties": {p: {"type": t} for p, t in params.items()},
+        "required": list(params)}}}
 
 
 # what the agent offers its model: four tools of the desk, and one the policy never declared
@@ -82,7 +84,8 @@ def start_serve(receipts: Path, upstream: str, specialist: Path | None = None, *
     port = free_port()
     extra = ["--specialists", str(specialist)] if specialist is not None else []
     cmd = [sys.executable, "-m", "zcompile", "serve", "--policy", str(policy), "--upstream", upstream,
-           "--model", "stub-model", "--receipts", str(receipts), "--port", str(port), "--timeout-ms", "5000", *extra]
+           "--model", "stub-model", "--receipts", str(receipts), "--port", str(port), "--timeout-ms", "5000",
+           *extra]
     if not quiet:
         _say(f"$ zc serve --policy {policy.relative_to(ROOT)} --upstream {upstream} --model stub-model "
              f"--receipts {receipts} --port {port}" + (f" --specialists {specialist}" if extra else ""))
@@ -108,11 +111,13 @@ def agent(client: OpenAI, users: list[str], *, quiet: bool = False) -> None:
     rest = iter(users[1:])
     say(f"user: {users[0]}")
     for _ in range(12):
-        raw = client.chat.completions.with_raw_response.create(model="stub-model", messages=messages, tools=TOOLS)
+        raw = client.chat.completions.with_raw_response.create(model="stub-model", messages=messages,
+                                                               tools=TOOLS)
         r = raw.parse()
         msg, x = r.choices[0].message, r.model_extra["x_zc"]
         stripped = [*x["stripped"]["undeclared"], *x["stripped"]["illegal"]]
-        where = "locally" if x["upstream_requests"] == 0 else f"after {x['upstream_requests']} upstream request(s)"
+        where = "locally" if x["upstream_requests"] == 0 else (f"after {x['upstream_requests']} upstream "
+                                                               "request(s)")
         say(f"  [zc] answered by `{x['rung']}` {where}; legal tools: {', '.join(x['offered']) or 'none'}"
             + (f"; stripped: {', '.join(stripped)}" if stripped else ""))
         for b in x["blocked"]:
@@ -135,7 +140,8 @@ def agent(client: OpenAI, users: list[str], *, quiet: bool = False) -> None:
 
 def traffic(rng: random.Random) -> tuple[list[str], list[dict]]:
     """One synthetic conversation: (the user's lines, what the stub upstream says, request by request)."""
-    user = f"{rng.choice(['mia', 'noah', 'ava', 'liam'])}_{rng.choice(['li', 'kim', 'ng'])}_{rng.randint(1000, 9999)}"
+    first, last = rng.choice(["mia", "noah", "ava", "liam"]), rng.choice(["li", "kim", "ng"])
+    user = f"{first}_{last}_{rng.randint(1000, 9999)}"
     rid = "".join(rng.choice("ABCDEFGHJKLMNPQRSTUVWXYZ23456789") for _ in range(6))
     if rng.random() < 0.5:
         return ([f"Hi, I'm {user}. Please cancel my reservation {rid}.", "yes"],
@@ -144,12 +150,14 @@ def traffic(rng: random.Random) -> tuple[list[str], list[dict]]:
                  {"calls": [("cancel_reservation", {"reservation_id": rid})]},
                  {"content": f"Done: {rid} is cancelled and will be refunded."}])
     return ([f"Hello, my user id is {user}. What is on my profile?"],
-            [{"calls": [("get_user_details", {"user_id": user})]}, {"content": "Here is your profile: Mia Li."}])
+            [{"calls": [("get_user_details", {"user_id": user})]},
+             {"content": "Here is your profile: Mia Li."}])
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=None, help="directory for the receipts and the distillation (default: a temp dir)")
+    ap.add_argument("--out", default=None, help="directory for the receipts and the distillation (default: a "
+                                                "temp dir)")
     ap.add_argument("--conversations", type=int, default=120,
                     help="scripted conversations after the first (default 120)")
     args = ap.parse_args(argv)
@@ -185,20 +193,23 @@ def main(argv: list[str] | None = None) -> int:
             _say(f"  {r['tier']:<9} {r['action']:<24} {json.dumps(r.get('arguments'))}"
                  + (f"  (blocked {len(g['blocked'])} first)" if g["blocked"] else ""))
         artifact = out / "desk.zcp"
-        subprocess.run([*zc, "compile", str(POLICY), "-o", str(out)], cwd=ROOT, check=True, capture_output=True)
+        subprocess.run([*zc, "compile", str(POLICY), "-o", str(out)], cwd=ROOT, check=True,
+                       capture_output=True)
         specialist = out / "specialist"
         _say(f"\n== 3. zc distill --from {receipts} --policy {artifact} -o {specialist} --model logistic "
              "--guarantee conformal")
         run = subprocess.run([*zc, "distill", "--from", str(receipts), "--policy", str(artifact), "-o",
                               str(specialist), "--model", "logistic", "--guarantee", "conformal"],
-                             cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+                             cwd=ROOT, capture_output=True, text=True,
+                             env={**os.environ, "PYTHONWARNINGS": "ignore"})
         report = specialist / "report.md"
         if run.returncode or not report.exists():
             _say((run.stdout + run.stderr).strip().splitlines()[-1])
             _say("(too few receipts certify nothing: distillation needs many conversations)")
             return 0
         lines = report.read_text().splitlines()
-        _say("\n".join(line for line in lines if line.startswith(("**Verdict", "- Calls:", "Complete calls"))))
+        _say("\n".join(line for line in lines
+                       if line.startswith(("**Verdict", "- Calls:", "Complete calls"))))
         if "**Verdict: promoted.**" not in lines:
             return 0
         _say("\n== 4. zc serve again, with the distilled specialist: a new conversation")
@@ -215,9 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         later = [json.loads(line) for line in (out / "receipts-2.jsonl").read_text().splitlines()]
         calls = [r for r in later if r["action"] != "respond"]
         local = [r for r in calls if r["tier"] in ("compiler", "specialist")]
-        _say(f"\n{len(local)} of its {len(calls)} calls were answered locally (each passed Policy.check); the "
-             f"upstream received {len(stub.requests)} requests. The traffic was synthetic and fixed, so this "
-             "specialist learned a script: real traffic certifies less (docs/gateway.md).")
+        _say(f"\n{len(local)} of its {len(calls)} calls were answered locally (each passed Policy.check); "
+             f"the upstream received {len(stub.requests)} requests. The traffic was synthetic and fixed, so "
+             "this specialist learned a script: real traffic certifies less (docs/gateway.md).")
     return 0
 
 

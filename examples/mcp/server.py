@@ -1,4 +1,5 @@
-"""The MCP server of docs/mcp.md's example: a reservation desk written with the SDK's low-level Server (stdio)."""
+"""The MCP server of docs/mcp.md's example: a reservation desk written with the SDK's low-level Server
+(stdio)."""
 
 from __future__ import annotations
 

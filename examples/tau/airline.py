@@ -42,8 +42,10 @@ _REASONS = (
     ("health", re.compile(r"\b(sick|ill|illness|unwell|not feeling well|under the weather|flu|fever|"
                           r"hospital\w*|medical|injur\w*|surgery)\b", re.I)),
     ("weather", re.compile(r"\b(weather|storm|hurricane|snow\w*|blizzard|typhoon|flood\w*)\b", re.I)),
-    ("airline_cancelled", re.compile(r"\b(airline cancel\w*|cancel\w* by the airline|flight (was|got|has been) cancel\w*)\b", re.I)),
-    ("change_of_plan", re.compile(r"\b(change of plans?|plans? (have |has )?changed|no longer need|don'?t need)\b", re.I)),
+    ("airline_cancelled", re.compile(r"\b(airline cancel\w*|cancel\w* by the airline|flight (was|got|has "
+                                     r"been) cancel\w*)\b", re.I)),
+    ("change_of_plan", re.compile(r"\b(change of plans?|plans? (have |has )?changed|no longer need|don'?t "
+                                  r"need)\b", re.I)),
 )
 
 

@@ -16,6 +16,7 @@ import argparse
 import json
 import sys
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +117,8 @@ def _calls(messages: list, where: str):
                 fn = (tc or {}).get("function") or {}
                 name = fn.get("name")
                 if not isinstance(name, str):
-                    raise DataError(f"{where}: $.messages[{i}].tool_calls[{j}].function.name: expected a string")
+                    raise DataError(f"{where}: $.messages[{i}].tool_calls[{j}].function.name: expected a "
+                                    "string")
                 raw = fn.get("arguments") or "{}"
                 try:
                     args = json.loads(raw) if isinstance(raw, str) else dict(raw)
@@ -179,7 +181,7 @@ def run(chat_path: str | Path, examples: int = 3) -> dict:
                 users = " ".join(str(m.get("content") or "") for m in messages[:i] if m.get("role") == "user")
                 world.reason = cancel_reason(users)
                 norm = normalize_args(policy, name, args)
-                state = _guarded(lambda: world.state(name, args, history), where, i)
+                state = _guarded(partial(world.state, name, args, history), where, i)
                 verdict = policy.check(state, name, norm)
                 bucket["write_calls"] += 1
                 if not verdict.allowed:
@@ -194,11 +196,12 @@ def run(chat_path: str | Path, examples: int = 3) -> dict:
                     rules.update(names)
                     if sum(1 for s in shown if s["rules"] == names) < examples:
                         shown.append({"conversation": conv.get("id"), "task": conv.get("task"),
-                                      "reward": reward, "message": i, "call": {"name": name, "arguments": args},
-                                      "rules": names, "reasons": reason_dicts(verdict),
-                                      "tool_output": str(output)[:200] if output is not None else None})
+                                      "reward": reward, "message": i,
+                                      "call": {"name": name, "arguments": args}, "rules": names,
+                                      "reasons": reason_dicts(verdict), "tool_output": str(output)[:200]
+                                      if output is not None else None})
             if name in policy.actions:
-                _guarded(lambda: world.observe(name, args, output), where, i)
+                _guarded(partial(world.observe, name, args, output), where, i)
             history.add(name)
         bucket["runs_with_a_block"] += blocked_here > 0
         bucket["runs_with_a_block_on_known_facts"] += known_here > 0
@@ -214,9 +217,9 @@ def render(report: dict) -> str:
              f"blocked by the policy {report['blocked']}"]
     for key, b in report["by_reward"].items():
         lines.append(f"  reward {key}: {b['runs']} runs, {b['write_calls']} write calls, {b['blocked']} "
-                     f"blocked ({b['blocked_on_known_facts']} on known facts, {b['blocked_for_unknown_facts']} "
-                     f"for facts the conversation never showed; the tool itself refused "
-                     f"{b['api_also_refused']}); runs with a block: {b['runs_with_a_block']}, "
+                     f"blocked ({b['blocked_on_known_facts']} on known facts, "
+                     f"{b['blocked_for_unknown_facts']} for facts the conversation never showed; the tool "
+                     f"itself refused {b['api_also_refused']}); runs with a block: {b['runs_with_a_block']}, "
                      f"with a block on known facts: {b['runs_with_a_block_on_known_facts']}")
     lines.append("blocked by rule: " + ", ".join(f"{r} {n}" for r, n in report["blocked_by_rule"].items()))
     lines.append("examples:")

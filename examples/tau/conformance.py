@@ -15,13 +15,25 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 
 from zcompile import ZcError
 
+from .common import (
+    DataError,
+    Illegal,
+    Report,
+    expect,
+    gold_actions,
+    load_policy,
+    normalize_args,
+    read_json,
+    read_tasks,
+    reason_dicts,
+    scenario_text,
+)
 from .retail import LOOKUP_FIRST
-from .common import (DataError, Illegal, Report, expect, gold_actions, load_policy, normalize_args,
-                     read_json, read_tasks, reason_dicts, scenario_text)
 
 HERE = Path(__file__).resolve().parent
 
@@ -96,13 +108,13 @@ def run(domain: str, tasks_path: str | Path, db_path: str | Path,
                 report.illegal.append(Illegal(tid, step, name, args, [
                     {"rule": "schema", "kind": "schema", "message": f"unknown tool `{name}`"}]))
                 continue
-            state = _guarded(lambda: world.state(name, args, history), tasks_path, tid, step)
+            state = _guarded(partial(world.state, name, args, history), tasks_path, tid, step)
             verdict = policy.check(state, name, normalize_args(policy, name, args))
             if verdict.allowed:
                 report.legal += 1
             else:
                 report.illegal.append(Illegal(tid, step, name, args, reason_dicts(verdict)))
-            _guarded(lambda: world.apply(name, args), db_path, tid, step)
+            _guarded(partial(world.apply, name, args), db_path, tid, step)
             history.add(name)
         for case in by_task.get(tid, []):
             name, args = case["call"]["name"], dict(case["call"].get("arguments") or {})
@@ -157,10 +169,12 @@ def _args(args) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m examples.tau.conformance", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m examples.tau.conformance",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--domain", required=True, choices=("airline", "retail"))
     ap.add_argument("--tasks", required=True, help="tau2 tasks JSON (e.g. tasks.train.json)")
-    ap.add_argument("--db", required=True, help="the domain's database (airline: its db/ directory; retail: db.json)")
+    ap.add_argument("--db", required=True, help="the domain's database (airline: its db/ directory; retail: "
+                                                "db.json)")
     ap.add_argument("--refusals", default=None, help="refusal cases JSON (default: the bundled one)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ns = ap.parse_args(argv)

@@ -29,7 +29,8 @@ def load_db(path: str | Path) -> dict[str, dict]:
     db = read_json(p, "retail database")
     expect(isinstance(db, dict), "$", str(p), "expected {products, users, orders}")
     for table in ("products", "users", "orders"):
-        expect(isinstance(db.get(table), dict), f"$.{table}", str(p), f"expected an object of {table} keyed by id")
+        expect(isinstance(db.get(table), dict), f"$.{table}", str(p),
+               f"expected an object of {table} keyed by id")
     return db
 
 
@@ -140,7 +141,8 @@ class RetailWorld:
             order = self.orders.edit(oid)
             total = sum(i.get("price", 0) for i in order.get("items", []))
             order.setdefault("payment_history", []).append(
-                {"transaction_type": "payment", "amount": total, "payment_method_id": args.get("payment_method_id")})
+                {"transaction_type": "payment", "amount": total, "payment_method_id": args.get(
+                    "payment_method_id")})
         elif name == "modify_pending_order_items":
             order = self.orders.edit(oid)
             for old, new in zip(args.get("item_ids") or [], args.get("new_item_ids") or []):

@@ -28,7 +28,8 @@ TOOLS = [
                annotations=types.ToolAnnotations(destructive_hint=True)),
     types.Tool(name="search", description="Search reservations.",
                input_schema={"type": "object", "properties": {"q": {"type": "string"}}},
-               output_schema={"type": "object", "properties": {"hits": {"type": "integer"}}, "required": ["hits"]},
+               output_schema={"type": "object", "properties": {"hits": {"type": "integer"}},
+                              "required": ["hits"]},
                annotations=types.ToolAnnotations(read_only_hint=True, title="Search"),
                _meta={"example.com/owner": "tests"}),
     types.Tool(name="fail", description="Always fails.", input_schema={"type": "object"}),
@@ -65,7 +66,8 @@ async def call_tool(ctx, params):
     _log(name, args, ctx.request, ctx.meta)
     text = lambda s: [types.TextContent(type="text", text=s)]  # noqa: E731
     if name == "get_reservation":
-        return types.CallToolResult(content=text(json.dumps({"id": args.get("reservation_id"), "status": "ok"})))
+        return types.CallToolResult(content=text(json.dumps({"id": args.get("reservation_id"),
+                                                             "status": "ok"})))
     if name == "cancel":
         return types.CallToolResult(content=text(json.dumps({"cancelled": args.get("reservation_id")})))
     if name == "search":
@@ -99,7 +101,8 @@ async def _stdio() -> None:
     from mcp.server.stdio import stdio_server
 
     async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options(NotificationOptions(tools_changed=True)))
+        await server.run(read, write, server.create_initialization_options(NotificationOptions(
+            tools_changed=True)))
 
 
 def main(argv: list[str]) -> None:
@@ -109,7 +112,8 @@ def main(argv: list[str]) -> None:
     if "--http" in opts:
         import uvicorn
 
-        uvicorn.run(server.streamable_http_app(), host="127.0.0.1", port=int(opts["--http"]), log_level="warning")
+        uvicorn.run(server.streamable_http_app(), host="127.0.0.1", port=int(opts["--http"]),
+                    log_level="warning")
     else:
         anyio.run(_stdio)
 

@@ -64,7 +64,8 @@ def create_app(pdp: PDP, *, pdp_url: str | None = None, api_key: str | None = No
             rid = request.headers.get("x-request-id")
             headers = {"X-Request-ID": rid} if rid is not None else {}
             if not authorised(request):
-                return text(401, "missing or wrong Authorization header", {**headers, "WWW-Authenticate": "Bearer"})
+                return text(401, "missing or wrong Authorization header",
+                            {**headers, "WWW-Authenticate": "Bearer"})
             ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
             if ctype != "application/json":
                 return text(415, f"Content-Type must be application/json, got `{ctype}`", headers)
@@ -95,14 +96,16 @@ def create_app(pdp: PDP, *, pdp_url: str | None = None, api_key: str | None = No
 
     async def health(request: Request) -> Response:
         return Response(msgspec.json.encode({"status": "ok", "policy": pdp.policy.name,
-                                             "policy_sha256": pdp.policy.sha256, "mapping": pdp.mapping.name}),
+                                             "policy_sha256": pdp.policy.sha256,
+                                             "mapping": pdp.mapping.name}),
                         media_type="application/json")
 
     async def http_error(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
         rid = request.headers.get("x-request-id")
-        return text(status, f"{request.method} {request.url.path}: {detail}", {"X-Request-ID": rid} if rid else {})
+        return text(status, f"{request.method} {request.url.path}: {detail}", {"X-Request-ID": rid} if rid
+                    else {})
 
     routes = [Route("/.well-known/authzen-configuration", discovery, methods=["GET"]),
               Route("/healthz", health, methods=["GET"]),
@@ -111,6 +114,8 @@ def create_app(pdp: PDP, *, pdp_url: str | None = None, api_key: str | None = No
               Route(ENDPOINTS["search_action_endpoint"], endpoint(pdp.search_action), methods=["POST"]),
               # answered when the mapping makes them answerable (listed in the discovery document
               # then); otherwise a 400 that says why
-              Route(ENDPOINTS["search_resource_endpoint"], endpoint(pdp.search_resource, True), methods=["POST"]),
-              Route(ENDPOINTS["search_subject_endpoint"], endpoint(pdp.search_subject, True), methods=["POST"])]
+              Route(ENDPOINTS["search_resource_endpoint"], endpoint(pdp.search_resource, True),
+                    methods=["POST"]),
+              Route(ENDPOINTS["search_subject_endpoint"], endpoint(pdp.search_subject, True),
+                    methods=["POST"])]
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error})

@@ -13,6 +13,7 @@ import msgspec
 
 from ..errors import ZcError, did_you_mean
 from ..inputs import read_file
+from ..kinds import FieldKind
 from ..yamldoc import compose, locate
 
 VERSION = 1
@@ -125,7 +126,8 @@ class Mapping:
         node: the YAML node tree of the file, to place problems at their line and column.
     """
 
-    def __init__(self, spec: MappingFile, policy: Any, name: str = "<default mapping>", node: Any = None) -> None:
+    def __init__(self, spec: MappingFile, policy: Any, name: str = "<default mapping>",
+                 node: Any = None) -> None:
         self.spec, self.policy, self.name = spec, policy, name
 
         def bad(at: str, problem: str) -> ZcError:
@@ -133,7 +135,8 @@ class Mapping:
             return ZcError(f"{name}{f':{spot[0]}:{spot[1]}' if spot else ''}: {at}: {problem}")
 
         if spec.version != VERSION:
-            raise bad("$.version", f"unsupported mapping version {spec.version} (this zc reads version {VERSION})")
+            raise bad("$.version", f"unsupported mapping version {spec.version} (this zc reads version "
+                                   f"{VERSION})")
         try:
             self._base = _split(spec.base, "$.base") if spec.base is not None else None
             fields = {f.path for f in policy.ir.fields}
@@ -146,7 +149,8 @@ class Mapping:
                 self._state.append((field, *self._compile(src, at)))
             self._action = self._compile(spec.action, "$.action")[0]
             self._intent = self._compile(spec.intent, "$.intent") if spec.intent is not None else None
-            if self._intent is not None and self._intent[0][0] == "const" and self._intent[0][1] not in policy.intents:
+            const = self._intent[0] if self._intent is not None and self._intent[0][0] == "const" else None
+            if const is not None and const[1] not in policy.intents:
                 hint = did_you_mean(str(self._intent[0][1]), policy.intents) or "not declared by the policy"
                 raise _Bad("$.intent.const", f"unknown intent `{self._intent[0][1]}` ({hint})")
             self._arguments = _split(spec.arguments, "$.arguments") if spec.arguments is not None else None
@@ -167,7 +171,8 @@ class Mapping:
             self.names.setdefault(target, key)
         # the sets of actions (`history`, `set[action]` fields) a PEP fills with its own names
         self._renamed = {k: v for k, v in self.actions.items() if k != v}
-        self._sets = [f.path.split(".") for f in policy.ir.fields if f.kind == "set"] if self._renamed else []
+        self._sets = ([f.path.split(".") for f in policy.ir.fields if f.kind == FieldKind.SET]
+                      if self._renamed else [])
 
     @staticmethod
     def _directory(types: dict[str, Any], at: str, bad) -> dict[str, dict[str, Props]]:
@@ -189,7 +194,8 @@ class Mapping:
         `$.path` it reads, or the mapping's own `$.path` for a constant)."""
         if isinstance(src, str):
             return ("path", _split(src, at)), src
-        given = [k for k in ("const", "equals", "contains", "join") if getattr(src, k) not in (None, msgspec.UNSET)]
+        given = [k for k in ("const", "equals", "contains", "join")
+                 if getattr(src, k) not in (None, msgspec.UNSET)]
         if len(given) != 1:
             raise _Bad(at, "a computed value has exactly one of `const`, `equals`, `contains`, `join`")
         if given[0] == "const":
@@ -197,7 +203,8 @@ class Mapping:
         if given[0] == "join":
             if not src.join:
                 raise _Bad(f"{at}.join", "expected one path or more")
-            return ("join", tuple(_split(p, f"{at}.join[{i}]") for i, p in enumerate(src.join)), src.sep), src.join[0]
+            return ("join", tuple(_split(p, f"{at}.join[{i}]") for i, p in enumerate(src.join)),
+                    src.sep), src.join[0]
         args = getattr(src, given[0])
         if len(args) != 2:
             raise _Bad(f"{at}.{given[0]}", f"expected two items, got {len(args)}")
@@ -267,7 +274,8 @@ class Mapping:
             for p in parts[:-1]:
                 node = node.get(p) if isinstance(node, dict) else None
             if isinstance(node, dict) and isinstance(node.get(parts[-1]), list):
-                node[parts[-1]] = [self._renamed.get(a, a) if isinstance(a, str) else a for a in node[parts[-1]]]
+                node[parts[-1]] = [self._renamed.get(a, a) if isinstance(a, str) else a
+                                   for a in node[parts[-1]]]
         intent = None
         if self._intent is not None:
             got = self._value(doc, self._intent[0])

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import msgspec
 
 from ..errors import ZcError, json_problem
-from ..inputs import decode_json
+from ..inputs import decode_json, json_type
 
 SEMANTICS = ("execute_all", "deny_on_first_deny", "permit_on_first_permit")
 MAX_EVALUATIONS = 1000  # a longer `evaluations` array is refused (400): one request, bounded work
@@ -58,7 +58,8 @@ class Query:
     where: dict[str, str]
 
     def doc(self) -> dict[str, Any]:
-        return {"subject": self.subject, "action": self.action, "resource": self.resource, "context": self.context}
+        return {"subject": self.subject, "action": self.action, "resource": self.resource,
+                "context": self.context}
 
 
 def body_object(raw: bytes) -> dict[str, Any]:
@@ -72,13 +73,8 @@ def body_object(raw: bytes) -> dict[str, Any]:
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise BadInput(str(json_problem(exc))) from None
     if not isinstance(body, dict):
-        raise BadInput(f"$: expected a JSON object, got {_kind(body)}")
+        raise BadInput(f"$: expected a JSON object, got {json_type(body)}")
     return body
-
-
-def _kind(v: Any) -> str:
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(v), "a number")
 
 
 def _convert(value: Any, typ: type, at: str) -> Any:
@@ -108,7 +104,7 @@ def _context(body: dict[str, Any], at: str) -> dict[str, Any]:
     if ctx is None:
         return {}
     if not isinstance(ctx, dict):
-        raise BadInput(f"{at}: expected an object, got {_kind(ctx)}")
+        raise BadInput(f"{at}: expected an object, got {json_type(ctx)}")
     return ctx
 
 
@@ -127,7 +123,7 @@ def evaluations(body: dict[str, Any]) -> tuple[list[Query] | None, str]:
     semantic = "execute_all"
     if options is not None:
         if not isinstance(options, dict):
-            raise BadInput(f"$.options: expected an object, got {_kind(options)}")
+            raise BadInput(f"$.options: expected an object, got {json_type(options)}")
         semantic = _convert(options, Options, "$.options").evaluations_semantic
         if semantic not in SEMANTICS:
             raise BadInput(f"$.options.evaluations_semantic: expected one of {'|'.join(SEMANTICS)}, "
@@ -136,14 +132,14 @@ def evaluations(body: dict[str, Any]) -> tuple[list[Query] | None, str]:
     if items is None or items == []:
         return None, semantic
     if not isinstance(items, list):
-        raise BadInput(f"$.evaluations: expected an array, got {_kind(items)}")
+        raise BadInput(f"$.evaluations: expected an array, got {json_type(items)}")
     if len(items) > MAX_EVALUATIONS:
         raise BadInput(f"$.evaluations: {len(items)} evaluations; at most {MAX_EVALUATIONS} in one request")
     out = []
     for i, item in enumerate(items):
         at = f"$.evaluations[{i}]"
         if not isinstance(item, dict):
-            raise BadInput(f"{at}: expected an object, got {_kind(item)}")
+            raise BadInput(f"{at}: expected an object, got {json_type(item)}")
         merged, where = {}, {}
         for key in ("subject", "action", "resource", "context"):
             if item.get(key) is not None:
@@ -152,7 +148,8 @@ def evaluations(body: dict[str, Any]) -> tuple[list[Query] | None, str]:
                 merged[key], where[key] = body[key], f"$.{key}"
         for key in ("subject", "action", "resource"):
             if key not in merged:
-                raise BadInput(f"{at}.{key}: required field is missing (in the evaluation or at the top level)")
+                raise BadInput(f"{at}.{key}: required field is missing (in the evaluation or at the top "
+                               "level)")
         parts = {k: _part(merged, k, where[k]) for k in ("subject", "action", "resource")}
         out.append(Query(parts["subject"], parts["action"], parts["resource"],
                          _context(merged, where.get("context", f"{at}.context")),
@@ -172,7 +169,7 @@ def search(body: dict[str, Any], kind: str) -> tuple[Query, Page]:
     action = _part(body, "action", "$.action") if kind != "action" else None
     page = body.get("page")
     if page is not None and not isinstance(page, dict):
-        raise BadInput(f"$.page: expected an object, got {_kind(page)}")
+        raise BadInput(f"$.page: expected an object, got {json_type(page)}")
     page = _convert(page or {}, Page, "$.page")
     return Query(subject, action, resource, _context(body, "$.context"),
                  {k: f"$.{k}" for k in ("subject", "action", "resource", "context")}), page

@@ -43,7 +43,8 @@ class PDP:
         max_page: the most results one search page holds.
     """
 
-    def __init__(self, policy: Any, mapping: Mapping, *, reasons: str = "full", max_page: int = MAX_PAGE) -> None:
+    def __init__(self, policy: Any, mapping: Mapping, *, reasons: str = "full",
+                 max_page: int = MAX_PAGE) -> None:
         if reasons not in ("full", "none"):
             raise ZcError(f"reasons must be `full` or `none`, got `{reasons}`")
         if not max_page >= 1:
@@ -57,7 +58,8 @@ class PDP:
         """Which searches this mapping answers: actions always; resources with the MCP profile or
         a resource directory; subjects with a subject directory."""
         m = self.mapping
-        return {"action": True, "resource": m.spec.mcp is not None or bool(m.resources), "subject": bool(m.subjects)}
+        return {"action": True, "resource": m.spec.mcp is not None or bool(m.resources),
+                "subject": bool(m.subjects)}
 
     # ---- one evaluation ------------------------------------------------------------------------
     def _judge(self, q: Query) -> tuple[bool, dict[str, Any]]:
@@ -82,7 +84,8 @@ class PDP:
             tool = None
         try:
             mapped = self._mapped(q)
-            action = self.mapping.action_of(tool if tool is not None else self.mapping.action_name(mapped.doc))
+            action = self.mapping.action_of(tool if tool is not None else self.mapping.action_name(
+                mapped.doc))
         except Unknown as exc:
             raise Denied(exc.kind, exc.message) from None
         try:
@@ -124,7 +127,8 @@ class PDP:
             raise
         except Exception as exc:  # noqa: BLE001 - a failing engine denies; it never permits or leaks
             _log.exception("zc pdp: the evaluation failed")
-            return self._decision(False, {"kind": "engine_failure", "message": f"{type(exc).__name__}: {exc}"}, 500)
+            return self._decision(False, {"kind": "engine_failure",
+                                          "message": f"{type(exc).__name__}: {exc}"}, 500)
         return {"decision": True} if decision else self._decision(False, why)
 
     def _decision(self, decision: bool, why: dict[str, Any], status: int | None = None) -> dict[str, Any]:
@@ -137,7 +141,8 @@ class PDP:
             messages = [why["message"]]
             why = {"reasons": [{"rule": why["kind"], "kind": why["kind"], "message": why["message"]}]}
         out["context"] = {"reason_admin": {"en": "; ".join(messages)},
-                          REASONS_KEY: {"policy": self.policy.name, "policy_sha256": self.policy.sha256, **why}}
+                          REASONS_KEY: {"policy": self.policy.name, "policy_sha256": self.policy.sha256,
+                                        **why}}
         if status is not None:
             out["context"]["error"] = {"status": status, "message": messages[0]}
         return out
@@ -215,7 +220,8 @@ class PDP:
         if directory is None:
             raise BadInput(self._cannot("resource", rtype))
         hits = [{"type": rtype, "id": i} for i in directory
-                if self._permits(Query(q.subject, q.action, {"type": rtype, "id": i}, q.context, q.where), "resource")]
+                if self._permits(Query(q.subject, q.action, {"type": rtype, "id": i}, q.context, q.where),
+                                 "resource")]
         return self._page(body, page, hits)
 
     def search_subject(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -226,7 +232,8 @@ class PDP:
         if directory is None:
             raise BadInput(self._cannot("subject", stype))
         hits = [{"type": stype, "id": i} for i in directory
-                if self._permits(Query({"type": stype, "id": i}, q.action, q.resource, q.context, q.where), "subject")]
+                if self._permits(Query({"type": stype, "id": i}, q.action, q.resource, q.context, q.where),
+                                 "subject")]
         return self._page(body, page, hits)
 
     def _cannot(self, role: str, typ: str) -> str:
@@ -289,7 +296,8 @@ class PDP:
                                         "count": len(chunk), "total": len(results)}}
         if why and self.reasons != "none":
             status = why.pop("status", None)
-            out["context"] = {REASONS_KEY: {"policy": self.policy.name, "policy_sha256": self.policy.sha256, **why}}
+            out["context"] = {REASONS_KEY: {"policy": self.policy.name, "policy_sha256": self.policy.sha256,
+                                            **why}}
             if status is not None:
                 out["context"]["error"] = {"status": status, "message": why["message"]}
         out["results"] = chunk

@@ -158,7 +158,7 @@ def how_far(i: int, length: int, elapsed: float) -> str:
 
 
 def timed_steps():
-    """A `Report.step` for long commands: each stage's line on stderr after the time since the first
+    """A `Progress.step` for long commands: each stage's line on stderr after the time since the first
     one (`[1:05] 4/10 training gbt …`), so a log says where the time went."""
     started = time.monotonic()
 

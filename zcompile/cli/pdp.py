@@ -11,7 +11,8 @@ from .common import fail, load_policy, main
 
 
 @main.command("pdp")
-@click.option("--policy", "policy_path", required=True, type=click.Path(), help="Compiled policy (.zcp) or .zc source.")
+@click.option("--policy", "policy_path", required=True, type=click.Path(),
+              help="Compiled policy (.zcp) or .zc source.")
 @click.option("--mapping", "mapping_path", default=None, type=click.Path(dir_okay=False),
               help="Mapping file (YAML or JSON): request -> the policy's action, state, intent, arguments.")
 @click.option("--reasons", default="full", show_default=True, type=click.Choice(["full", "none"]),
@@ -35,7 +36,8 @@ def pdp_cmd(policy_path, mapping_path, reasons, pdp_url, api_key_env, host, port
         from ..authzen import PDP, create_app, load_mapping
         from ..gateway.server import serve
     except ImportError as exc:
-        fail(ZcError(f"zc pdp needs the `serve` extra ({exc.name} is not installed): pip install 'zcompile[serve]'"))
+        fail(ZcError(f"zc pdp needs the `serve` extra ({exc.name} is not installed): pip install "
+                     "'zcompile[serve]'"))
     try:
         policy = load_policy(policy_path)
         mapping = load_mapping(mapping_path, policy)
@@ -49,7 +51,8 @@ def pdp_cmd(policy_path, mapping_path, reasons, pdp_url, api_key_env, host, port
         fail(exc)
     searches = ", ".join(k for k, v in pdp.searches.items() if v)
     if check_only:
-        click.echo(f"policy {policy.name}, mapping {mapping.name}: {len(mapping.actions)} actions, searches: {searches}")
+        click.echo(f"policy {policy.name}, mapping {mapping.name}: {len(mapping.actions)} actions, searches: "
+                   f"{searches}")
         return
     click.echo(f"zc pdp: policy {policy.name}, mapping {mapping.name}, searches: {searches}; "
                f"http://{host}:{port}/.well-known/authzen-configuration", err=True)

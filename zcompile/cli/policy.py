@@ -11,8 +11,19 @@ import msgspec
 from .. import ir
 from ..errors import ZcError
 from ..outdir import new_file, refuse_foreign_file
-from .common import (check_all, fail, load_policy, main, parse_call, read_json, report_diagnostics, server_tools,
-                     servers_label, summary)
+from ..state import StateError
+from .common import (
+    check_all,
+    fail,
+    load_policy,
+    main,
+    parse_call,
+    read_json,
+    report_diagnostics,
+    server_tools,
+    servers_label,
+    summary,
+)
 
 
 @main.command("check")
@@ -21,16 +32,19 @@ from .common import (check_all, fail, load_policy, main, parse_call, read_json, 
 @click.option("--format", "out_format", type=click.Choice(["text", "json", "sarif"]), default="text",
               show_default=True, help="json or sarif (2.1.0): the diagnostics on stdout, for tools.")
 @click.option("--tools", "tools_path", default=None, type=click.Path(dir_okay=False), metavar="FILE",
-              help="Also report where the signatures drift from these tools (OpenAI tools or MCP tools/list).")
+              help="Also report where the signatures drift from these tools (OpenAI tools or MCP "
+                   "tools/list).")
 @click.option("--tools-server", "tools_servers", multiple=True, metavar="[NAME=]COMMAND|URL",
-              help="Also report drift from these MCP servers' tools/list (as `zc mcp` exposes them; repeatable).")
+              help="Also report drift from these MCP servers' tools/list (as `zc mcp` exposes them; "
+                   "repeatable).")
 def check_cmd(paths: tuple[str, ...], deny_warnings: bool, out_format: str, tools_path: str | None,
               tools_servers: tuple[str, ...]) -> None:
     """Parse and check policies (names, types, cycles, lints); print every diagnostic."""
     if tools_path is not None and tools_servers:
         raise click.UsageError("give --tools or --tools-server, not both")
     try:
-        results = check_all(paths, lower=tools_path is not None or bool(tools_servers))  # the drift check reads the IR
+        # the drift check reads the IR
+        results = check_all(paths, lower=tools_path is not None or bool(tools_servers))
         if tools_path is not None or tools_servers:
             from ..tools import check_tools
 
@@ -98,7 +112,8 @@ def compile_cmd(paths: tuple[str, ...], out: str, quiet: bool) -> None:
 
 @main.command("legal")
 @click.argument("artifact", type=click.Path())
-@click.option("--state", "state_path", required=True, metavar="FILE|-", help="State JSON file, or - for stdin.")
+@click.option("--state", "state_path", required=True, metavar="FILE|-",
+              help="State JSON file, or - for stdin.")
 @click.option("--intent", default=None, help="Restrict the universe to this intent's `allow` list.")
 @click.option("--call", "call_json", default=None, metavar="JSON",
               help='Judge one proposed call instead: \'{"name": …, "arguments": {…}}\'.')
@@ -120,7 +135,7 @@ def legal_cmd(artifact: str, state_path: str, intent: str | None, call_json: str
         else:
             result = policy.legal(state, intent, strict=strict)
     except ZcError as exc:
-        if state_path != "-" and exc.__class__.__name__ == "StateError":
+        if state_path != "-" and isinstance(exc, StateError):
             exc = ZcError(f"{state_path}: {exc}")
         fail(exc)
     if call is not None:

@@ -10,6 +10,7 @@ import msgspec
 
 from ..errors import ZcError
 from ..outdir import refuse_foreign_file, write_output
+from ..state import StateError
 from .common import fail, load_policy, main, progress, read_json, timed_steps
 
 
@@ -24,27 +25,29 @@ from .common import fail, load_policy, main, progress, read_json, timed_steps
               "(anything else is refused). Written beside it first and swapped in whole.")
 @click.option("--model", type=click.Choice(["auto", "logistic", "mlp", "gbt", "transformer", "pairwise"]),
               default="auto", show_default=True,
-              help="auto trains logistic, mlp and gbt and keeps the one the out-of-fold evidence ranks first; "
-              "transformer fine-tunes MiniLM-L6 (needs the `transformer` extra); pairwise fine-tunes it to "
-              "score (request, action description) pairs, for open action sets.")
+              help="auto trains logistic, mlp and gbt and keeps the one the out-of-fold evidence ranks "
+                   "first; transformer fine-tunes MiniLM-L6 (needs the `transformer` extra); pairwise "
+                   "fine-tunes it to score (request, action description) pairs, for open action sets.")
 @click.option("--guarantee", type=click.Choice(["ltt", "conformal"]), default="ltt", show_default=True,
               help="ltt: precision ≥ target with 95% confidence (Learn-then-Test); conformal: expected "
-              "false-discovery rate ≤ 1 - target (conformal selection; needs fewer decisions, a weaker claim).")
+              "false-discovery rate ≤ 1 - target (conformal selection; needs fewer decisions, a weaker "
+              "claim).")
 @click.option("--folds", type=click.IntRange(2), default=5, show_default=True,
-              help="Task-grouped folds of cross-fitting (tabular models): every train and calibration decision "
-              "gets an out-of-fold score, τ is chosen on all of them.")
+              help="Task-grouped folds of cross-fitting (tabular models): every train and calibration "
+                   "decision gets an out-of-fold score, τ is chosen on all of them.")
 @click.option("--negatives", type=click.IntRange(0), default=3, show_default=True,
               help="pairwise: descriptions of other decisions' actions added per training decision as not "
               "fitting, half at random and half the most similar to the right one.")
 @click.option("--target-precision", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
               show_default=True, help="Precision the abstention threshold must guarantee.")
 @click.option("--target-abstention", type=click.FloatRange(0, 1, max_open=True), default=None,
-              help="pairwise: share of the decisions where no offered action fits on which the specialist must "
-              "abstain (95% lower bound; 0 turns the bound off) [default: 0.85].")
+              help="pairwise: share of the decisions where no offered action fits on which the specialist "
+                   "must abstain (95% lower bound; 0 turns the bound off) [default: 0.85].")
 @click.option("--min-coverage", type=click.FloatRange(0, 1), default=0.0, show_default=True,
               help="Coverage the gate requires on the test split.")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--skip-invalid", is_flag=True, help="Skip invalid receipt lines (counted) instead of refusing.")
+@click.option("--skip-invalid", is_flag=True, help="Skip invalid receipt lines (counted) instead of "
+                                                   "refusing.")
 @click.option("--epochs", type=click.FloatRange(0, min_open=True), default=None,
               help="transformer: passes over the training split [default: 3].")
 @click.option("--max-steps", type=click.IntRange(1), default=None,
@@ -52,37 +55,39 @@ from .common import fail, load_policy, main, progress, read_json, timed_steps
 @click.option("--max-length", type=click.IntRange(8, 512), default=None,
               help="transformer: tokens read per state [default: 128].")
 @click.option("--layers", type=click.IntRange(1, 6), default=None,
-              help="transformer: fine-tune MiniLM's first N of its 6 layers, the rest dropped; training and each "
-              "decision cost about N/6 as much, usually for less accuracy [default: 6].")
+              help="transformer: fine-tune MiniLM's first N of its 6 layers, the rest dropped; training and "
+                   "each decision cost about N/6 as much, usually for less accuracy [default: 6].")
 @click.option("--learning-rate", type=click.FloatRange(0, 1, min_open=True), default=None,
               help="transformer: AdamW's peak learning rate; fewer --layers learn faster at a higher one "
               "[default: 1e-4].")
 @click.option("--batch-size", type=click.IntRange(1), default=None,
               help="transformer: decisions per step [default: 16].")
 @click.option("--ensemble", type=click.IntRange(1), default=None,
-              help="transformer: fine-tune this many models (seeds seed, seed+1, …) and decide by the mean of "
-              "their logits, one ONNX graph; N times the training and decision time [default: 1].")
+              help="transformer: fine-tune this many models (seeds seed, seed+1, …) and decide by the mean "
+                   "of their logits, one ONNX graph; N times the training and decision time [default: 1].")
 @click.option("--quantization", type=click.Choice(["auto", "int8", "float32"]), default=None,
-              help="transformer: the export. int8 fails the distillation when int8 decides unlike the trained "
-              "model on more than 0.5% of the test split; auto [default] then ships float32 instead.")
+              help="transformer: the export. int8 fails the distillation when int8 decides unlike the "
+                   "trained model on more than 0.5% of the test split; auto [default] then ships float32 "
+                   "instead.")
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="Featurisation: local, or ray (Ray Data over Parquet shards, on the cluster RAY_ADDRESS names or a "
-              "local instance; needs the `ray` extra; docs/scale.md).")
+              help="Featurisation: local, or ray (Ray Data over Parquet shards, on the cluster RAY_ADDRESS "
+                   "names or a local instance; needs the `ray` extra; docs/scale.md).")
 @click.option("--max-decisions", type=click.IntRange(3), default=50_000, show_default=True,
-              help="Decisions held in memory; beyond it a seeded task-stratified sample of each split is used "
-              "(the split and its seal still cover every task; the report says so).")
-def distill_cmd(sources, policy_path, out, model, guarantee, folds, negatives, target_precision, target_abstention,
-                min_coverage, seed, skip_invalid, epochs, max_steps, max_length, layers, learning_rate, batch_size,
-                ensemble, quantization, engine, max_decisions) -> None:
+              help="Decisions held in memory; beyond it a seeded task-stratified sample of each split is "
+                   "used (the split and its seal still cover every task; the report says so).")
+def distill_cmd(sources, policy_path, out, model, guarantee, folds, negatives, target_precision,
+                target_abstention, min_coverage, seed, skip_invalid, epochs, max_steps, max_length, layers,
+                learning_rate, batch_size, ensemble, quantization, engine, max_decisions) -> None:
     """Distil receipts into an ONNX specialist that answers with a certified confidence or abstains."""
     try:
-        from ..qroute import Report, Settings, distill
+        from ..qroute import Progress, Settings, distill
     except ZcError as exc:  # the `distill` extra is not installed
         fail(exc)
 
     options = {k: v for k, v in (("epochs", epochs), ("max_steps", max_steps), ("max_length", max_length),
-                                 ("layers", layers), ("learning_rate", learning_rate), ("batch_size", batch_size),
-                                 ("ensemble", ensemble), ("quantization", quantization))
+                                 ("layers", layers), ("learning_rate", learning_rate),
+                                 ("batch_size", batch_size), ("ensemble", ensemble),
+                                 ("quantization", quantization))
                if v is not None}
     if options and model not in ("transformer", "pairwise"):
         flags = ", ".join("--" + k.replace("_", "-") for k in options)
@@ -95,10 +100,10 @@ def distill_cmd(sources, policy_path, out, model, guarantee, folds, negatives, t
         click.echo("error: --policy is required (except for --model pairwise)", err=True)
         sys.exit(2)
     settings = Settings(model=model, target_precision=target_precision, guarantee=guarantee,
-                        target_abstention=target_abstention, min_coverage=min_coverage, seed=seed, folds=folds,
-                        negatives=negatives, skip_invalid=skip_invalid, options=options, engine=engine,
-                        max_decisions=max_decisions)
-    report = Report(step=timed_steps(), bar=progress)
+                        target_abstention=target_abstention, min_coverage=min_coverage, seed=seed,
+                        folds=folds, negatives=negatives, skip_invalid=skip_invalid, options=options,
+                        engine=engine, max_decisions=max_decisions)
+    report = Progress(step=timed_steps(), bar=progress)
     try:
         policy = load_policy(policy_path) if policy_path else None
         result = distill(list(sources), policy, out, settings, report=report, name=Path(out).name)
@@ -130,9 +135,11 @@ def distill_cmd(sources, policy_path, out, model, guarantee, folds, negatives, t
               help="test: only decisions of tasks the specialist never trained on; all: every decision.")
 @click.option("--allow-trained", is_flag=True,
               help="With --split all, report trained-on tasks anyway (labelled NOT held-out).")
-@click.option("--skip-invalid", is_flag=True, help="Skip invalid receipt lines (counted) instead of refusing.")
+@click.option("--skip-invalid", is_flag=True, help="Skip invalid receipt lines (counted) instead of "
+                                                   "refusing.")
 @click.option("--tiers", "tiers_path", default=None, type=click.Path(dir_okay=False), metavar="F",
-              help="tiers.toml: replay with these LLM tiers on (default: off; what they leave goes to the teacher).")
+              help="tiers.toml: replay with these LLM tiers on (default: off; what they leave goes to the "
+                   "teacher).")
 def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, split, allow_trained,
              skip_invalid, tiers_path) -> None:
     """Replay receipts through the router (compiler, the specialist, tiers off unless --tiers): per-rung
@@ -166,10 +173,11 @@ def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, spl
                 raise ZcError("--tiers needs --policy: tiers are rungs of a policy's routes")
             tiers = load_tiers(tiers_path, policy)
         try:
-            from ..qroute.dataset import Report
+            from ..qroute.dataset import Progress
 
-            rep = evals.run(policy, specialist_dir, [*sources, *more], split=split, allow_trained=allow_trained,
-                            skip_invalid=skip_invalid, tiers=tiers, progress=Report(bar=progress))
+            rep = evals.run(policy, specialist_dir, [*sources, *more], split=split,
+                            allow_trained=allow_trained, skip_invalid=skip_invalid, tiers=tiers,
+                            progress=Progress(bar=progress))
         finally:
             for tier in tiers.values():
                 tier.close()
@@ -190,7 +198,8 @@ def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, spl
 @click.option("--receipts", "sources", multiple=True, required=True, type=click.Path(), metavar="PATH",
               help="Receipts written with the specialist in shadow mode (Router(shadow=…)); repeat for more.")
 @click.option("--dry-run", is_flag=True, help="Print the verdict; change nothing.")
-@click.option("--skip-invalid", is_flag=True, help="Skip invalid receipt lines (counted) instead of refusing.")
+@click.option("--skip-invalid", is_flag=True, help="Skip invalid receipt lines (counted) instead of "
+                                                   "refusing.")
 def promote_cmd(specialist_dir, policy_path, sources, dry_run, skip_invalid) -> None:
     """Re-gate a specialist on its shadow answers in live receipts of tasks it never trained on.
 
@@ -216,16 +225,21 @@ def promote_cmd(specialist_dir, policy_path, sources, dry_run, skip_invalid) -> 
 
 
 @main.command("route")
-@click.option("--policy", "policy_path", required=True, type=click.Path(), help="Compiled policy (.zcp) or .zc source.")
+@click.option("--policy", "policy_path", required=True, type=click.Path(),
+              help="Compiled policy (.zcp) or .zc source.")
 @click.option("--specialists", "specialists", multiple=True, type=click.Path(file_okay=False),
               help="Specialist directory; repeat for several (asked in order).")
-@click.option("--tiers", "tiers_path", type=click.Path(dir_okay=False), help="tiers.toml binding tier names to endpoints.")
-@click.option("--state", "state_path", required=True, metavar="FILE|-", help="State JSON file, or - for stdin.")
+@click.option("--tiers", "tiers_path", type=click.Path(dir_okay=False),
+              help="tiers.toml binding tier names to endpoints.")
+@click.option("--state", "state_path", required=True, metavar="FILE|-",
+              help="State JSON file, or - for stdin.")
 @click.option("--intent", default=None, help="Restrict the universe to this intent's `allow` list.")
 @click.option("--receipts", "receipts_path", type=click.Path(dir_okay=False), help="Append the receipt here.")
-@click.option("--deadline-ms", type=click.FloatRange(min=0, min_open=True), default=None, help="Overall budget.")
+@click.option("--deadline-ms", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Overall budget.")
 @click.option("--json", "as_json", is_flag=True, help="Print the decision and its receipt as JSON.")
-def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts_path, deadline_ms, as_json) -> None:
+def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts_path, deadline_ms,
+              as_json) -> None:
     """Decide one step through the ladder: compiler, specialists, LLM tiers, fallback."""
     from ..router import Router
 
@@ -241,7 +255,7 @@ def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts
                     deadline_ms=deadline_ms) as router:
             d = router.decide(state, intent)
     except ZcError as exc:
-        if state_path != "-" and exc.__class__.__name__ == "StateError":
+        if state_path != "-" and isinstance(exc, StateError):
             exc = ZcError(f"{state_path}: {exc}")
         fail(exc)
     if as_json:
@@ -263,12 +277,15 @@ def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts
 
 
 @main.command("serve")
-@click.option("--policy", "policy_path", required=True, type=click.Path(), help="Compiled policy (.zcp) or .zc source.")
-@click.option("--upstream", required=True, metavar="URL", help="The upstream's OpenAI base URL, e.g. http://127.0.0.1:8080/v1.")
+@click.option("--policy", "policy_path", required=True, type=click.Path(),
+              help="Compiled policy (.zcp) or .zc source.")
+@click.option("--upstream", required=True, metavar="URL", help="The upstream's OpenAI base URL, e.g. "
+                                                               "http://127.0.0.1:8080/v1.")
 @click.option("--model", required=True, help="The model name sent upstream (and listed by GET /v1/models).")
 @click.option("--specialists", "specialists", multiple=True, type=click.Path(file_okay=False),
               help="Specialist directory; repeat for several (asked in order).")
-@click.option("--tiers", "tiers_path", type=click.Path(dir_okay=False), help="tiers.toml binding local tiers.")
+@click.option("--tiers", "tiers_path", type=click.Path(dir_okay=False),
+              help="tiers.toml binding local tiers.")
 @click.option("--upstream-tier", default=None, metavar="NAME",
               help="The policy tier the upstream is bound to (default: the last one not bound by --tiers).")
 @click.option("--extract", "extract_spec", default=None, metavar="MODULE:FUNCTION",
@@ -281,15 +298,17 @@ def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts
               help="Deadline of one request (504 past it).")
 @click.option("--max-body-bytes", default=4 * 1024 * 1024, show_default=True, type=click.IntRange(min=1),
               help="Larger request bodies are refused (413).")
-@click.option("--api-key-env", default=None, metavar="VAR", help="Environment variable holding the upstream's API key.")
-def serve_cmd(policy_path, upstream, model, specialists, tiers_path, upstream_tier, extract_spec, receipts_path,
-              host, port, timeout_ms, max_body_bytes, api_key_env) -> None:
+@click.option("--api-key-env", default=None, metavar="VAR",
+              help="Environment variable holding the upstream's API key.")
+def serve_cmd(policy_path, upstream, model, specialists, tiers_path, upstream_tier, extract_spec,
+              receipts_path, host, port, timeout_ms, max_body_bytes, api_key_env) -> None:
     """Serve an OpenAI-compatible chat-completions endpoint that offers the upstream only legal tools,
     answers locally when a rung is sure, and lets no illegal call reach the harness (docs/gateway.md)."""
     try:
         from ..gateway import Gateway, serve
     except ImportError as exc:
-        fail(ZcError(f"zc serve needs the `serve` extra ({exc.name} is not installed): pip install 'zcompile[serve]'"))
+        fail(ZcError(f"zc serve needs the `serve` extra ({exc.name} is not installed): pip install "
+                     "'zcompile[serve]'"))
     from ..receipts import default_extract, load_extractor
 
     try:
@@ -306,7 +325,8 @@ def serve_cmd(policy_path, upstream, model, specialists, tiers_path, upstream_ti
     except ZcError as exc:
         fail(exc)
     text = gateway.router.text_tier
-    click.echo(f"zc serve: policy {policy.name}, upstream {upstream} ({model}) as tier `{gateway.upstream_tier}`, "
+    click.echo(f"zc serve: policy {policy.name}, upstream {upstream} ({model}) as tier "
+               f"`{gateway.upstream_tier}`, "
                + (f"replies by text tier `{text}` ({gateway.router.tiers[text].model}), " if text else "")
                + f"receipts {receipts_path}; http://{host}:{port}/v1", err=True)
     try:

@@ -161,8 +161,9 @@ def receipts_convert_cmd(sources: tuple[str, ...], out: str, skip_invalid: bool)
     n = _write_receipts(out, read(list(sources), skip_invalid=skip_invalid, stats=stats))
     for problem in stats.problems:
         click.echo(problem, err=True)
-    click.echo(f"converted {n} receipt{'' if n == 1 else 's'} from {stats.files} file{'' if stats.files == 1 else 's'}"
-               f" -> {out}" + (f" (skipped {stats.skipped} invalid)" if stats.skipped else ""))
+    click.echo(f"converted {n} receipt{'' if n == 1 else 's'} from {stats.files} "
+               f"file{'' if stats.files == 1 else 's'} -> {out}"
+               + (f" (skipped {stats.skipped} invalid)" if stats.skipped else ""))
 
 
 def _import_bfcl(src: str, answers: str | None, out: str, policy_path: str | None,

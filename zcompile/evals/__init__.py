@@ -8,6 +8,6 @@ from .render import is_html_report, render_html, render_text
 from .replay import SPLITS, WARMUP, Replay, Seal, check_policy, needs_policy, replay, replays, seal
 from .report import is_json_report, report, run, to_json
 
-__all__ = ["SAMPLE", "SPLITS", "WARMUP", "Ledger", "Replay", "Seal", "agreement", "calls", "check_policy", "curve",
-           "figures", "is_html_report", "is_json_report", "needs_policy", "rate", "render_html", "render_text",
-           "replay", "replays", "report", "run", "seal", "to_json"]
+__all__ = ["SAMPLE", "SPLITS", "WARMUP", "Ledger", "Replay", "Seal", "agreement", "calls", "check_policy",
+           "curve", "figures", "is_html_report", "is_json_report", "needs_policy", "rate", "render_html",
+           "render_text", "replay", "replays", "report", "run", "seal", "to_json"]

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from ..kinds import FieldKind
 from ..receipts.judge import accepts
 
 BOOTSTRAP = 2000  # resamples of the states for the interval
@@ -37,7 +38,8 @@ class NoiseFloor:
     """Decisions grouped by (task, structural state), added one at a time; `figures()` at the end."""
 
     def __init__(self, policy: Any) -> None:
-        self.paths = [f.path for f in policy.ir.fields if f.kind != "text"] if policy is not None else None
+        self.paths = ([f.path for f in policy.ir.fields if f.kind != FieldKind.TEXT] if policy is not None
+                      else None)
         self.groups: dict[tuple[str, str], list[tuple[str, tuple]]] = {}
 
     def add(self, d: Any, conversation: str) -> None:
@@ -59,8 +61,8 @@ class NoiseFloor:
                 others = [acc_j for j, (cj, acc_j) in enumerate(members) if j != i and cj != ci]
                 action, canon = acc_i[0]
                 same = [acc_j[0] == acc_i[0] for acc_j in others]
-                fine = [accepts(acc_j, action, None if canon is None else msgspec.json.decode(canon), frozenset(),
-                                names=canon is None) for acc_j in others]
+                fine = [accepts(acc_j, action, None if canon is None else msgspec.json.decode(canon),
+                                frozenset(), names=canon is None) for acc_j in others]
                 strict_rates.append(float(np.mean(same)))
                 ok_rates.append(float(np.mean(fine)))
                 pairs += len(others)
@@ -68,7 +70,8 @@ class NoiseFloor:
         n = sum(len(s) for s, _ in per_state)
         out: dict[str, Any] = {"states": len(per_state), "decisions": n, "pairs": pairs,
                                "state": "every non-text field of the policy and history, within one task",
-                               "interval": f"95% bootstrap interval over the states, {BOOTSTRAP} resamples, seed {SEED}"}
+                               "interval": f"95% bootstrap interval over the states, {BOOTSTRAP} resamples, "
+                                           f"seed {SEED}"}
         for k, name in enumerate(("strict", "acceptable")):
             if not n:
                 out[name] = {"rate": None, "ci": [0.0, 1.0]}

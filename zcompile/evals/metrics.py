@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -86,17 +87,28 @@ class Sample:
         return np.frombuffer(self.cols[i], dtype=np.float64).copy() if len(self.cols[i]) else np.zeros(0)
 
 
+@dataclass(slots=True)
 class Tally:
     """What the figures read of a set of replayed decisions (those handed to a rung, or those it
     answered), counted as they go by."""
 
-    __slots__ = ("n", "no_label", "handed_on", "handed_right", "exposed", "correct", "acceptable", "fit",
-                 "fit_correct", "complete", "complete_correct", "complete_acceptable", "judged_teacher",
-                 "agree_teacher", "judged_gold", "agree_gold", "dangerous")
-
-    def __init__(self) -> None:
-        for k in self.__slots__:
-            setattr(self, k, 0)
+    n: int = 0
+    no_label: int = 0
+    handed_on: int = 0
+    handed_right: int = 0
+    exposed: int = 0
+    correct: int = 0
+    acceptable: int = 0
+    fit: int = 0
+    fit_correct: int = 0
+    complete: int = 0
+    complete_correct: int = 0
+    complete_acceptable: int = 0
+    judged_teacher: int = 0
+    agree_teacher: int = 0
+    judged_gold: int = 0
+    agree_gold: int = 0
+    dangerous: int = 0
 
     def add(self, r: Replay, risky: frozenset[str]) -> None:
         self.n += 1
@@ -145,7 +157,8 @@ def figures(handed: Tally, answered: Tally, n: int, times: np.ndarray, timed: in
     precision = rate(answered.correct, m)
     declined = handed.no_label - answered.no_label
     complete_precision = rate(answered.complete_correct, answered.complete)
-    acceptable, complete_acceptable = rate(answered.acceptable, m), rate(answered.complete_acceptable, answered.complete)
+    acceptable, complete_acceptable = rate(answered.acceptable,
+                                           m), rate(answered.complete_acceptable, answered.complete)
     p50, p99 = percentiles(times)
     return {
         "reached": handed.n,
@@ -162,8 +175,9 @@ def figures(handed: Tally, answered: Tally, n: int, times: np.ndarray, timed: in
         "complete_precision_ci": complete_precision["ci"],
         "handed_to_text_tier": handed.handed_on if hands_on else 0,
         "handed_precision": rate(handed.handed_right if hands_on else 0, handed.handed_on if hands_on else 0),
-        "acceptable": {"correct": acceptable["k"], "precision": acceptable["rate"], "precision_ci": acceptable["ci"],
-                       "complete_correct": complete_acceptable["k"], "complete_precision": complete_acceptable["rate"],
+        "acceptable": {"correct": acceptable["k"], "precision": acceptable["rate"],
+                       "precision_ci": acceptable["ci"], "complete_correct": complete_acceptable["k"],
+                       "complete_precision": complete_acceptable["rate"],
                        "complete_precision_ci": complete_acceptable["ci"]},
         "agreement_teacher": agreement(answered, declined, "teacher"),
         "agreement_gold": agreement(answered, declined, "gold"),
@@ -201,11 +215,13 @@ class Ledger:
         self.text_tier = text_tier  # the policy's text tier (`ir.TierDef`): handed-on replies go there
         self.n = 0
         self.every, self.by_compiler, self.past_compiler = Tally(), Tally(), Tally()
-        self.by_specialist, self.past_specialist, self.by_ladder = Tally(), Tally(), Tally()  # past: not answered by
+        # past: not answered by
+        self.by_specialist, self.past_specialist, self.by_ladder = Tally(), Tally(), Tally()
         self.by_tier: dict[str, Tally] = {}  # LLM tiers that answered, by name
         self.remote = self.skipped = 0
         self.calls_n = self.calls_answered = self.calls_correct = self.calls_acceptable = 0
-        self.off = [0, 0, 0, 0]  # taken off the teacher: answered, strict right, acceptable right, handed replies
+        # taken off the teacher: answered, strict right, acceptable right, handed replies
+        self.off = [0, 0, 0, 0]
         self.removed = self.names = 0
         self.at_tau = [0, 0]  # answered at τ by the specialist's own confidence, and right
         self.tasks: set[str] = set()
@@ -257,7 +273,8 @@ class Ledger:
                 self.at_tau[1] += right
         if self.rows is not None:
             self.rows.append({"id": r.id, "task": r.task, "rung": r.rung, "action": r.action,
-                              "arguments": r.arguments, "kind": r.kind, "label": r.label, "handed_on": r.handed_on})
+                              "arguments": r.arguments, "kind": r.kind, "label": r.label,
+                              "handed_on": r.handed_on})
 
     def tiers(self) -> dict[str, dict[str, Any]]:
         """The figures of each rung (no compiler without a policy) and of the tiers that answered."""
@@ -265,7 +282,8 @@ class Ledger:
         out = {}
         if self.compiler:
             out["compiler"] = figures(self.every, self.by_compiler, n, times, self.times.seen)
-        out["specialist"] = figures(self.past_compiler, self.by_specialist, n, self.asked.column(0), self.asked.seen, hands_on=True)
+        out["specialist"] = figures(self.past_compiler, self.by_specialist, n, self.asked.column(0),
+                                    self.asked.seen, hands_on=True)
         for name in sorted(self.by_tier):
             out[name] = figures(self.past_specialist, self.by_tier[name], n, np.zeros(0), 0)
         return out
@@ -301,7 +319,8 @@ class Ledger:
         """What sending everything to the teacher costs against the ladder: a teacher call is removed
         only by a complete, checked output (a bare name still needs the teacher for its arguments)."""
         n, removed, handed = self.n, self.removed, self.off[3]
-        remote = next((t for t in policy.ir.tiers if t.name == "remote"), None) if policy is not None else None
+        remote = (next((t for t in policy.ir.tiers if t.name == "remote"), None) if policy is not None
+                  else None)
         unit = remote.cost if remote is not None and remote.cost is not None else None
         per_call = float(unit) if unit is not None else 1.0
         text_cost = float(self.text_tier.cost or 0) if self.text_tier is not None else 0.0
@@ -371,7 +390,8 @@ def curve(rows: Iterable[Replay], tau: float, points: int = 50) -> dict[str, Any
 class Shadows:
     """Live agreement of each shadow specialist with the decision recorded in its receipts (`shadow.label_of`:
     gold when present, else the action taken; receipts judged wrong are left out): asked, answered,
-    coverage (answers include replies handed on to a text tier), agreement by name with its Wilson 95% interval and its one-sided Clopper–Pearson 95% lower
+    coverage (answers include replies handed on to a text tier), agreement by name with its Wilson 95%
+    interval and its one-sided Clopper–Pearson 95% lower
     bound, and answers right as whole outputs (`shadow.record_right`: a call with its arguments)."""
 
     def __init__(self) -> None:

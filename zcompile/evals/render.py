@@ -30,7 +30,8 @@ def _table_rows(rep: dict[str, Any]) -> list[list[str]]:
     pairwise = _pairwise(rep)
     head = ["rung", "reached", "answered", "coverage", "precision", "Wilson 95%", "acceptable [Wilson 95%]",
             "complete (right: strict/acceptable)",
-            "handed to text", "danger exp/sel", "p50 µs", "p99 µs"] + (["precision where an action fits [Wilson 95%] (k/n)",
+            "handed to text", "danger exp/sel", "p50 µs",
+            "p99 µs"] + (["precision where an action fits [Wilson 95%] (k/n)",
                                     "abstained where none fits [Wilson 95%] (k/n)"] if pairwise else [])
     out = [head]
     for name, t in (*rep["tiers"].items(), ("overall", rep["overall"])):
@@ -40,10 +41,11 @@ def _table_rows(rep: dict[str, Any]) -> list[list[str]]:
         out.append([name, str(t["reached"]), str(t["answered"]), _num(t["coverage"]), _num(t["precision"]),
                     f"[{lo:.3f}, {hi:.3f}]" if t["answered"] else "-",
                     _p(a) if t["answered"] else "-",
-                    f"{t['complete']} ({t['complete_correct']}/{a['complete_correct']})", str(t["handed_to_text_tier"]),
-                    f"{t['dangerous_exposed']}/{t['dangerous_selected']}",
+                    f"{t['complete']} ({t['complete_correct']}/{a['complete_correct']})",
+                    str(t["handed_to_text_tier"]), f"{t['dangerous_exposed']}/{t['dangerous_selected']}",
                     _num(t["p50_us"], ".1f"), _num(t["p99_us"], ".1f")]
-                   + ([_share(t["precision_where_fits"]), _share(t["abstained_where_none_fits"])] if pairwise else []))
+                   + ([_share(t["precision_where_fits"]), _share(t["abstained_where_none_fits"])] if pairwise
+                      else []))
         if name == "specialist":
             out.append(["remote", str(rep["remote"]["reached"])] + ["-"] * (len(head) - 2))
     return out
@@ -51,7 +53,8 @@ def _table_rows(rep: dict[str, Any]) -> list[list[str]]:
 
 def _headline(rep: dict[str, Any]) -> str:
     s = rep["specialist"]
-    policy = f"policy {rep['policy']['name']}" if rep["policy"] else "no policy (legal sets from the receipts)"
+    policy = (f"policy {rep['policy']['name']}" if rep["policy"]
+              else "no policy (legal sets from the receipts)")
     return (f"{policy}, specialist {s['name']} ({s['model']}, τ = {s['tau']:.4f}); "
             f"split {rep['split']}: {rep['label']}")
 
@@ -74,16 +77,18 @@ def _none_fits_line(rep: dict[str, Any]) -> str:
     a = rep["overall"]["abstained_where_none_fits"]
     if not a["n"]:
         return "where no offered action fits: no such decision (receipts with no action and verified: true)"
-    return f"where no offered action fits (n = {a['n']}): abstained {_share(a)}; an answer there counts as wrong"
+    return (f"where no offered action fits (n = {a['n']}): abstained {_share(a)}; an answer there counts as "
+            "wrong")
 
 
 def _cost_line(rep: dict[str, Any]) -> str:
     c = rep["cost"]
-    text = (f"; {c['replies_to_text_tier']} of them replies priced at the text tier's {c['per_text_tier_reply']:g}"
+    text = (f"; {c['replies_to_text_tier']} of them replies priced at the text tier's "
+            f"{c['per_text_tier_reply']:g}"
             if c.get("replies_to_text_tier") else "")
-    return (f"teacher calls removed (complete, checked outputs only): {c['teacher_calls_removed']} of {rep['n']}"
-            f"{text}; cost saved {c['saved']:g} of {c['all_to_teacher']:g} ({c['cost_saved_share']:.1%}, "
-            f"{c['unit']})")
+    return (f"teacher calls removed (complete, checked outputs only): {c['teacher_calls_removed']} of "
+            f"{rep['n']}{text}; cost saved {c['saved']:g} of {c['all_to_teacher']:g} "
+            f"({c['cost_saved_share']:.1%}, {c['unit']})")
 
 
 def _calls_line(rep: dict[str, Any]) -> str:
@@ -150,8 +155,8 @@ def _floor_line(rep: dict[str, Any]) -> str | None:
 
 def _power_line(name: str, p: dict[str, Any]) -> str:
     """Whether the split can support the precision claim printed for `name` (`metrics.power`)."""
-    head = (f"power ({name}): a Wilson 95% lower bound ≥ {p['target']:g} needs ≥ {p['answers_needed']} answers, "
-            f"all right; this split gave {p['answered']} of n = {p['n']}")
+    head = (f"power ({name}): a Wilson 95% lower bound ≥ {p['target']:g} needs ≥ {p['answers_needed']} "
+            f"answers, all right; this split gave {p['answered']} of n = {p['n']}")
     if p["enough"]:
         head += " (enough)"
     elif p["decisions_needed"] is not None:
@@ -186,7 +191,8 @@ def _shadow_lines(rep: dict[str, Any]) -> list[str]:
             continue
         lo, hi = s["agreement_ci"]
         out.append(f"shadow {name}: live agreement {s['agreement']:.3f} [{lo:.3f}, {hi:.3f}] ({s['agree']}/"
-                   f"{s['answered']} answered of {s['asked']} asked; one-sided 95% lower bound {s['lower_bound']:.3f})")
+                   f"{s['answered']} answered of {s['asked']} asked; one-sided 95% lower bound "
+                   f"{s['lower_bound']:.3f})")
     return out
 
 
@@ -196,7 +202,8 @@ def render_text(rep: dict[str, Any]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [_headline(rep), _scope(rep), ""]
     for r in rows:
-        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i,
+                               (c, w) in enumerate(zip(r, widths))))
     o = rep["overall"]
     if "off_teacher" in rep:
         lines[:0] = [headline(rep)]
@@ -225,7 +232,8 @@ def _template():
     return env.get_template("report.html")
 
 
-def curve_geometry(rc: dict[str, Any], target: float | None, width: int = 560, height: int = 340) -> dict[str, Any] | None:
+def curve_geometry(rc: dict[str, Any], target: float | None, width: int = 560,
+                   height: int = 340) -> dict[str, Any] | None:
     """Precision against coverage, as the coordinates the SVG of the template draws (None: no curve)."""
     pts = rc["points"]
     if not pts:
@@ -241,12 +249,14 @@ def curve_geometry(rc: dict[str, Any], target: float | None, width: int = 560, h
     point = None
     if at["precision"] is not None:
         anchor = "end" if at["coverage"] > 0.5 else "start"
-        point = {"x": x(at["coverage"]), "y": y(at["precision"]), "anchor": anchor, "dx": -8 if anchor == "end" else 8,
-                 "label": f"τ = {rc['tau']:.3f}: coverage {at['coverage']:.2f}, precision {at['precision']:.3f}"}
+        point = {"x": x(at["coverage"]), "y": y(at["precision"]), "anchor": anchor, "dx": -8
+                 if anchor == "end" else 8, "label": f"τ = {rc['tau']:.3f}: coverage {at['coverage']:.2f}, "
+                                                     f"precision {at['precision']:.3f}"}
     return {
         "width": width, "height": height, "left": left, "top": top, "w": w, "h": h,
         "xticks": [{"x": x(i / 5), "label": f"{i / 5:.1f}"} for i in range(6)],
-        "yticks": [{"y": y(y0 + (1 - y0) * i / 5), "label": f"{y0 + (1 - y0) * i / 5:.2f}"} for i in range(6)],
+        "yticks": [{"y": y(y0 + (1 - y0) * i / 5), "label": f"{y0 + (1 - y0) * i / 5:.2f}"}
+                   for i in range(6)],
         "target": {"y": y(target), "label": f"target {target:.2f}"} if target is not None else None,
         "line": " ".join(f"{x(p['coverage']):.1f},{y(p['precision']):.1f}" for p in pts),
         "point": point, "tau_label": f"τ = {rc['tau']:.3f}: the specialist answered nothing", "n": rc["n"],
@@ -278,10 +288,13 @@ def render_html(rep: dict[str, Any]) -> str:
                       f"{_num(g['rate'])} ({g['n']})", f"[{g['ci'][0]:.3f}, {g['ci'][1]:.3f}]"])
     c = rep["cost"]
     cost = [["", "value"], ["unit", c["unit"]], ["per teacher call", f"{c['per_teacher_call']:g}"],
-            ["everything to the teacher", f"{c['all_to_teacher']:g}"], ["with the ladder", f"{c['with_ladder']:g}"],
-            ["saved", f"{c['saved']:g} ({c['cost_saved_share']:.1%})"],
-            ["teacher calls removed (complete, checked outputs)", f"{c['teacher_calls_removed']} of {rep['n']}"],
-            ["bare names answered (the teacher still gives the arguments)", str(c["names_answered_not_removed"])]]
+            ["everything to the teacher", f"{c['all_to_teacher']:g}"],
+            ["with the ladder", f"{c['with_ladder']:g}"], ["saved",
+                                                           f"{c['saved']:g} ({c['cost_saved_share']:.1%})"],
+            ["teacher calls removed (complete, checked outputs)",
+             f"{c['teacher_calls_removed']} of {rep['n']}"],
+            ["bare names answered (the teacher still gives the arguments)",
+             str(c["names_answered_not_removed"])]]
     k = rep["calls"]
     ka = k.get("acceptable", k)
     calls = [["tool-call decisions (n)", "answered", "coverage", "strict: correct", "precision", "Wilson 95%",
@@ -310,5 +323,5 @@ def render_html(rep: dict[str, Any]) -> str:
                 f"ECE {_num(rc['ece'])}.",
         curve=curve_geometry(rc, rep["specialist"]["target_precision"]),
         unseen=", ".join(rep["unseen_task_examples"]), examples=EXAMPLES, power=power_lines(rep),
-        lead=headline(rep) if "off_teacher" in rep else None, handed=_handed_line(rep), judge=_judge_line(rep),
-        floor=_floor_line(rep))
+        lead=headline(rep) if "off_teacher" in rep else None, handed=_handed_line(rep),
+        judge=_judge_line(rep), floor=_floor_line(rep))

@@ -9,7 +9,7 @@ router: its rung (`SpecialistRung`, the router's) is asked with the receipt's `l
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, islice
 from typing import Any
@@ -113,12 +113,12 @@ class Seal:
         unseen = sorted(tasks - self.trained - self.test)
         if self.refused:
             raise ZcError(f"receipts of {len(trained_on)} task{'s' if len(trained_on) != 1 else ''} the "
-                          f"specialist was trained on (e.g. `{trained_on[0]}`) cannot be reported as held-out; "
-                          "use --split test or --allow-trained")
+                          f"specialist was trained on (e.g. `{trained_on[0]}`) cannot be reported as "
+                          "held-out; use --split test or --allow-trained")
         if not self.kept:
-            raise ZcError(f"none of the {self.decisions} decisions is held out: every one belongs to a task the "
-                          f"specialist was trained on (e.g. `{trained_on[0]}`); evaluate on other receipts, or "
-                          "use --split all --allow-trained for a figure that is NOT held-out")
+            raise ZcError(f"none of the {self.decisions} decisions is held out: every one belongs to a task "
+                          f"the specialist was trained on (e.g. `{trained_on[0]}`); evaluate on other "
+                          "receipts, or use --split all --allow-trained for a figure that is NOT held-out")
         held_out = self.split == "test" or not trained_on
         return {
             "split": self.split,
@@ -135,7 +135,8 @@ class Seal:
         }
 
 
-def seal(decisions: Sequence[Any], manifest: Any, split: str, allow_trained: bool) -> tuple[list, dict[str, Any]]:
+def seal(decisions: Sequence[Any], manifest: Any, split: str,
+         allow_trained: bool) -> tuple[list, dict[str, Any]]:
     """`Seal` over a list: the decisions that may be reported under `split`, and what was left out and why."""
     sealer = Seal(manifest, split, allow_trained)
     kept = [d for d in decisions if sealer.admit(d)]
@@ -143,6 +144,14 @@ def seal(decisions: Sequence[Any], manifest: Any, split: str, allow_trained: boo
 
 
 # ---- replay ------------------------------------------------------------------------------------------
+def _routed(router: Router, pairwise: bool) -> Callable[[Any], Any]:
+    """A decision asked through the router (its offered tools only for a pairwise specialist)."""
+    def ask(d: Any) -> Any:
+        return router.decide(d.state, d.intent, task=d.task, tools=d.tools if pairwise else None,
+                             candidates=d.candidates, offer=d.offer)
+    return ask
+
+
 def replays(items: Iterable[tuple[Any, Any]], policy: Policy | None, specialist: Any, *,
             tiers: Mapping[str, Any] | None = None) -> Iterator[Replay]:
     """Each (decision, the arguments its receipt recorded or None) through `Router.decide` (with
@@ -152,9 +161,7 @@ def replays(items: Iterable[tuple[Any, Any]], policy: Policy | None, specialist:
     if policy is None:
         ask = _policyless(specialist)
     else:
-        router = Router(policy, specialists=[specialist], tiers=tiers)
-        ask = lambda d: router.decide(d.state, d.intent, task=d.task, tools=d.tools if pairwise else None,  # noqa: E731
-                                      candidates=d.candidates, offer=d.offer)
+        ask = _routed(Router(policy, specialists=[specialist], tiers=tiers), pairwise)
     items = iter(items)
     first = list(islice(items, WARMUP))
     for d, _ in first:
@@ -166,7 +173,8 @@ def replays(items: Iterable[tuple[Any, Any]], policy: Policy | None, specialist:
 
 
 def replay(decisions: Sequence[Any], policy: Policy | None, specialist: Any, *,
-           tiers: Mapping[str, Any] | None = None, arguments: Mapping[str, Any] | None = None) -> list[Replay]:
+           tiers: Mapping[str, Any] | None = None, arguments: Mapping[str, Any]
+           | None = None) -> list[Replay]:
     """`replays` of a list of decisions; `arguments`: the teacher's arguments by receipt id."""
     arguments = arguments or {}
     return list(replays(((d, arguments.get(d.id)) for d in decisions), policy, specialist, tiers=tiers))

@@ -4,8 +4,8 @@ router and count the figures as they go (memory bounded: nothing per decision is
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
     `PairwiseSpecialist`) on its rung and `tiers` (none: off); the whole evaluation as a JSON-ready
     dict. `policy` may be None only for a pairwise specialist distilled without one. `decisions`:
     also list what the router decided for each receipt (the one part that grows with the receipts).
-    `progress`: a `qroute.Report` whose `bar` wraps the pass over the receipts. `sample`: latencies
+    `progress`: a `qroute.Progress` whose `bar` wraps the pass over the receipts. `sample`: latencies
     and the risk–coverage curve are exact up to this many decisions, then from a uniform sample.
 
     The receipts are read twice, one at a time: first for the judge (`receipts.judge`: what each
@@ -39,7 +39,7 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
             legal actions), no usable decision, trained-on tasks under `split="all"` without
             `allow_trained`, nothing held out, an unknown split, a policy missing or given wrongly.
     """
-    from ..qroute.dataset import Report, no_usable, rows_in, stream
+    from ..qroute.dataset import Progress, no_usable, rows_in, stream
     from ..receipts.judge import LOOKAHEAD, RULE, conversation_of
 
     if split not in SPLITS:
@@ -50,7 +50,7 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
     check_policy(m, policy)
     paths = [str(p) for p in paths]
     length = rows_in(paths) if progress is not None else 0  # for the progress bar: rows, counted undecoded
-    progress = progress or Report()
+    progress = progress or Progress()
     counts: Counter = Counter()
     sealer = Seal(m, split, allow_trained)
     shadows = metrics.Shadows()
@@ -74,7 +74,8 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
                 floor.add(d, conversation_of(r))
                 yield d, receipt_arguments(r)
 
-    text_tier = next((t for t in policy.ir.tiers if getattr(t, "text", False)), None) if policy is not None else None
+    text_tier = (next((t for t in policy.ir.tiers if getattr(t, "text", False)), None)
+                 if policy is not None else None)
     led = metrics.Ledger(risky_actions(policy), m.threshold.tau, compiler=policy is not None, sample=sample,
                          keep_rows=decisions, text_tier=text_tier)
     for row in replays(held_out(), policy, specialist, tiers=tiers):
@@ -135,7 +136,8 @@ def _judge(paths: Sequence[str], policy: Policy | None, progress: Any, length: i
     return judge
 
 
-def run(policy: Policy | None, specialist_dir: str | Path, paths: Sequence[str | Path], **kw: Any) -> dict[str, Any]:
+def run(policy: Policy | None, specialist_dir: str | Path, paths: Sequence[str | Path],
+        **kw: Any) -> dict[str, Any]:
     """Load the specialist for `policy` (refusing a mismatch; the class as its manifest says) and
     `report` on `paths`. `policy` may be None for a pairwise specialist distilled without one."""
     from ..qroute import load_specialist, read_manifest

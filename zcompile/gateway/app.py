@@ -69,11 +69,13 @@ class Gateway:
                  tiers: Mapping[str, Any] | None = None, upstream_tier: str | None = None,
                  extract: Callable[[list[dict], int, dict], dict] = default_extract,
                  receipts: str | Path | None = None, timeout_ms: float = TIMEOUT_MS,
-                 max_body_bytes: int = MAX_BODY_BYTES, api_key_env: str | None = None, workers: int = 64) -> None:
+                 max_body_bytes: int = MAX_BODY_BYTES, api_key_env: str | None = None,
+                 workers: int = 64) -> None:
         respond = next((a for a in policy.ir.actions if a.name == RESPOND), None)
         if respond is None or REPLY_TAG not in respond.tags:
-            raise ZcError(f"policy `{policy.name}` must declare `action {RESPOND} tags(control, {REPLY_TAG})`: "
-                          f"zc serve records a text reply as `{RESPOND}`, as `zc receipts import --format chat` does")
+            raise ZcError(f"policy `{policy.name}` must declare `action {RESPOND} tags(control, "
+                          f"{REPLY_TAG})`: zc serve records a text reply as `{RESPOND}`, as `zc receipts "
+                          "import --format chat` does")
         if not timeout_ms > 0:
             raise ZcError(f"the request timeout must be > 0 ms, got {timeout_ms}")
         self.policy, self.model, self.upstream_url = policy, model, upstream
@@ -90,7 +92,8 @@ class Gateway:
                           f"(declare e.g. `tier remote` and route to it)")
         if name == text:
             raise ZcError(f"tier `{name}` is the text tier of policy `{policy.name}`: it writes the replies "
-                          "handed on, so the upstream cannot be bound to it (name another with --upstream-tier)")
+                          "handed on, so the upstream cannot be bound to it (name another with "
+                          "--upstream-tier)")
         self.upstream_tier = name
         self.upstream = OpenAITier(upstream, model, timeout_ms=timeout_ms, api_key_env=api_key_env, name=name)
         self._writer: ReceiptWriter | None = None
@@ -101,7 +104,8 @@ class Gateway:
         except BaseException:
             self.upstream.close()
             raise
-        self._writer = ReceiptWriter(receipts) if receipts is not None else None  # last: nothing left on errors
+        # last: nothing left on errors
+        self._writer = ReceiptWriter(receipts) if receipts is not None else None
         self.receipts = Path(receipts) if receipts is not None else None
         self.workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="zc-serve")
 
@@ -121,7 +125,8 @@ class Gateway:
         if ex is not None:
             r = msgspec.structs.replace(r, meta={**r.meta, **ex.meta, "gateway": {
                 **ex.meta.get("gateway", {}), "upstream_requests": ex.sent,
-                "blocked": ex.blocked, **({"failure": ex.failure, "detail": ex.detail} if ex.failure else {})}})
+                "blocked": ex.blocked, **({"failure": ex.failure, "detail": ex.detail} if ex.failure
+                                          else {})}})
             ex.receipt = r
         if self._writer is not None:
             self._writer.append(r)
@@ -172,7 +177,8 @@ class Gateway:
         x_zc = {"receipt": ex.receipt.id, "rung": d.tier, "kind": d.kind, "action": d.action,
                 "legal": list(legal.actions), "offered": kept, "offer": sorted(can),
                 "stripped": {"undeclared": undeclared, "illegal": illegal},
-                "blocked": ex.blocked, "upstream_requests": ex.sent, "fallback": d.tier in ("fallback", "none")}
+                "blocked": ex.blocked, "upstream_requests": ex.sent,
+                "fallback": d.tier in ("fallback", "none")}
         done = functools.partial(replies.completion, self.model, x_zc=x_zc, cid=cid, created=created)
         if d.tier == self.upstream_tier and ex.message is not None:  # the upstream's own judged reply
             return 200, done(ex.message, usage=ex.reply.get("usage")), ex.passed
@@ -207,7 +213,8 @@ def _headers(body: dict[str, Any]) -> dict[str, str]:
         out["x-zc-stripped"] = ",".join(quote(n, safe="") for n in [*stripped.get("undeclared", ()),
                                                                     *stripped.get("illegal", ())])
     if x.get("blocked"):
-        out["x-zc-blocked"] = json.dumps([{"action": b["action"], "reasons": b["reasons"]} for b in x["blocked"]],
+        out["x-zc-blocked"] = json.dumps([{"action": b["action"], "reasons": b["reasons"]}
+                                          for b in x["blocked"]],
                                          ensure_ascii=True)
     return out
 
@@ -224,7 +231,8 @@ async def _settled(task: asyncio.Future) -> tuple[int, dict[str, Any], str]:
         return 500, replies.error_body(500, str(exc), code="internal_error"), ""
     except Exception as exc:  # noqa: BLE001 - a bug must not take the server down or leak a traceback
         _log.exception("zc serve: the decision failed")
-        return 500, replies.error_body(500, f"internal error: {type(exc).__name__}: {exc}", code="internal_error"), ""
+        return 500, replies.error_body(500, f"internal error: {type(exc).__name__}: {exc}",
+                                       code="internal_error"), ""
 
 
 def _respond(result: tuple[int, dict[str, Any], str], started: float, stream: bool) -> Response:
@@ -247,12 +255,14 @@ def create_app(gateway: Gateway) -> Starlette:
     async def chat(request: Request) -> Response:
         started = time.perf_counter()
         try:
-            body = await asyncio.wait_for(read_body(request, gateway.max_body_bytes), gateway.timeout_ms / 1000)
+            body = await asyncio.wait_for(read_body(request, gateway.max_body_bytes),
+                                          gateway.timeout_ms / 1000)
             req = parse(body)
         except BadRequest as exc:
             return _error(exc.status, exc.message, exc.code, exc.param)
         except TimeoutError:  # a body trickled in slower than the deadline: no decision, no receipt
-            return _error(408, f"the request body did not arrive within the deadline ({gateway.timeout_ms:g} ms)",
+            return _error(408, f"the request body did not arrive within the deadline ({gateway.timeout_ms:g} "
+                               "ms)",
                           "body_timeout")
         if not req.stream:
             return _respond(await _settled(_decision(req, None, started)), started, False)
@@ -269,8 +279,8 @@ def create_app(gateway: Gateway) -> Starlette:
 
     def _decision(req: ChatRequest, sink: Callable[[bytes], None] | None, started: float) -> asyncio.Future:
         context = contextvars.copy_context()  # each decision sets its own Exchange in its own copy
-        work = asyncio.get_running_loop().run_in_executor(gateway.workers, context.run, gateway.decide, req, sink,
-                                                          started)
+        work = asyncio.get_running_loop().run_in_executor(gateway.workers, context.run, gateway.decide, req,
+                                                          sink, started)
         # shielded: a decision still queued when the request answers 504 runs later all the same, so
         # that it leaves its receipt (one that answers nothing: see Gateway.decide)
         return asyncio.ensure_future(asyncio.wait_for(asyncio.shield(work), gateway.give_up_s))
@@ -296,19 +306,22 @@ def create_app(gateway: Gateway) -> Starlette:
             {"id": gateway.model, "object": "model", "created": 0, "owned_by": "zc"}]})
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "policy": gateway.policy.name, "policy_sha256": gateway.policy.sha256,
-                             "upstream": gateway.upstream_url, "model": gateway.model,
-                             "upstream_tier": gateway.upstream_tier, "text_tier": gateway.router.text_tier,
+        return JSONResponse({"status": "ok", "policy": gateway.policy.name,
+                             "policy_sha256": gateway.policy.sha256, "upstream": gateway.upstream_url,
+                             "model": gateway.model, "upstream_tier": gateway.upstream_tier,
+                             "text_tier": gateway.router.text_tier,
                              "specialists": [sp.name for sp in gateway.router.specialists],
                              "receipts": str(gateway.receipts) if gateway.receipts else None})
 
     async def http_error(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
-        return _error(status, f"{request.method} {request.url.path}: {detail}", "not_found" if status == 404 else
+        return _error(status, f"{request.method} {request.url.path}: {detail}", "not_found" if status == 404
+                      else
                       "method_not_allowed" if status == 405 else "error")
 
-    routes = [Route("/v1/chat/completions", chat, methods=["POST"]), Route("/chat/completions", chat, methods=["POST"]),
-              Route("/v1/models", models, methods=["GET"]), Route("/healthz", health, methods=["GET"])]
+    routes = [Route("/v1/chat/completions", chat, methods=["POST"]),
+              Route("/chat/completions", chat, methods=["POST"]), Route("/v1/models", models, methods=[
+                  "GET"]), Route("/healthz", health, methods=["GET"])]
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
 

@@ -14,12 +14,14 @@ async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refused (413) past `limit` bytes without reading the rest."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise BadRequest(413, f"the request body is {declared} bytes; the limit is {limit}", code="body_too_large")
+        raise BadRequest(413, f"the request body is {declared} bytes; the limit is {limit}",
+                         code="body_too_large")
     parts, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise BadRequest(413, f"the request body exceeds the limit of {limit} bytes", code="body_too_large")
+            raise BadRequest(413, f"the request body exceeds the limit of {limit} bytes",
+                             code="body_too_large")
         parts.append(chunk)
     return decoded(b"".join(parts), request.headers.get("content-encoding", "identity"), limit)
 
@@ -37,9 +39,12 @@ def decoded(body: bytes, encoding: str, limit: int) -> bytes:
     try:
         out = inflate.decompress(body, limit + 1)
     except zlib.error as exc:
-        raise BadRequest(400, f"the request body is not valid {encoding}: {exc}", code="invalid_request") from None
+        raise BadRequest(400, f"the request body is not valid {encoding}: {exc}",
+                         code="invalid_request") from None
     if len(out) > limit or inflate.unconsumed_tail:
-        raise BadRequest(413, f"the request body inflates past the limit of {limit} bytes", code="body_too_large")
+        raise BadRequest(413, f"the request body inflates past the limit of {limit} bytes",
+                         code="body_too_large")
     if not inflate.eof:
-        raise BadRequest(400, f"the request body is not valid {encoding}: it ends early", code="invalid_request")
+        raise BadRequest(400, f"the request body is not valid {encoding}: it ends early",
+                         code="invalid_request")
     return out

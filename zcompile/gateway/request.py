@@ -19,7 +19,8 @@ from ..runtime import tool_name
 class BadRequest(Exception):
     """A request the gateway refuses: HTTP `status`, the message, the `param` ($.path) at fault."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, code: str = "invalid_request") -> None:
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 code: str = "invalid_request") -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
 
@@ -89,7 +90,8 @@ def parse(raw: bytes) -> ChatRequest:
     for key, value in (("intent", intent), ("task", task)):
         if value is not None and not isinstance(value, str):
             raise BadRequest(400, f"$.x_zc.{key}: expected a string", f"x_zc.{key}")
-    return ChatRequest(body, messages, tools, stream, model, intent, task or conversation_id(messages), choice)
+    return ChatRequest(body, messages, tools, stream, model, intent, task or conversation_id(messages),
+                       choice)
 
 
 def conversation_id(messages: list[dict[str, Any]]) -> str:

@@ -4,7 +4,6 @@ tier (`tier NAME … text`, bound in tiers.toml) from the harness's own conversa
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from ..receipts.chat import RESPOND
 from ..router.rung import Answer, Step, abstain, settle
@@ -42,7 +41,8 @@ class TextRung:
             return abstain("skipped", "no chat request to write a reply for (zc serve asks this rung)")
         if not step.allows(RESPOND):
             return abstain("declined", f"`{RESPOND}` is not legal and offered at this step", model=self.model)
-        budget = self.tier.timeout_ms / 1000 if timeout_s is None else min(timeout_s, self.tier.timeout_ms / 1000)
+        budget = (self.tier.timeout_ms / 1000 if timeout_s is None
+                  else min(timeout_s, self.tier.timeout_ms / 1000))
         body = {k: v for k, v in ex.body.items() if k not in _NOT_FORWARDED}
         body.update(self.tier.extra_body, model=self.model, stream=False)
         start = time.perf_counter()

@@ -70,13 +70,15 @@ class UpstreamRung:
     def answer(self, step: Step, timeout_s: float | None) -> Answer:
         ex = CURRENT.get()
         if ex is None:
-            return abstain("skipped", "no chat request to forward (the upstream answers only through zc serve)")
+            return abstain("skipped", "no chat request to forward (the upstream answers only through zc "
+                                      "serve)")
         deadline = time.perf_counter() + (self.tier.timeout_ms / 1000 if timeout_s is None
                                           else min(timeout_s, self.tier.timeout_ms / 1000))
         body = dict(ex.body, model=self.model, stream=False)
         for attempt in range(2):
             relay = _relay(ex, step.allows(RESPOND)) if ex.sink is not None and attempt == 0 else None
-            outcome, reply, detail = self.tier.exchange(dict(body, stream=True) if relay else body, deadline, relay)
+            outcome, reply, detail = self.tier.exchange(dict(body, stream=True) if relay else body, deadline,
+                                                        relay)
             ex.sent += 1
             if isinstance(reply, list):
                 reply = assemble(reply)
@@ -142,8 +144,9 @@ def assemble(events: list[Any]) -> dict[str, Any]:
         for part in delta.get("tool_calls") or ():
             if not isinstance(part, dict):
                 continue
-            call = calls.setdefault(part.get("index", len(calls)) if isinstance(part.get("index"), int) else len(calls),
-                                    {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+            call = calls.setdefault(part.get("index", len(calls)) if isinstance(part.get("index"), int)
+                                    else len(calls), {"id": None, "type": "function",
+                                                      "function": {"name": "", "arguments": ""}})
             call["id"] = part.get("id") or call["id"]
             fn = part.get("function") if isinstance(part.get("function"), dict) else {}
             for key in ("name", "arguments"):
@@ -201,7 +204,8 @@ def judge(step: Step, message: dict, model: str | None) -> tuple[Answer, list[di
             refused.append(_refusal(name, None, f"malformed arguments: {problem}"))
             continue
         if name not in step.catalog.params:
-            refused.append(_refusal(name, arguments, f"`{name}` is not an action of policy `{step.policy.name}`"))
+            refused.append(_refusal(name, arguments, f"`{name}` is not an action of policy "
+                                                     f"`{step.policy.name}`"))
             continue
         ans = settle(step, name, arguments, model=model)
         if ans.kind != "call":  # refused, or a bare name (no signature, or no arguments): the policy decides
@@ -212,11 +216,13 @@ def judge(step: Step, message: dict, model: str | None) -> tuple[Answer, list[di
                 refused.append({"action": name, "arguments": arguments,
                                 "reasons": [r.message for r in verdict.reasons] or [ans.detail or "refused"]})
         first = first or ans
-    return (first if first is not None else abstain("illegal", "no acceptable tool call", model=model)), refused
+    return (first if first is not None else abstain("illegal", "no acceptable tool call",
+                                                    model=model)), refused
 
 
 def _refusal(action: str, arguments: Any, why: str) -> dict[str, Any]:
-    return {"action": action, "arguments": arguments, "reasons": [why.removeprefix("call refused by the policy: ")]}
+    return {"action": action, "arguments": arguments, "reasons": [why.removeprefix(
+        "call refused by the policy: ")]}
 
 
 def reask(message: dict, refused: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -228,7 +234,8 @@ def reask(message: dict, refused: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if not calls:  # a refused text reply: say so as the user's turn
         return [{"role": "assistant", "content": message.get("content") or ""},
                 {"role": "user", "content": REASK.format(reasons=why)}]
-    out: list[dict[str, Any]] = [{"role": "assistant", "content": message.get("content"), "tool_calls": calls}]
+    out: list[dict[str, Any]] = [{"role": "assistant", "content": message.get("content"),
+                                  "tool_calls": calls}]
     out += [{"role": "tool", "tool_call_id": c["id"], "content": REASK.format(reasons=why)} for c in calls]
     return out
 

@@ -29,7 +29,8 @@ _COMPLETION_KIND = {"field": types.CompletionItemKind.Field, "action": types.Com
                     "tier": types.CompletionItemKind.EnumMember, "tag": types.CompletionItemKind.Constant}
 
 
-_HANDLED = object()  # a message whose params failed the schema, answered (a request) or logged (a notification)
+# a message whose params failed the schema, answered (a request) or logged (a notification)
+_HANDLED = object()
 
 
 def _problem(exc: BaseException, type_: Any) -> str:
@@ -64,7 +65,8 @@ class _Protocol(LanguageServerProtocol):
         except Exception as exc:  # noqa: BLE001 - cattrs raises validation errors and TypeErrors alike
             problem = f"invalid params: {_params_problem(exc)}"
         if "id" in data:
-            msg_id = data["id"] if isinstance(data["id"], (int, str)) and not isinstance(data["id"], bool) else None
+            msg_id = (data["id"] if isinstance(data["id"], (int, str)) and not isinstance(data["id"], bool)
+                      else None)
             self._send_response(msg_id, None, JsonRpcInvalidParams(problem).to_response_error())
         else:
             self.notify(types.WINDOW_LOG_MESSAGE, types.LogMessageParams(types.MessageType.Warning,
@@ -107,7 +109,8 @@ def _refresh(ls: ZcServer, uri: str) -> None:
     else:
         analysis = analyse(_path(uri), doc.source, ls.analyses.get(uri))
     ls.analyses[uri] = analysis
-    diagnostics = [types.Diagnostic(range=_range(doc, d), message=d.message + (f"\nhelp: {d.help}" if d.help else ""),
+    diagnostics = [types.Diagnostic(range=_range(doc, d), message=d.message
+                                    + (f"\nhelp: {d.help}" if d.help else ""),
                                     severity=_SEVERITY.get(d.severity), code=d.code, source="zc")
                    for d in analysis.diagnostics]
     ls.text_document_publish_diagnostics(
@@ -180,7 +183,8 @@ def _position(doc, source, offset: int) -> types.Position:
                 types.CompletionOptions(trigger_characters=[".", "(", ","]))
 def completion(ls: ZcServer, params: types.CompletionParams) -> types.CompletionList:
     analysis = ls.analyses.get(params.text_document.uri) or Analysis()
-    kinds = {"field", "action", "argument", "tag", "tier", "intent"} | ({"rule"} if analysis.test_file else set())
+    kinds = ({"field", "action", "argument", "tag", "tier", "intent"}
+             | ({"rule"} if analysis.test_file else set()))
     named: dict[str, list] = {}
     for name, symbols in sorted(analysis.symbols.items()):
         for s in symbols:

@@ -1,4 +1,5 @@
-"""The HTTP door as an OAuth 2.1 resource server: JWT access tokens checked for issuer, audience and expiry."""
+"""The HTTP door as an OAuth 2.1 resource server: JWT access tokens checked for issuer, audience and
+expiry."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ class JwtVerifier:
             self._keys = None
         else:
             try:
-                self._keys = jwt.PyJWKSet.from_dict(decode_json(read_file(Path(jwks), "JWKS file"), what=jwks))
+                self._keys = jwt.PyJWKSet.from_dict(decode_json(read_file(Path(jwks), "JWKS file"),
+                                                                what=jwks))
             except (ValueError, msgspec.DecodeError, jwt.PyJWTError) as exc:
                 raise ZcError(f"{jwks}: not a JWKS (a JSON object with `keys`): {exc}") from None
             self._client = None
@@ -54,8 +56,9 @@ class JwtVerifier:
             return None
         scope = claims.get("scope", "")
         client_id = claims.get("client_id") or claims.get("azp") or claims.get("sub") or ""
-        return AccessToken(token=token, client_id=str(client_id), scopes=scope.split() if isinstance(scope, str) else [],
-                           expires_at=claims.get("exp"), resource=self.resource, subject=claims.get("sub"),
+        return AccessToken(token=token, client_id=str(client_id), scopes=scope.split()
+                           if isinstance(scope, str) else [], expires_at=claims.get("exp"),
+                           resource=self.resource, subject=claims.get("sub"),
                            claims={"iss": claims.get("iss")})
 
 
@@ -65,8 +68,9 @@ def resource_server(*, issuer: str, resource: str, jwks: str,
     `/.well-known/oauth-protected-resource/<path>`, 401 without a valid token, 403 without the
     scopes) and the verifier behind them."""
     try:
-        settings = AuthSettings(issuer_url=issuer, resource_server_url=resource, required_scopes=scopes or None,
-                                validate_token_resource=True)
+        settings = AuthSettings(issuer_url=issuer, resource_server_url=resource, required_scopes=scopes
+                                or None, validate_token_resource=True)
     except ValueError as exc:
-        raise ZcError(f"--auth-issuer / --auth-resource: {exc.errors()[0]['msg'] if hasattr(exc, 'errors') else exc}") from None
+        raise ZcError("--auth-issuer / --auth-resource: "
+                      f"{exc.errors()[0]['msg'] if hasattr(exc, 'errors') else exc}") from None
     return settings, JwtVerifier(issuer=issuer, resource=resource, jwks=jwks)

@@ -7,10 +7,10 @@ import hashlib
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import anyio
 import mcp_types as types
@@ -22,12 +22,22 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..errors import ZcError
+from ..inputs import json_type
 from ..outdir import refuse_foreign_file
 from ..receipts import Receipt, ReceiptWriter
-from ..receipts.io import is_receipts_file
 from ..receipts.chat import default_extract, extractor_name
+from ..receipts.io import is_receipts_file
 from ..runtime import Policy
-from .session import SESSION_META, Extract, KeyError_, Session, Sessions, StateKeySpec, key_of, result_text
+from .session import (
+    SESSION_META,
+    Extract,
+    MissingStateKey,
+    Session,
+    Sessions,
+    StateKeySpec,
+    key_of,
+    result_text,
+)
 from .upstream import ServerSpec, Upstream, UpstreamError
 
 _log = logging.getLogger("zcompile.mcp")
@@ -113,7 +123,8 @@ class McpGateway:
                     await tg.start(up.run)
                 clash = _clashes(self.upstreams)
                 if clash:
-                    raise ZcError(f"two servers expose the tool `{clash}`: name them (`NAME=…`) to prefix their tools")
+                    raise ZcError(f"two servers expose the tool `{clash}`: name them (`NAME=…`) to prefix "
+                                  "their tools")
                 yield self
             finally:
                 for up in self.upstreams:
@@ -152,9 +163,10 @@ class McpGateway:
             principal = (token.client_id, (token.claims or {}).get("iss"), token.subject)
         meta = _meta(ctx)
         try:
-            key = key_of(modern=modern, spec=self.key_spec, session_id=headers.get("mcp-session-id") if headers else None,
-                         headers=headers, meta=meta, principal=principal, stdio_key=self.sessions.stdio_key)
-        except KeyError_ as exc:
+            key = key_of(modern=modern, spec=self.key_spec, session_id=headers.get("mcp-session-id")
+                         if headers else None, headers=headers, meta=meta, principal=principal,
+                         stdio_key=self.sessions.stdio_key)
+        except MissingStateKey as exc:
             raise MCPError(INVALID_PARAMS, str(exc)) from None
         return self.sessions.get(key)
 
@@ -165,7 +177,8 @@ class McpGateway:
         except Exception as exc:  # noqa: BLE001 - any failure to judge fails closed
             raise _Engine(f"the policy cannot judge this session's state: {exc}") from None
 
-    async def _list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+    async def _list_tools(self, ctx: Any, params: types.PaginatedRequestParams
+                          | None) -> types.ListToolsResult:
         started = time.perf_counter()
         session = self._session(ctx)
         tools = await self._tools()
@@ -183,7 +196,8 @@ class McpGateway:
         nxt = _cursor(end, digest) if end < len(listed) else None
         self._receipt(session, ctx, "tools/list", state, legal, started,
                       extra={"listed": listed[start:end], "cursor": params.cursor if params else None})
-        return types.ListToolsResult(tools=page, next_cursor=nxt, ttl_ms=self.list_ttl_ms, cache_scope="private")
+        return types.ListToolsResult(tools=page, next_cursor=nxt, ttl_ms=self.list_ttl_ms,
+                                     cache_scope="private")
 
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         started = time.perf_counter()
@@ -200,7 +214,8 @@ class McpGateway:
                 state, before = self._legal(session)
                 verdict = self._check(state, name, args)
             except _Engine as exc:
-                self._receipt(session, ctx, "tools/call", {}, None, started, name=name, args=args, error=str(exc))
+                self._receipt(session, ctx, "tools/call", {}, None, started, name=name, args=args,
+                              error=str(exc))
                 raise MCPError(INTERNAL_ERROR, f"zc: {exc}; the call was not forwarded") from None
             if not verdict["allowed"] and not self.log_only:
                 self._receipt(session, ctx, "tools/call", state, before, started, name=name, args=args,
@@ -238,7 +253,8 @@ class McpGateway:
 
     def _denied(self, name: str, verdict: dict[str, Any]) -> types.CallToolResult:
         if self.deny == "opaque":
-            return types.CallToolResult(content=[types.TextContent(type="text", text=OPAQUE_TEXT)], is_error=True)
+            return types.CallToolResult(content=[types.TextContent(type="text", text=OPAQUE_TEXT)],
+                                        is_error=True)
         lines = [f"zc: `{name}` is not allowed now (policy `{self.policy.name}`):"]
         lines += [f"- {r['rule']} ({r['kind']}): {r['message']}" for r in verdict["reasons"]]
         text = "\n".join(lines)
@@ -257,15 +273,16 @@ class McpGateway:
 
     # -- subscriptions (2026-07-28) ------------------------------------------------------------
 
-    async def _listen(self, ctx: Any, params: types.SubscriptionsListenRequestParams) -> types.SubscriptionsListenResult:
+    async def _listen(self, ctx: Any,
+                      params: types.SubscriptionsListenRequestParams) -> types.SubscriptionsListenResult:
         """One key's change events: a state change under key K is delivered to K's listeners only."""
         session = self._session(ctx)
         return await _listener(session)[1](ctx, params)
 
     # -- receipts ------------------------------------------------------------------------------
 
-    def _receipt(self, session: Session, ctx: Any, method: str, state: dict[str, Any], legal: tuple[str, ...] | None,
-                 started: float, *, name: str | None = None, args: dict[str, Any] | None = None,
+    def _receipt(self, session: Session, ctx: Any, method: str, state: dict[str, Any], legal: tuple[str, ...]
+                 | None, started: float, *, name: str | None = None, args: dict[str, Any] | None = None,
                  verdict: dict[str, Any] | None = None, server: str | None = None, outcome: str | None = None,
                  error: str | None = None, extra: Mapping[str, Any] | None = None) -> None:
         if self._writer is None:
@@ -274,9 +291,9 @@ class McpGateway:
         headers = getattr(ctx.request, "headers", None)
         traceparent = meta.get("traceparent") or (headers.get("traceparent") if headers else None)
         m: dict[str, Any] = {"method": method, "protocol": ctx.protocol_version, "zc": self.version,
-                             "key": "stdio" if session.key == self.sessions.stdio_key else session.key.split(":")[0],
-                             "extractor": self.extractor, "deny": self.deny, "log_only": self.log_only,
-                             "traceparent": traceparent, **(extra or {})}
+                             "key": "stdio" if session.key == self.sessions.stdio_key
+                             else session.key.split(":")[0], "extractor": self.extractor, "deny": self.deny,
+                             "log_only": self.log_only, "traceparent": traceparent, **(extra or {})}
         if name is not None:
             m.update(tool=name, server=server, forwarded=outcome is not None,
                      verdict=None if verdict is None else ("allowed" if verdict["allowed"] else "blocked"),
@@ -301,7 +318,8 @@ class _Server(Server):
     def create_initialization_options(self, notification_options: NotificationOptions | None = None,
                                       experimental_capabilities: dict[str, dict[str, Any]] | None = None,
                                       extensions: dict[str, dict[str, Any]] | None = None) -> Any:
-        return super().create_initialization_options(notification_options or NotificationOptions(tools_changed=True),
+        return super().create_initialization_options(notification_options
+                                                     or NotificationOptions(tools_changed=True),
                                                      experimental_capabilities, extensions)
 
 
@@ -316,19 +334,14 @@ async def _params_checked(ctx: Any, call_next: Any) -> Any:
     if fields and ctx.request_id is not None:
         params = ctx.params
         if params is not None and not isinstance(params, Mapping):
-            raise MCPError(INVALID_PARAMS, f"$.params: expected an object, got {_kind(params)}")
+            raise MCPError(INVALID_PARAMS, f"$.params: expected an object, got {json_type(params)}")
         for key, typ, what in fields:
             value = (params or {}).get(key)
             if value is None and key == "name":
                 raise MCPError(INVALID_PARAMS, "$.params.name: required (the tool to call)")
             if value is not None and not isinstance(value, typ):
-                raise MCPError(INVALID_PARAMS, f"$.params.{key}: expected {what}, got {_kind(value)}")
+                raise MCPError(INVALID_PARAMS, f"$.params.{key}: expected {what}, got {json_type(value)}")
     return await call_next(ctx)
-
-
-def _kind(v: Any) -> str:
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number",
-            float: "a number"}.get(type(v), "null" if v is None else type(v).__name__)
 
 
 def _listener(session: Session) -> tuple[InMemorySubscriptionBus, ListenHandler]:
@@ -348,7 +361,8 @@ def _meta(ctx: Any) -> dict[str, Any] | None:
 
 
 def _renamed(tool: types.Tool, name: str) -> types.Tool:
-    """The server's tool under its exposed name; everything else (annotations, outputSchema, _meta) as it came."""
+    """The server's tool under its exposed name; everything else (annotations, outputSchema, _meta) as it
+    came."""
     return tool if tool.name == name else tool.model_copy(update={"name": name})
 
 
@@ -366,7 +380,8 @@ def _cursor_offset(cursor: str | None, digest: str, n: int) -> int:
     except (ValueError, msgspec.DecodeError, msgspec.ValidationError):
         raise MCPError(INVALID_PARAMS, "invalid cursor (not one this gateway issued)") from None
     if issued != digest:
-        raise MCPError(INVALID_PARAMS, "the legal tools changed since this cursor was issued; list again from the start")
+        raise MCPError(INVALID_PARAMS, "the legal tools changed since this cursor was issued; list again "
+                                       "from the start")
     if not 0 <= offset <= n:
         raise MCPError(INVALID_PARAMS, "invalid cursor (out of range)")
     return offset
@@ -377,7 +392,8 @@ def _forwarded_meta(meta: dict[str, Any] | None) -> dict[str, Any] | None:
     protocol envelope (the gateway's client writes its own) nor zc's session key."""
     if not meta:
         return None
-    out = {k: v for k, v in meta.items() if not k.startswith("io.modelcontextprotocol/") and k not in (SESSION_META, "progressToken")}
+    out = {k: v for k, v in meta.items() if not k.startswith("io.modelcontextprotocol/")
+           and k not in (SESSION_META, "progressToken")}
     return out or None
 
 

@@ -78,7 +78,8 @@ def _request_id(errors: list[dict[str, Any]]) -> tuple[str | int | None, str | N
     if isinstance(rid, bool) or not isinstance(rid, (str, int)):
         return None, None
     bad = next((e for e in errors if e.get("loc", ())[:1] == ("JSONRPCRequest",) and len(e["loc"]) > 1), None)
-    where = f"$.{'.'.join(map(str, bad['loc'][1:]))}: {bad['msg'][0].lower()}{bad['msg'][1:]}" if bad else None
+    where = (f"$.{'.'.join(map(str, bad['loc'][1:]))}: {bad['msg'][0].lower()}{bad['msg'][1:]}" if bad
+             else None)
     return rid, where
 
 

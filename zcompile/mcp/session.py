@@ -19,7 +19,7 @@ SESSION_META = "io.zcompile/session"  # the default `_meta` key naming a session
 MAX_SESSIONS = 10_000  # state keys kept at once; the least recently used is forgotten past it
 
 
-class KeyError_(ZcError):
+class MissingStateKey(ZcError):
     """A request that names no state key where this gateway needs one (answered as invalid params)."""
 
 
@@ -51,13 +51,13 @@ def key_of(*, modern: bool, spec: StateKeySpec, session_id: str | None, headers:
 
     2025-11-25: the `Mcp-Session-Id` over HTTP, the connection (this process) over stdio.
     2026-07-28: the declared key (`spec`); over stdio a request without it is this process's agent;
-    over HTTP it is refused (KeyError_), never pooled with other agents' state.
+    over HTTP it is refused (MissingStateKey), never pooled with other agents' state.
     """
     if not modern:
         if headers is None:
             return stdio_key
         if session_id is None:
-            raise KeyError_("the request carries no `Mcp-Session-Id` (initialize first)")
+            raise MissingStateKey("the request carries no `Mcp-Session-Id` (initialize first)")
         return "session:" + session_id
     value: Any = None
     if spec.kind == "meta":
@@ -70,8 +70,8 @@ def key_of(*, modern: bool, spec: StateKeySpec, session_id: str | None, headers:
     if value is None and headers is None:
         return stdio_key
     if not isinstance(value, str) or not value:
-        raise KeyError_(f"this gateway keys session state by {spec.describe()} under protocol 2026-07-28; "
-                        "the request carries none (or not a non-empty string)")
+        raise MissingStateKey(f"this gateway keys session state by {spec.describe()} under protocol "
+                              "2026-07-28; the request carries none (or not a non-empty string)")
     return f"{spec.kind}:{value}"
 
 
@@ -109,7 +109,8 @@ class Session:
 
     def __init__(self, key: str, extract: Extract, context: Mapping[str, Any]) -> None:
         self.key, self.extract, self.context = key, extract, context
-        self.task = "mcp-" + (key if key.startswith("stdio-") else hashlib.sha256(key.encode()).hexdigest()[:16])
+        self.task = "mcp-" + (key if key.startswith("stdio-")
+                              else hashlib.sha256(key.encode()).hexdigest()[:16])
         self.messages: list[dict[str, Any]] = []  # for a custom extractor, which reads the transcript
         self.summary = ChatSummary() if extract is default_extract else None  # O(1) per call, same state
         self.lock = anyio.Lock()  # one call at a time per key: the state advances in order
@@ -121,7 +122,8 @@ class Session:
             derived = self.summary.state()
         else:
             conversation = {"id": self.task, "task": self.task, "messages": self.messages}
-            derived = decision_state(self.messages, len(self.messages), conversation, self.extract, "$.messages")
+            derived = decision_state(self.messages, len(self.messages), conversation, self.extract,
+                                     "$.messages")
         return merge(derived, self.context)
 
     def record(self, action: str, arguments: Mapping[str, Any], text: str) -> None:

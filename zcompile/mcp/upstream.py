@@ -1,4 +1,5 @@
-"""The servers behind `zc mcp`: one SDK `Client` each (stdio or Streamable HTTP), supervised, with bounded calls."""
+"""The servers behind `zc mcp`: one SDK `Client` each (stdio or Streamable HTTP), supervised, with bounded
+calls."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+from mcp import Client, StdioServerParameters
 from mcp_types import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from mcp import Client, StdioServerParameters
 
 from ..errors import ZcError
 
@@ -98,7 +99,8 @@ class Upstream:
                 task_status.started()
                 async with anyio.create_task_group() as tg:
                     caps = client.server_capabilities.tools
-                    if client.protocol_version in MODERN_PROTOCOL_VERSIONS and caps is not None and caps.list_changed:
+                    modern = client.protocol_version in MODERN_PROTOCOL_VERSIONS
+                    if modern and caps is not None and caps.list_changed:
                         tg.start_soon(self._listen, client)  # 2026-07-28: changes come on a listen stream
                     await self._stop.wait()
                     tg.cancel_scope.cancel()
@@ -147,7 +149,8 @@ class Upstream:
                                            f"{f' ({self.failure})' if self.failure else ''}")
         return self.client
 
-    async def call(self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None) -> types.CallToolResult:
+    async def call(self, name: str, arguments: dict[str, Any], meta: dict[str, Any]
+                   | None) -> types.CallToolResult:
         """Call tool `name` (the server's own name), bounded by `timeout_s`; UpstreamError otherwise."""
         client = self._client()
         try:
@@ -165,7 +168,8 @@ class Upstream:
                 self.client = None
                 self._stop.set()
             raise UpstreamError("crashed" if crashed else "failed",
-                                f"server `{self.spec.label()}` failed on `{name}`: {_describe(exc)}") from None
+                                f"server `{self.spec.label()}` failed on `{name}`: "
+                                f"{_describe(exc)}") from None
 
 
 def _describe(exc: BaseException) -> str:
@@ -186,7 +190,8 @@ async def fetch_tools(specs: list[ServerSpec], timeout_s: float = 30.0) -> dict[
             for up in ups:
                 await tg.start(up.run)
                 for exposed, (_, tool) in sorted(up.tools.items()):
-                    tools.append({**tool.model_dump(by_alias=True, exclude_none=True, mode="json"), "name": exposed})
+                    tools.append({**tool.model_dump(by_alias=True, exclude_none=True, mode="json"),
+                                  "name": exposed})
         finally:
             for up in ups:
                 up.stop()
@@ -197,7 +202,8 @@ def fetch_tools_sync(texts: list[str], timeout_s: float = 30.0) -> dict[str, Any
     """`fetch_tools` for `[NAME=]COMMAND|URL` texts, from synchronous code; ZcError when one fails."""
     specs = [ServerSpec.parse(t) for t in texts]
     if len(specs) > 1 and any(s.name is None for s in specs):
-        raise ZcError("with several --server, name each one (`NAME=COMMAND` or `NAME=URL`): the name prefixes its tools")
+        raise ZcError("with several --server, name each one (`NAME=COMMAND` or `NAME=URL`): the name "
+                      "prefixes its tools")
     try:
         return anyio.run(fetch_tools, specs, timeout_s)
     except BaseExceptionGroup as group:

@@ -5,7 +5,7 @@ The public API (bench/, examples/ and harnesses use these names; modules load on
 
 - `distill(paths, policy, out, Settings(...))` -> `Result`: the ten distillation steps (pipeline.py)
 - `load_specialist(directory, policy)`: a specialist for decision time (classifier or pairwise)
-- `load_decisions(paths, policy)` -> `Dataset`; `split_by_task`, `seal`, `Decision`, `Report`
+- `load_decisions(paths, policy)` -> `Dataset`; `split_by_task`, `seal`, `LoggedDecision`, `Progress`
 - `choose_threshold(conf, correct, target, guarantee)`; `evaluate(...)` (the figures of a split);
   `threshold_line(manifest)` (τ and its guarantee in words); `recipe(kind, seed, spec, policy, options)`
   (what differs between model kinds: `.model()` is a tabular recipe's unfitted scikit-learn estimator)
@@ -20,15 +20,17 @@ from typing import Any
 from ..extras import require
 
 _API = {
-    "distill": ("pipeline", "distill"), "Settings": ("pipeline", "Settings"), "Result": ("pipeline", "Result"),
-    "TARGET_ABSTENTION": ("pipeline", "TARGET_ABSTENTION"),
+    "distill": ("pipeline", "distill"), "Settings": ("pipeline", "Settings"),
+    "Result": ("pipeline", "Result"), "TARGET_ABSTENTION": ("pipeline", "TARGET_ABSTENTION"),
     "load_specialist": ("loading", "load"), "Specialist": ("specialist", "Specialist"),
-    "PairwiseSpecialist": ("pairwise", "PairwiseSpecialist"), "read_manifest": ("specialist", "read_manifest"),
-    "Decision": ("dataset", "Decision"), "Dataset": ("dataset", "Dataset"), "load_decisions": ("dataset", "load"),
-    "split_by_task": ("dataset", "split_by_task"), "seal": ("dataset", "seal"), "Report": ("dataset", "Report"),
-    "evaluate": ("metrics", "evaluate"), "answer_right": ("metrics", "answer_right"), "RISKY_TAGS": ("metrics", "RISKY_TAGS"),
-    "risky_actions": ("metrics", "risky_actions"), "choose_threshold": ("threshold", "choose"),
-    "NEVER": ("threshold", "NEVER"), "recipe": ("recipes", "recipe"), "threshold_line": ("report", "threshold_line"),
+    "PairwiseSpecialist": ("pairwise", "PairwiseSpecialist"),
+    "read_manifest": ("specialist", "read_manifest"), "LoggedDecision": ("dataset", "LoggedDecision"),
+    "Dataset": ("dataset", "Dataset"), "load_decisions": ("dataset", "load"), "split_by_task": (
+        "dataset", "split_by_task"), "seal": ("dataset", "seal"), "Progress": ("dataset", "Progress"),
+    "evaluate": ("metrics", "evaluate"), "answer_right": ("metrics", "answer_right"),
+    "RISKY_TAGS": ("metrics", "RISKY_TAGS"), "risky_actions": ("metrics", "risky_actions"),
+    "choose_threshold": ("threshold", "choose"), "NEVER": ("threshold", "NEVER"),
+    "recipe": ("recipes", "recipe"), "threshold_line": ("report", "threshold_line"),
     "describe": ("pairwise", "describe"), "nearest": ("pairs", "nearest"), "words_of": ("pairs", "words_of"),
 }
 __all__ = sorted(_API)

@@ -1,9 +1,10 @@
-"""The argument model: which of the candidates seen before a decision each argument of a call takes, or abstain.
+"""The argument model: which of the candidates seen before a decision each argument of a call takes.
 
-Candidates (`Candidate`, `extract_candidates`) live in `zcompile.receipts.candidates`: receipts
-store them and the gateway computes them. `ArgumentModel` learns, from teacher calls, which candidate each argument of an action takes;
-`ArgumentModel.spec()` exports its parameters as plain data (`ArgumentModelSpec`) and
-`ArgumentScorer(spec).propose(action, params, candidates)` answers at decision time with numpy only.
+Candidates (`Candidate`, `extract_candidates`) live in `zcompile.receipts.candidates`: receipts store
+them and the gateway computes them. `ArgumentModel` learns, from teacher calls, which candidate each
+argument of an action takes (or abstains); `ArgumentModel.spec()` exports its parameters as plain data
+(`ArgumentModelSpec`) and `ArgumentScorer(spec).propose(action, params, candidates)` answers at
+decision time with numpy only.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ SPEC_VERSION = 1
 MAX_CONSTANTS = 8  # training values offered per argument as `constant` candidates
 MIN_CONSTANT_GROUPS = 2  # ... when seen in at least this many groups (conversations or tasks)
 MIN_CONSTANT_SHARE = 0.1  # ... and in at least this share of the argument's training values
-MAX_ROWS = 250_000  # candidate rows the classifier trains on at most (a seeded sample of whole calls' arguments above)
+MAX_ROWS = 250_000  # candidate rows trained on at most (above: a seeded sample of whole calls' arguments)
 
+_SCALARS = frozenset({"string", "integer", "number", "boolean"})
 _INT = re.compile(r"0|[1-9][0-9]{0,17}")
 _FLOAT = re.compile(r"(?:0|[1-9][0-9]{0,17})\.[0-9]{1,12}")
 _SEGMENT = re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9]")
@@ -42,7 +44,7 @@ FEATURES = (
     "log_age",  # log(1 + age)
     "log_count",  # log(1 + count)
     "recency_rank",  # log(1 + rank by age among the argument's fitting candidates)
-    "shape_recency_rank",  # log(1 + rank by age among fitting candidates of a shape seen in training), 3 if unseen
+    "shape_recency_rank",  # log(1 + rank by age among fitting candidates of a seen shape), 3 if unseen
     "key_equal",  # the candidate's key is the argument's name
     "key_overlap",  # Jaccard overlap of their words (plural `s` dropped)
     "key_empty",
@@ -74,7 +76,7 @@ class ArgumentStats(msgspec.Struct, frozen=True):
 
 
 class Linear(msgspec.Struct, frozen=True, tag="logistic"):
-    """Logistic regression over standardised features: p = sigmoid(((x - mean) / scale) . coef + intercept)."""
+    """Logistic regression over standardised features: p = sigmoid(z . coef + intercept)."""
 
     mean: tuple[float, ...]
     scale: tuple[float, ...]
@@ -142,7 +144,8 @@ def call_examples(action: str, params: Mapping[str, Any], candidates: Sequence[C
     required = set(params.get("required") or ())
     cands = tuple(candidates)
     return [ArgumentExample(action, name, dict(schema or {}), cands, arguments.get(name), name in arguments,
-                            name in required, group, _reached(name in arguments, arguments.get(name), schema or {}, cands))
+                            name in required, group,
+                            _reached(name in arguments, arguments.get(name), schema or {}, cands))
             for name, schema in props.items()]
 
 
@@ -151,11 +154,13 @@ def _reached(present: bool, value: Any, schema: Mapping[str, Any], candidates: S
     if not present:
         return False
     target = normalize(value)
-    return any((f := fit_value(c.value, schema)) is not None and normalize(f[0]) == target for c in candidates)
+    return any((f := fit_value(c.value, schema)) is not None and normalize(f[0]) == target
+               for c in candidates)
 
 
 def fit_value(value: Scalar, schema: Mapping[str, Any]) -> tuple[Scalar, bool] | None:
-    """The candidate as a value of the declared type (and whether it was converted), or None if it cannot be."""
+    """The candidate as a value of the declared type (and whether it was converted), or None if it cannot
+    be."""
     kind = schema.get("type")
     enum = schema.get("enum")
     out: Scalar | None = value
@@ -173,7 +178,7 @@ def fit_value(value: Scalar, schema: Mapping[str, Any]) -> tuple[Scalar, bool] |
             out = None
     elif kind == "boolean":
         out = value if isinstance(value, bool) else {"true": True, "false": False}.get(str(value).lower())
-    elif kind is not None and not (isinstance(kind, list) and {"string", "integer", "number", "boolean"} & set(kind)):
+    elif kind is not None and not (isinstance(kind, list) and _SCALARS & set(kind)):
         out = None  # array, object, null: scalars do not fit
     if out is not None and isinstance(enum, list):
         if normalize(out) not in {normalize(e) for e in enum}:
@@ -208,7 +213,8 @@ def _shape(value: Scalar, fine: bool) -> str:
         if p.isdigit():
             c = "9"
         elif p.isalpha():
-            c = "a" if p.islower() else "A" if p.isupper() else "Aa" if p[0].isupper() and p[1:].islower() else "m"
+            c = ("a" if p.islower() else "A" if p.isupper() else "Aa" if p[0].isupper() and p[1:].islower()
+                 else "m")
         else:
             c = "x" if p.lower() == p else "X" if p.upper() == p else "m"
         out.append(f"{c}:{len(p)}" if fine and c in ("9", "A", "X", "x") else c)
@@ -225,7 +231,7 @@ class _Stats:
     """Per-argument counts, in total and per group, so a training row can see them without its own group."""
 
     def __init__(self) -> None:
-        self.total: Counter = Counter()  # ("n",) | ("included",) | ("reached",) | ("fine"|"coarse"|"value", item)
+        self.total: Counter = Counter()  # ("n",) | ("included",) | ("reached",) | (shape or "value", item)
         self.groups: dict[str, Counter] = defaultdict(Counter)
         self.value_groups: dict[str, set[str]] = defaultdict(set)
 
@@ -249,7 +255,7 @@ class _Stats:
 
         values = {v: p for v, p in shares("value").items()
                   if p >= MIN_CONSTANT_SHARE and len(self.value_groups[v] - {group}) >= MIN_CONSTANT_GROUPS}
-        scalars = [v for v in values if isinstance(json.loads(v), (str, int, float, bool))]  # a candidate is a scalar
+        scalars = [v for v in values if isinstance(json.loads(v), (str, int, float, bool))]  # candidates
         top = sorted(scalars, key=lambda v: (-values[v], v))[:MAX_CONSTANTS]
         return ArgumentStats(n=n, included=inc / n if n else 0.0, reach=c[("reached",)] / inc if inc else 0.0,
                              shape_fine=shares("fine"), shape_coarse=shares("coarse"), values=values,
@@ -346,8 +352,9 @@ class ArgumentModel:
             training statistics still count every example. `sampled_` says what was kept.
     """
 
-    def __init__(self, kind: str = "gbt", n_estimators: int = 100, max_depth: int = 4, learning_rate: float = 0.1,
-                 C: float = 1.0, min_confidence: float = 0.5, seed: int = 0, max_rows: int = MAX_ROWS) -> None:
+    def __init__(self, kind: str = "gbt", n_estimators: int = 100, max_depth: int = 4,
+                 learning_rate: float = 0.1, C: float = 1.0, min_confidence: float = 0.5, seed: int = 0,
+                 max_rows: int = MAX_ROWS) -> None:
         self.kind = kind
         self.n_estimators = n_estimators
         self.max_depth = max_depth
@@ -366,7 +373,8 @@ class ArgumentModel:
         by_action: dict[tuple[str, str], _Stats] = defaultdict(_Stats)
         by_name: dict[str, _Stats] = defaultdict(_Stats)
         for e in examples:
-            reached = e.reached if e.reached is not None else _reached(e.present, e.value, e.schema, e.candidates)
+            reached = (e.reached if e.reached is not None
+                       else _reached(e.present, e.value, e.schema, e.candidates))
             by_action[(e.action, e.argument)].add(e.group, e.present, e.value, reached)
             by_name[e.argument].add(e.group, e.present, e.value, reached)
         present = [e for e in examples if e.present]
@@ -386,7 +394,8 @@ class ArgumentModel:
         x = np.concatenate(xs) if xs else np.zeros((0, len(FEATURES)))
         y = np.asarray(ys, dtype=int)
         if len(set(y.tolist())) < 2:
-            raise ValueError(f"argument model: need both right and wrong candidates to fit, got {len(y)} rows")
+            raise ValueError(f"argument model: need both right and wrong candidates to fit, got "
+                             f"{len(y)} rows")
         self.classifier_ = self._classifier().fit(x, y)
         self.actions_: dict[str, dict[str, ArgumentStats]] = defaultdict(dict)
         for (a, name), s in sorted(by_action.items()):
@@ -425,10 +434,12 @@ class ArgumentModel:
             # scikit-learn's fitted predictors (leaf values already scaled by the learning rate)
             nodes = [p[0].nodes for p in self.classifier_._predictors]
 
-            def column(name: str, cast: type, fill: float, leaves: bool = False) -> tuple[tuple[Any, ...], ...]:
+            def column(name: str, cast: type, fill: float,
+                       leaves: bool = False) -> tuple[tuple[Any, ...], ...]:
                 """A node field per tree, `fill` at leaves (at inner nodes with `leaves`)."""
                 return tuple(tuple(map(cast, np.where(n["is_leaf"].astype(bool) != leaves, fill,
-                                                      n[name].astype(np.int64 if cast is int else np.float64))))
+                                                      n[name].astype(np.int64 if cast is int
+                                                                     else np.float64))))
                              for n in nodes)
 
             model = Trees(
@@ -454,7 +465,8 @@ def _check_trees(m: Trees) -> int:
     if not m.feature:
         raise ValueError("argument model spec: no trees")
     depth = 0
-    for t, (feature, threshold, left, right, value) in enumerate(zip(m.feature, m.threshold, m.left, m.right, m.value)):
+    trees = zip(m.feature, m.threshold, m.left, m.right, m.value)
+    for t, (feature, threshold, left, right, value) in enumerate(trees):
         n = len(feature)
         if not n or any(len(a) != n for a in (threshold, left, right, value)):
             raise ValueError(f"argument model spec: tree {t} has fields of different lengths")
@@ -483,7 +495,8 @@ class ArgumentScorer:
         if spec.version != SPEC_VERSION:
             raise ValueError(f"argument model spec version {spec.version}, this zc reads {SPEC_VERSION}")
         if tuple(spec.features) != FEATURES:
-            raise ValueError(f"argument model features {list(spec.features)} differ from this zc's {list(FEATURES)}")
+            raise ValueError(f"argument model features {list(spec.features)} differ from this zc's "
+                             f"{list(FEATURES)}")
         self.spec = spec
         m = spec.model
         if isinstance(m, Linear):
@@ -499,7 +512,7 @@ class ArgumentScorer:
                 return out
 
             # raveled, tree t's node i at t * width + i: one flat gather a level
-            self._feature = np.maximum(pad(m.feature, np.int64, 0), 0).ravel()  # leaves hold -2: any column will do
+            self._feature = np.maximum(pad(m.feature, np.int64, 0), 0).ravel()  # leaves hold -2: any will do
             self._threshold = pad(m.threshold, np.float64, 0.0).ravel()
             self._left = pad(m.left, np.int64, -1).ravel()
             self._right = pad(m.right, np.int64, -1).ravel()
@@ -516,7 +529,7 @@ class ArgumentScorer:
             xs = np.asarray(x, dtype=np.float32 if m.precision == "float32" else np.float64)
             flat_x, width = xs.ravel(), xs.shape[1]
             rows = np.arange(len(xs), dtype=np.int64)[:, None] * width
-            at = np.broadcast_to(self._base, (len(xs), len(self._base))).copy()  # rows x trees: flat node index
+            at = np.broadcast_to(self._base, (len(xs), len(self._base))).copy()  # rows x trees: node index
             for _ in range(self._depth):
                 left = self._left.take(at)
                 go_left = flat_x.take(rows + self._feature.take(at)) <= self._threshold.take(at)

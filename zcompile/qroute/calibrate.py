@@ -20,7 +20,8 @@ GTOL = 1e-10  # projected gradient of the Platt NLL (exact gradient)
 L2 = 1e-3  # the Platt fit's slight L2 on (1/T, b)
 
 
-def fit_temperature(probs: np.ndarray, class_index: np.ndarray, masks: np.ndarray, labels: np.ndarray) -> float:
+def fit_temperature(probs: np.ndarray, class_index: np.ndarray, masks: np.ndarray,
+                    labels: np.ndarray) -> float:
     """The temperature minimising the masked negative log-likelihood of the teacher's actions."""
     usable = labels >= 0
     if not usable.any():

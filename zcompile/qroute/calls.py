@@ -93,11 +93,11 @@ def fit_arguments(rows: list, seed: int = 0) -> Any:
     """An argument model fit on teacher calls' arguments (`argument_examples`; None when there are
     none to learn from); above `arguments.MAX_ROWS` candidates, on a sample seeded by `seed`
     (`ArgumentModel.sampled_`)."""
-    from . import arguments as A
+    from . import arguments as argmodel
 
     if not any(e.candidates for e in rows):
         return None
     try:
-        return A.ArgumentModel(seed=seed, max_rows=A.MAX_ROWS).fit(rows)
+        return argmodel.ArgumentModel(seed=seed, max_rows=argmodel.MAX_ROWS).fit(rows)
     except ValueError:  # no right (or no wrong) candidate among them: nothing to learn
         return None

@@ -1,4 +1,5 @@
-"""Receipts -> validated decisions (state converted once, legal set once), the chronological task split and its seal."""
+"""Receipts -> validated decisions (state converted once, legal set once), the chronological task split and
+its seal."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ PARTS = ("train", "calibration", "test")
 
 
 @dataclass
-class Report:
+class Progress:
     """Progress sink: `step(text)` announces a stage; `bar(iterable, label, n)` wraps long loops."""
 
     step: Callable[[str], None] = lambda text: None
@@ -33,7 +34,7 @@ class Report:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class LoggedDecision:
     """One usable logged decision: the state (as logged and as validated), what was legal, what was right."""
 
     id: str
@@ -48,9 +49,11 @@ class Decision:
     gold: str | None = None
     arguments: dict | None = None  # the teacher's call's arguments, when the receipt has them
     candidates: tuple = ()  # argument candidates available at decision time, when the receipt has them
-    tools: dict = field(default_factory=dict)  # offered tool schemas by name (`meta.tools`, else the policy's)
+    # offered tool schemas by name (`meta.tools`, else the policy's)
+    tools: dict = field(default_factory=dict)
     verified: bool | None = None
-    offer: frozenset[str] | None = None  # what the harness could take (`meta.offer`); None: every legal action
+    # what the harness could take (`meta.offer`); None: every legal action
+    offer: frozenset[str] | None = None
     # the judge (`receipts.judge`): the calls acceptable here, the teacher's own first ((): not judged)
     acceptable: tuple = ()
     # what training learns (`targets`): one of the acceptable calls; else the label and its arguments
@@ -62,13 +65,13 @@ class Decision:
 class Dataset:
     """Decisions in input order, what was dropped and why, and the files they came from (with sha256)."""
 
-    decisions: list[Decision]
+    decisions: list[LoggedDecision]
     counts: Counter
     files: list[DataFile]
 
 
 def load(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid: bool = False,
-         none_fits: bool = False, report: Report | None = None) -> Dataset:
+         none_fits: bool = False, report: Progress | None = None) -> Dataset:
     """Read and validate receipts into decisions; drop those judged wrong (`verified == false`).
 
     A receipt without an action is dropped as an abstention, unless `none_fits` and it is verified:
@@ -94,7 +97,8 @@ def make_judge(policy: Any) -> Any:
     return Judge(lenient_actions(policy), replies)
 
 
-def judged(pairs: Iterable[tuple[Any, Decision | None]], judge: Any) -> Iterator[tuple[Any, Decision | None]]:
+def judged(pairs: Iterable[tuple[Any, LoggedDecision | None]],
+           judge: Any) -> Iterator[tuple[Any, LoggedDecision | None]]:
     """`stream`'s pairs, unchanged, each receipt given to `judge` on the way (dropped ones too: a
     call judged wrong was still made, and ends a run of reads)."""
     for i, (r, d) in enumerate(pairs):
@@ -102,7 +106,7 @@ def judged(pairs: Iterable[tuple[Any, Decision | None]], judge: Any) -> Iterator
         yield r, d
 
 
-def with_acceptable(d: Decision, judge: Any) -> Decision:
+def with_acceptable(d: LoggedDecision, judge: Any) -> LoggedDecision:
     """`d` with its acceptable calls (keyed by its position in the stream, `order[1]`)."""
     return replace(d, acceptable=judge.acceptable(d.order[1]))
 
@@ -119,14 +123,14 @@ def no_usable(counts: Counter) -> ZcError:
 
 
 def stream(paths: Sequence[str | Path], policy: Any, counts: Counter, *, skip_invalid: bool = False,
-           none_fits: bool = False, report: Report | None = None, label: str = "reading receipts",
-           length: int = 0) -> Iterator[tuple[Any, Decision | None]]:
+           none_fits: bool = False, report: Progress | None = None, label: str = "reading receipts",
+           length: int = 0) -> Iterator[tuple[Any, LoggedDecision | None]]:
     """`load` one receipt at a time: each valid receipt read with its decision (None: dropped, and
     counted in `counts`); once exhausted, `counts` holds what `load` reports. Nothing is kept."""
     from ..receipts import ReadStats, read
     from ..tools import policy_tools
 
-    report = report or Report()
+    report = report or Progress()
     rstats = ReadStats()
     used = 0
     described = policy_tools(policy) if policy is not None else {}
@@ -152,7 +156,7 @@ def _dropped(r: Any, none_fits: bool) -> str | None:
     return None
 
 
-def _decision(r: Any, i: int, policy: Any, described: dict, counts: Counter) -> Decision:
+def _decision(r: Any, i: int, policy: Any, described: dict, counts: Counter) -> LoggedDecision:
     """The decision of receipt `r`, the `i`-th valid receipt read: the legal set computed once."""
     label = r.gold if r.gold is not None else r.action
     if policy is not None:
@@ -176,7 +180,7 @@ def _decision(r: Any, i: int, policy: Any, described: dict, counts: Counter) -> 
         offer = frozenset(offer)
     arguments = getattr(r, "arguments", None)
     own = (label, canonical(arguments if arguments is not None else {})) if label is not None else None
-    return Decision(r.id, r.task, (r.ts if r.ts is not None else math.inf, i), r.state, root, r.intent,
+    return LoggedDecision(r.id, r.task, (r.ts if r.ts is not None else math.inf, i), r.state, root, r.intent,
                     tuple(legal), label, r.action, r.gold, arguments,
                     _shared(getattr(r, "candidates", None) or ()), tools, r.verified, offer,
                     (own,) if own is not None else (), label, arguments)
@@ -186,8 +190,8 @@ def _shared(candidates: Any) -> tuple:
     """The candidates with their strings interned: a conversation's decisions repeat the values and
     keys of the ones before (on the bundled receipts 188,495 candidates hold 2,288 distinct values
     and 100 keys), and one copy of each is most of a decision's memory saved."""
-    return tuple(Candidate(sys.intern(c.value) if type(c.value) is str else c.value, c.source, sys.intern(c.key),
-                           c.age, c.count) for c in candidates)
+    return tuple(Candidate(sys.intern(c.value) if type(c.value) is str else c.value, c.source,
+                           sys.intern(c.key), c.age, c.count) for c in candidates)
 
 
 # ---- bounded memory: a seeded, task-stratified sample beyond a size limit ---------------------------
@@ -216,9 +220,9 @@ class Sampling:
     def text(self) -> str:
         if self.method == "all":
             return f"all {self.usable} decisions (limit {self.limit})"
-        return (f"a seeded task-stratified sample of {self.kept} of {self.usable} decisions (limit {self.limit}, "
-                f"seed {self.seed}; each task keeps its share, rounded at random; the split and its seal "
-                "cover every task)")
+        return (f"a seeded task-stratified sample of {self.kept} of {self.usable} decisions (limit "
+                f"{self.limit}, seed {self.seed}; each task keeps its share, rounded at random; the split "
+                "and its seal cover every task)")
 
 
 def sample_key(seed: int, rid: str) -> int:
@@ -230,7 +234,7 @@ def sample_key(seed: int, rid: str) -> int:
 class Bounded:
     """Decisions split by task (sampled beyond the limit), and the seal over every task."""
 
-    parts: dict[str, list[Decision]]
+    parts: dict[str, list[LoggedDecision]]
     splits: Splits
     counts: Counter
     files: list[DataFile]
@@ -266,7 +270,7 @@ Seen = tuple  # (task, ts, id, where, dropped): one valid receipt of pass 1; `wh
 
 
 def seen_locally(paths: Sequence[str | Path], policy: Any, skip_invalid: bool, none_fits: bool,
-                 stats: Any, report: Report) -> Iterator[Seen]:
+                 stats: Any, report: Progress) -> Iterator[Seen]:
     """Pass 1 in this process: every receipt read and validated (`receipts.read`), in file order."""
     from ..receipts import read
 
@@ -278,16 +282,17 @@ def seen_locally(paths: Sequence[str | Path], policy: Any, skip_invalid: bool, n
 
 def load_split(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid: bool = False,
                none_fits: bool = False, limit: int = MAX_DECISIONS, seed: int = 0,
-               report: Report | None = None, scan: Callable[..., Iterator[Seen]] | None = None) -> Bounded:
+               report: Progress | None = None, scan: Callable[..., Iterator[Seen]] | None = None) -> Bounded:
     """Steps 1–2 in memory bounded by `limit` decisions: `load` and `split_by_task` when the files
     hold at most `limit` rows; beyond it two streaming passes. The first reads and validates every
     receipt, keeping only each usable one's task and position; the split by task is made and sealed
     over all of them; then each split keeps, per task, a seeded random share `limit / usable` of its
-    decisions (rounded up or down at random: `thresholds`), and the second pass builds only those, decoding only their
+    decisions (rounded up or down at random: `thresholds`), and the second pass builds only those, decoding
+    only their
     lines (Parquet: reading only their row groups). `scan` runs the first pass (`seen_locally`, or an
     engine's: the Ray engine's validates in Ray workers), yielding the same rows in the same order.
     """
-    report = report or Report()
+    report = report or Progress()
     if rows_in(paths) <= limit:
         data = load(paths, policy, skip_invalid=skip_invalid, none_fits=none_fits, report=report)
         report.step("2/10 splitting by task (chronological, sealed)")
@@ -303,7 +308,8 @@ def load_split(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid:
     tasks: dict[str, int] = {}
     first: dict[str, tuple[float, int]] = {}
     task_of, keys, raw, position = array("q"), array("Q"), array("q"), array("q")  # 32 bytes a decision
-    for i, (task, ts, rid, where, dropped) in enumerate((scan or seen_locally)(paths, policy, skip_invalid, none_fits,
+    for i, (task, ts, rid, where, dropped) in enumerate((scan or seen_locally)(
+        paths, policy, skip_invalid, none_fits,
                                                                                rstats, report)):
         counts["receipts"] += 1
         if dropped is not None:
@@ -332,11 +338,12 @@ def load_split(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid:
     key_arr = np.frombuffer(keys, dtype=np.uint64)
     theta = thresholds(task_arr, key_arr, min(1.0, limit / usable), names, seed)
     keep = np.array([k <= th for k, th in zip(key_arr.tolist(), theta[task_arr].tolist())], dtype=bool)
-    at = dict(zip(np.frombuffer(raw, dtype=np.int64)[keep].tolist(), np.frombuffer(position, dtype=np.int64)[keep].tolist()))
+    at = dict(zip(np.frombuffer(raw, dtype=np.int64)[keep].tolist(),
+                  np.frombuffer(position, dtype=np.int64)[keep].tolist()))
     sampling = Sampling("sample", usable, len(at), limit, seed, dict(zip(names, theta.tolist())))
     del task_of, keys, raw, position, task_arr, key_arr, keep
     described = policy_tools(policy) if policy is not None else {}
-    parts: dict[str, list[Decision]] = {p: [] for p in PARTS}
+    parts: dict[str, list[LoggedDecision]] = {p: [] for p in PARTS}
     for raw_at, r in report.bar(_again(files, at), "reading receipts (2 of 2: the sample)", len(at)):
         parts[which[r.task]].append(_decision(r, at[raw_at], policy, described, counts))
     kept = sum(len(v) for v in parts.values())
@@ -412,13 +419,13 @@ def sha256_file(p: Path) -> str:
     return h.hexdigest()
 
 
-def split_by_task(decisions: Sequence[Decision]) -> dict[str, list[Decision]]:
+def split_by_task(decisions: Sequence[LoggedDecision]) -> dict[str, list[LoggedDecision]]:
     """70/15/15 by task, tasks ordered by their first decision (timestamp, else input order)."""
     first: dict[str, tuple[float, int]] = {}
     for d in decisions:
         first[d.task] = min(first.get(d.task, d.order), d.order)
     which = task_parts(first)
-    out: dict[str, list[Decision]] = {p: [] for p in PARTS}
+    out: dict[str, list[LoggedDecision]] = {p: [] for p in PARTS}
     for d in decisions:
         out[which[d.task]].append(d)
     return out
@@ -436,8 +443,9 @@ def task_parts(first: dict[str, tuple[float, int]]) -> dict[str, str]:
             for i, t in enumerate(tasks)}
 
 
-def seal(part: Sequence[Decision]) -> Split:
-    """The split's sorted task ids, their sha256 and its size: what `zc eval` checks held-out claims against."""
+def seal(part: Sequence[LoggedDecision]) -> Split:
+    """The split's sorted task ids, their sha256 and its size: what `zc eval` checks held-out claims
+    against."""
     return _seal_tasks({d.task for d in part}, len(part))
 
 
@@ -446,11 +454,11 @@ def _seal_tasks(tasks: Iterable[str], n: int) -> Split:
     return Split(ordered, hashlib.sha256("\n".join(ordered).encode()).hexdigest(), n)
 
 
-def seal_all(parts: dict[str, list[Decision]]) -> Splits:
+def seal_all(parts: dict[str, list[LoggedDecision]]) -> Splits:
     return Splits(*(seal(parts[p]) for p in PARTS))
 
 
-def task_folds(decisions: Sequence[Decision], k: int) -> list[int]:
+def task_folds(decisions: Sequence[LoggedDecision], k: int) -> list[int]:
     """Fold index of each decision: tasks dealt round-robin in order of first appearance, so that a
     task is never in two folds (grouped K-fold, deterministic)."""
     order: dict[str, int] = {}
@@ -476,7 +484,7 @@ def plain(v: Any) -> Any:
     return repr(v)
 
 
-def targets(pool: Sequence[Decision], replies: frozenset[str]) -> tuple[list[Decision], int]:
+def targets(pool: Sequence[LoggedDecision], replies: frozenset[str]) -> tuple[list[LoggedDecision], int]:
     """What training learns at each decision of `pool` (train and calibration, never test): one call
     of its acceptable set (`receipts.judge`), chosen the same way everywhere so that equal states get
     equal targets. Among the acceptable calls a specialist could make here (every argument value is

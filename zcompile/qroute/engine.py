@@ -1,4 +1,5 @@
-"""Featurisation engines: local (batches into a memory-mapped float32 matrix) or Ray Data over Parquet shards, bit for bit the same.
+"""Featurisation engines: local (batches into a memory-mapped float32 matrix) or Ray Data over Parquet shards,
+bit for bit the same.
 
 Both compute each decision's row with the same `Featurizer.row(root, legal)`, root and legal set
 from the same `Policy.legal(state, intent)`, into a float32 matrix per split, written `BATCH` rows
@@ -63,16 +64,18 @@ class Local:
 
     name = "local"
 
-    def inputs(self, rec: Any, parts: dict[str, list[D.Decision]], cdir: Path, report: D.Report) -> dict[str, Any]:
+    def inputs(self, rec: Any, parts: dict[str, list[D.LoggedDecision]], cdir: Path,
+               report: D.Progress) -> dict[str, Any]:
         if not hasattr(rec, "fz"):
             return {p: rec.inputs(report.bar(parts[p], f"{rec.reading} {p}", len(parts[p]))) for p in D.PARTS}
         out = {}
         for p in D.PARTS:
             ds = parts[p]
             x = _matrix(scratch(cdir), p, len(ds), rec.fz.dim)
-            for start in report.bar(range(0, len(ds), BATCH), f"{rec.reading} {p}: {len(ds)} decisions, batches "
-                                    f"of {BATCH}", -(-len(ds) // BATCH)):
-                x[start:start + BATCH] = np.stack([rec.fz.row(d.root, d.legal) for d in ds[start:start + BATCH]])
+            for start in report.bar(range(0, len(ds), BATCH), f"{rec.reading} {p}: {len(ds)} decisions, "
+                                                              f"batches of {BATCH}", -(-len(ds) // BATCH)):
+                x[start:start + BATCH] = np.stack([rec.fz.row(d.root, d.legal)
+                                                   for d in ds[start:start + BATCH]])
             out[p] = x
         return out
 
@@ -83,7 +86,8 @@ class Ray:
 
     name = "ray"
 
-    def __init__(self, paths: Sequence[str | Path], policy: Any, *, skip_invalid: bool, none_fits: bool) -> None:
+    def __init__(self, paths: Sequence[str | Path], policy: Any, *, skip_invalid: bool,
+                 none_fits: bool) -> None:
         from ..receipts import expand
         from ..receipts.io import is_parquet_file
 
@@ -97,7 +101,7 @@ class Ray:
         self.sampling: D.Sampling | None = None
 
     def scan(self, paths: Any, policy: Any, skip_invalid: bool, none_fits: bool, stats: Any,
-             report: D.Report) -> Iterator[D.Seen]:
+             report: D.Progress) -> Iterator[D.Seen]:
         """Pass 1 of a bounded distillation (`dataset.load_split`) in Ray workers: every Parquet row
         validated there (`Scan`), the rows back in file order, addressed by file and row as the local
         reader addresses them. An invalid row is read again here, so its error is the local one."""
@@ -122,7 +126,8 @@ class Ray:
                         self._refuse(k, n, policy)
                     stats.problem(f"{self.files[k]}:row {n}: {problem}")
                     continue
-                yield str(task), float(ts) if has_ts else None, str(rid), k * (1 << 40) + n, str(dropped) or None
+                yield (str(task), float(ts) if has_ts else None, str(rid), k * (1 << 40) + n, str(dropped)
+                       or None)
         if total != sum(sizes):
             raise ZcError("--engine ray: Ray Data read fewer rows than the shards hold; the Parquet shards "
                           "changed while distilling?")
@@ -136,7 +141,8 @@ class Ray:
         raise ZcError(f"{self.files[k]}:row {n}: refused in a Ray worker but valid here (a mismatched zc "
                       "or policy on the workers?)")
 
-    def inputs(self, rec: Any, parts: dict[str, list[D.Decision]], cdir: Path, report: D.Report) -> dict[str, Any]:
+    def inputs(self, rec: Any, parts: dict[str, list[D.LoggedDecision]], cdir: Path,
+               report: D.Progress) -> dict[str, Any]:
         if not hasattr(rec, "fz"):
             raise ZcError(f"--engine ray featurises tabular models (logistic, mlp, gbt), not `{rec.kind}`")
         ray = _ray()
@@ -144,13 +150,14 @@ class Ray:
         out = {p: _matrix(scratch(cdir), p, len(parts[p]), rec.fz.dim) for p in D.PARTS}
         filled = dict.fromkeys(D.PARTS, 0)
         for batch in report.bar(featurised(ray, self.files, self.policy, rec.spec, self.sampling,
-                                           self.skip_invalid, self.none_fits), "featurising with Ray Data", 0):
+                                           self.skip_invalid, self.none_fits), "featurising with Ray Data",
+                                0):
             for rid, task, row in zip(batch["id"], batch["task"], batch["x"]):
                 p = which.get(str(task))
                 k = filled[p] if p is not None else -1
                 if p is None or k >= len(parts[p]) or parts[p][k].id != str(rid):
-                    raise ZcError(f"--engine ray: receipt `{rid}` of task `{task}` is not the decision the local "
-                                  "reader has next; the Parquet shards changed while distilling?")
+                    raise ZcError(f"--engine ray: receipt `{rid}` of task `{task}` is not the decision the "
+                                  "local reader has next; the Parquet shards changed while distilling?")
                 out[p][k] = row
                 filled[p] += 1
         if short := [p for p in D.PARTS if filled[p] != len(parts[p])]:
@@ -196,7 +203,8 @@ def scanned(ray: Any, files: list[str], policy: Any, none_fits: bool):
     """Batches of pass 1 (`Scan`) over every row of `files`, in file and row order."""
     ds = _shards(files)
     how = {"policy_ir": msgspec.msgpack.encode(policy.ir), "none_fits": none_fits}
-    yield from _batches(ds.map_batches(scan_batch, fn_kwargs=how, batch_format="pyarrow", batch_size=RAY_BATCH))
+    yield from _batches(ds.map_batches(scan_batch, fn_kwargs=how, batch_format="pyarrow",
+                                       batch_size=RAY_BATCH))
 
 
 def scan_batch(table: Any, **how: Any) -> dict[str, np.ndarray]:
@@ -229,7 +237,8 @@ class Scan:
         for body, texts in batch_bodies(table):
             r, problem = receipt_of(body, texts, self.policy)
             ok = problem is None
-            row = (ok, r.task, r.ts is not None, r.ts or 0.0, r.id, D._dropped(r, self.none_fits) or "", "") if ok \
+            row = (ok, r.task, r.ts is not None, r.ts or 0.0, r.id, D._dropped(r, self.none_fits) or "",
+                   "") if ok \
                 else (False, "", False, 0.0, "", "", problem)
             for k, v in zip(cols, row):
                 cols[k].append(v)
@@ -276,7 +285,8 @@ class Featurise:
     what the sample does not keep.
     """
 
-    def __init__(self, policy_ir: bytes, spec: bytes, sampling: bytes, skip_invalid: bool, none_fits: bool) -> None:
+    def __init__(self, policy_ir: bytes, spec: bytes, sampling: bytes, skip_invalid: bool,
+                 none_fits: bool) -> None:
         from .. import ir
         from ..runtime import Policy
 
@@ -297,7 +307,8 @@ class Featurise:
                 if self.skip_invalid:
                     continue
                 raise ZcError(f"receipt row: {problem}")
-            if D._dropped(r, self.none_fits) is not None or (self.sampling is not None and not self.sampling.keeps(r)):
+            if D._dropped(r, self.none_fits) is not None or (self.sampling is not None
+                                                             and not self.sampling.keeps(r)):
                 continue
             legal = self.policy.legal(r.state, r.intent)
             ids.append(r.id)

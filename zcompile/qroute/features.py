@@ -1,4 +1,5 @@
-"""Features: one documented, versioned function from (state, legal set) to a vector, shared by training and runtime.
+"""Features: one documented, versioned function from (state, legal set) to a vector, shared by training and
+runtime.
 
 Version 2, in order, for each state field of the policy (declaration order, `history` last):
 - enum: one-hot over its members, then an `absent` indicator when the field may be absent;
@@ -40,7 +41,9 @@ from ..state import Schema, read_path
 
 C_REVISION = 1  # the revision of _features_c.c this module calls (its REVISION)
 try:
-    from ._features_c import REVISION as _revision, count as _count_c, put as _put_c
+    from ._features_c import REVISION as _revision
+    from ._features_c import count as _count_c
+    from ._features_c import put as _put_c
 except ImportError:  # not built (no C compiler at install): the Python path below
     _revision = _count_c = _put_c = None
 if _revision != C_REVISION:  # not built, or a stale build of another revision
@@ -304,5 +307,5 @@ class Featurizer:
         return found
 
     def matrix(self, states: Sequence[Any], legals: Sequence[Sequence[str]]) -> np.ndarray:
-        return np.stack([self.one(s, l) for s, l in zip(states, legals)]) if states else \
+        return np.stack([self.one(s, legal) for s, legal in zip(states, legals)]) if states else \
             np.zeros((0, self.dim), dtype=np.float32)

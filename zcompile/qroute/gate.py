@@ -1,4 +1,5 @@
-"""The promotion gate: safety first, then the certified guarantee, then the sealed test split as a falsification check."""
+"""The promotion gate: safety first, then the certified guarantee, then the sealed test split as a
+falsification check."""
 
 from __future__ import annotations
 
@@ -38,14 +39,16 @@ def gate(metrics: dict[str, Any], threshold: Threshold, min_coverage: float, max
     checks = [
         (bad == 0, f"{bad} illegal or dangerous selections on the test split"),
         (any(t.tau < NEVER for t in thresholds), f"no τ is certified ({threshold.statement})"),
-        (upper >= target, f"the sealed test split refutes the target: {metrics['correct']} of {metrics['answered']} "
-                          f"answered right, one-sided 95% upper bound {upper:.3f} < {target:g}"),
+        (upper >= target, f"the sealed test split refutes the target: {metrics['correct']} of "
+                          f"{metrics['answered']} answered right, one-sided 95% upper bound {upper:.3f} < "
+                          f"{target:g}"),
     ]
     if abstention is not None:
         a_target, a_ok = abstention
         checks.append((a_ok, f"abstention where no action fits is not certified ≥ {a_target:g}"))
     checks += [
-        (metrics["coverage"] >= min_coverage, f"coverage {metrics['coverage']:.3f} < minimum {min_coverage:.3f}"),
+        (metrics["coverage"] >= min_coverage, f"coverage {metrics['coverage']:.3f} < minimum "
+                                              f"{min_coverage:.3f}"),
         (max_ms is None or p50_ms <= max_ms, f"p50 latency {p50_ms:.3f} ms > tier budget {max_ms} ms"),
     ]
     key = (*(float(ok) for ok, _ in checks), -float(bad), round(metrics["coverage"], 6), -round(p50_ms, 6))

@@ -1,4 +1,5 @@
-"""The specialist manifest: versions, hashes, splits, features, classes, probes, calibration, τ and metrics."""
+"""The specialist manifest: versions, hashes, splits, features, classes, probes, calibration, τ and
+metrics."""
 
 from __future__ import annotations
 
@@ -76,11 +77,13 @@ class Model(msgspec.Struct, frozen=True):
     file: str
     sha256: str
     params: dict[str, Any] = {}
-    files: dict[str, str] = {}  # other files the model needs (tokenizer.json): name -> sha256, verified on load
+    # other files the model needs (tokenizer.json): name -> sha256, verified on load
+    files: dict[str, str] = {}
     text: TextInput | None = None  # set for models that read text (transformer); None: feature vectors
     # tabular models: one per class, the training row where that class is likeliest (`probes_for`)
     probes: tuple[Probe, ...] = ()
-    # text models (version 5): one per class, the training text where it leads the others most (`text_probes_for`)
+    # text models (version 5): one per class, the training text where it leads the others most
+    # (`text_probes_for`)
     text_probes: tuple[TextProbe, ...] = ()
 
 
@@ -124,7 +127,8 @@ class Calls(msgspec.Struct, frozen=True):
     reply_threshold: Threshold
     risky: tuple[str, ...] = ()  # actions with a risky tag (destructive, publish, money, credential)
     risky_threshold: Threshold | None = None  # gates calls of risky actions, certified on those alone
-    arguments: Any = None  # the argument model (`arguments.ArgumentModelSpec` as data); None: no arguments learned
+    # the argument model (`arguments.ArgumentModelSpec` as data); None: no arguments learned
+    arguments: Any = None
 
 
 class Gate(msgspec.Struct, frozen=True):
@@ -200,7 +204,8 @@ def decode(data: bytes, path: str) -> Manifest:
     if version not in READS:
         newer = isinstance(version, int) and version > MANIFEST_VERSION
         raise ZcError(f"{path}: manifest version {version} is not read by this zc (it reads "
-                      f"{', '.join(map(str, READS))}); " + ("upgrade zcompile" if newer else "distil the specialist again"))
+                      f"{', '.join(map(str, READS))}); " + ("upgrade zcompile" if newer
+                                                            else "distil the specialist again"))
     try:
         m = msgspec.json.decode(data, type=Manifest)
     except msgspec.ValidationError as exc:
@@ -302,14 +307,16 @@ def _probes_problem(model: Model) -> str | None:
     """A tabular model's probes: one per class, finite rows, probabilities of exactly its classes (that
     the rows are as wide as the features is checked with the model, `check_session`)."""
     if model.text_probes:
-        return "$.model.text_probes: a model that reads feature rows has no text probes (its are $.model.probes)"
+        return ("$.model.text_probes: a model that reads feature rows has no text probes (its are "
+                "$.model.probes)")
     if len(model.probes) != len(model.classes):
         return (f"$.model.probes: {len(model.probes)} probes for {len(model.classes)} classes "
                 "(distillation records one per class)")
     classes = set(model.classes)
     for i, probe in enumerate(model.probes):
         where = f"$.model.probes[{i}]"
-        if (k := next((k for k, v in probe.row.items() if not (k >= 0 and math.isfinite(v))), None)) is not None:
+        if (k := next((k for k, v in probe.row.items() if not (k >= 0 and math.isfinite(v))),
+                      None)) is not None:
             return f"{where}.row.{k}: not a feature index with a finite value"
         if set(probe.probabilities) != classes:
             return f"{where}.probabilities: the classes differ from $.model.classes"
@@ -322,7 +329,8 @@ def _text_probes_problem(model: Model) -> str | None:
     """A text model's probes: one per class, each with a finite logit for exactly its classes, and
     no feature-row probes (it reads no feature rows)."""
     if model.probes:
-        return "$.model.probes: a model that reads text has no feature-row probes (its are $.model.text_probes)"
+        return ("$.model.probes: a model that reads text has no feature-row probes (its are "
+                "$.model.text_probes)")
     if len(model.text_probes) != len(model.classes):
         return (f"$.model.text_probes: {len(model.text_probes)} probes for {len(model.classes)} classes "
                 "(distillation records one per class)")
@@ -356,9 +364,10 @@ def check_against(m: Manifest, policy: Any, path: str) -> None:
 
     if not m.features.actions and m.model.kind == "pairwise":
         return  # a pairwise scorer trained without a policy reads no state schema
-    if m.features.fields != policy.ir.fields or m.features.actions != tuple(a.name for a in policy.ir.actions):
-        raise ZcError(f"{path}: $.features: the fields and actions differ from those of policy `{policy.name}` "
-                      "it was trained for; distil the specialist again")
+    if m.features.fields != policy.ir.fields or m.features.actions != tuple(
+        a.name for a in policy.ir.actions):
+        raise ZcError(f"{path}: $.features: the fields and actions differ from those of policy "
+                      f"`{policy.name}` it was trained for; distil the specialist again")
 
 
 def check_session(m: Manifest, session: Any, path: str) -> None:
@@ -392,7 +401,8 @@ def check_session(m: Manifest, session: Any, path: str) -> None:
     rows = np.zeros((len(probes), dim), np.float32)
     for i, probe in enumerate(probes):
         if (k := max(probe.row, default=0)) >= dim:
-            raise ZcError(f"{path}: $.model.probes[{i}].row.{k}: outside the {dim} features; distil the specialist again")
+            raise ZcError(f"{path}: $.model.probes[{i}].row.{k}: outside the {dim} features; distil the "
+                          "specialist again")
         rows[i, list(probe.row)] = list(probe.row.values())
     got = _scored(session, rows, path, dim)
     probs = got[want]
@@ -400,14 +410,15 @@ def check_session(m: Manifest, session: Any, path: str) -> None:
         raise ZcError(f"{path}: the model gives {probs.shape[-1]} classes but $.model.classes lists "
                       f"{len(m.model.classes)}: not this specialist's model")
     labels = got.get("label")
-    if labels is not None and labels.dtype == object:  # the model names its classes: they must be the manifest's
+    # the model names its classes: they must be the manifest's
+    if labels is not None and labels.dtype == object:
         top = np.sort(probs, axis=1)
         clear = top[:, -1] - top[:, -2] > 1e-6 if probs.shape[1] > 1 else np.ones(len(rows), bool)
         for i in np.flatnonzero(clear):
             named, placed = str(labels[i]), m.model.classes[int(np.argmax(probs[i]))]
             if named != placed:
-                raise ZcError(f"{path}: the model names its class `{named}` where $.model.classes says `{placed}`: "
-                              "the class order does not match the model's outputs")
+                raise ZcError(f"{path}: the model names its class `{named}` where $.model.classes says "
+                              f"`{placed}`: the class order does not match the model's outputs")
     for i, probe in enumerate(probes):  # every class's probability on every probe, by name
         recorded = np.array([probe.probabilities[c] for c in m.model.classes])
         off = np.abs(probs[i] - recorded)
@@ -475,12 +486,14 @@ def check_text_probes(m: Manifest, logits: Any, path: str) -> None:
     for i, probe in enumerate(m.model.text_probes):
         recorded = np.array([probe.logits[c] for c in classes])
         got = logits[i]
-        ahead, behind = np.nonzero((recorded[:, None] - recorded[None, :] > RANK_MARGIN) & (got[:, None] <= got[None, :]))
+        ahead, behind = np.nonzero((recorded[:, None] - recorded[None, :] > RANK_MARGIN) & (
+            got[:, None] <= got[None, :]))
         if len(ahead):
             a, b = int(ahead[0]), int(behind[0])
             moved = np.allclose(np.sort(got), np.sort(recorded), rtol=0.0, atol=RANK_MARGIN)
-            raise ZcError(f"{path}: on $.model.text_probes[{i}] the model ranks `{classes[b]}` ({float(got[b]):.3f}) "
-                          f"at or above `{classes[a]}` ({float(got[a]):.3f}) where distillation recorded `{classes[a]}` "
-                          f"{recorded[a]:.3f} above `{classes[b]}` {recorded[b]:.3f} (logits): "
+            raise ZcError(f"{path}: on $.model.text_probes[{i}] the model ranks `{classes[b]}` "
+                          f"({float(got[b]):.3f}) at or above `{classes[a]}` ({float(got[a]):.3f}) where "
+                          f"distillation recorded `{classes[a]}` {recorded[a]:.3f} above `{classes[b]}` "
+                          f"{recorded[b]:.3f} (logits): "
                           + ("the class order does not match the model's outputs" if moved
                              else "not this specialist's model"))

@@ -1,4 +1,5 @@
-"""Figures of a specialist on scored decisions: coverage, precision with intervals, calibration, selections."""
+"""Figures of a specialist on scored decisions: coverage, precision with intervals, calibration,
+selections."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 
 from .. import stats
 from ..receipts.judge import accepts, strict
-from .dataset import Decision
+from .dataset import LoggedDecision
 
 RISKY_TAGS = frozenset({"destructive", "publish", "money", "credential"})
 
@@ -20,9 +21,9 @@ def risky_actions(policy: Any) -> frozenset[str]:
     return frozenset(a.name for a in policy.ir.actions if RISKY_TAGS & set(a.tags))
 
 
-def evaluate(best: Sequence[str | None], conf: np.ndarray, correct: np.ndarray, decisions: Sequence[Decision],
-             answered: np.ndarray, risky: frozenset[str], probs: np.ndarray | None = None,
-             labels: np.ndarray | None = None) -> dict[str, Any]:
+def evaluate(best: Sequence[str | None], conf: np.ndarray, correct: np.ndarray,
+             decisions: Sequence[LoggedDecision], answered: np.ndarray, risky: frozenset[str],
+             probs: np.ndarray | None = None, labels: np.ndarray | None = None) -> dict[str, Any]:
     """Figures of decisions with their best output, its confidence, whether it was answered (its
     threshold reached) and whether it is right. Decisions where no action fits (label None) are
     counted apart: answering one is wrong. `probs`/`labels` (classifiers) add the Brier score."""
@@ -84,7 +85,7 @@ def _share(k: int, m: int, n: int) -> dict[str, Any]:
             "precision": k / m if m else None, "precision_ci": list(stats.wilson(k, m))}
 
 
-def answer_right(answer: Any, decision: Decision, *, judge: Any = None) -> bool:
+def answer_right(answer: Any, decision: LoggedDecision, *, judge: Any = None) -> bool:
     """Whether an answered output is acceptable (`receipts.judge.accepts`; `judge=strict`: equal to the
     teacher's own step): a complete call by its action and JSON-normalised arguments; a reply or a
     name by its action."""
@@ -94,7 +95,7 @@ def answer_right(answer: Any, decision: Decision, *, judge: Any = None) -> bool:
                               names=answer.kind != "call")
 
 
-def call_figures(answers: Sequence[Any], decisions: Sequence[Decision], sig: Any) -> dict[str, Any]:
+def call_figures(answers: Sequence[Any], decisions: Sequence[LoggedDecision], sig: Any) -> dict[str, Any]:
     """Complete calls and text replies counted apart (`Answer.kind`): `calls` over the decisions where
     the teacher called a tool (right: same action and JSON-normalised arguments), `replies` over
     those where it replied (answered: handed to a text tier, which writes the text), and
@@ -108,7 +109,8 @@ def call_figures(answers: Sequence[Any], decisions: Sequence[Decision], sig: Any
     reply_ok = sum(1 for i in reply_ans if answers[i].action == decisions[i].label)
     off = len(call_ans) + len(reply_ans)
     return {"calls": _share(call_ok, len(call_ans), len(tool)) | {"decisions": len(tool),
-                                                                  "strict": _share(call_strict, len(call_ans), len(tool))},
+                                                                  "strict": _share(call_strict, len(
+                                                                      call_ans), len(tool))},
             "replies": _share(reply_ok, len(reply_ans), len(reply)) | {"handed_to_text_tier": len(reply_ans)},
             "off_teacher": _share(call_ok + reply_ok, off, len(decisions))
             | {"strict": _share(call_strict + reply_ok, off, len(decisions))},

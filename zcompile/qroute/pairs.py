@@ -1,4 +1,5 @@
-"""Pairwise training data: (request, action description) pairs with hard and random negatives, and choice scores."""
+"""Pairwise training data: (request, action description) pairs with hard and random negatives, and choice
+scores."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .dataset import Decision
+from .dataset import LoggedDecision
 from .pairwise import FIT, choice_score, describe
 
 OTHER = "other"
@@ -24,7 +25,7 @@ class PairInput:
     legal: tuple[str, ...]
 
 
-def pair_input(request: str, d: Decision, described: dict[str, dict]) -> PairInput:
+def pair_input(request: str, d: LoggedDecision, described: dict[str, dict]) -> PairInput:
     """The decision's legal actions described by the tools it was offered (else the policy's)."""
     tools = d.tools or described
     return PairInput(request, tuple(describe(a, tools.get(a)) for a in d.legal), d.legal)
@@ -43,7 +44,7 @@ def nearest(desc: str, pool: Sequence[str], pool_words: Sequence[frozenset[str]]
     return [i for _, i in sims[:k]]
 
 
-def none_fits_weight(decisions: Sequence[Decision]) -> int:
+def none_fits_weight(decisions: Sequence[LoggedDecision]) -> int:
     """How many times each decision where no action fits is trained on: as many times as balances
     them against the decisions where one does (round(fitting / none-fitting)), between 1 and
     NONE_FITS_WEIGHT_MAX. Such a decision teaches only "this related tool does not fit", the error
@@ -54,7 +55,7 @@ def none_fits_weight(decisions: Sequence[Decision]) -> int:
     return max(1, min(NONE_FITS_WEIGHT_MAX, round((len(decisions) - none) / none)))
 
 
-def training_pairs(x: Sequence[PairInput], decisions: Sequence[Decision], described: dict[str, dict],
+def training_pairs(x: Sequence[PairInput], decisions: Sequence[LoggedDecision], described: dict[str, dict],
                    negatives: int, seed: int) -> tuple[list[tuple[str, str]], list[str]]:
     """(request, description) pairs and fit/other labels. Besides each decision's own candidates,
     `negatives` descriptions of other training decisions are added as not-fit: half drawn at
@@ -66,7 +67,8 @@ def training_pairs(x: Sequence[PairInput], decisions: Sequence[Decision], descri
     pool_words = [words_of(p) for p in pool]
     weight = none_fits_weight(decisions)
     pairs, y = [], []
-    for inp, d in [(inp, d) for inp, d in zip(x, decisions) for _ in range(weight if d.label is None else 1)]:
+    repeated = [(i, e) for i, e in zip(x, decisions) for _ in range(weight if e.label is None else 1)]
+    for inp, d in repeated:
         own = inp.descriptions
         for a, desc in zip(d.legal, own):
             pairs.append((inp.request, desc))
@@ -78,7 +80,8 @@ def training_pairs(x: Sequence[PairInput], decisions: Sequence[Decision], descri
             hard = negatives // 2 if right is not None else 0
             picks += nearest(right, pool, pool_words, hard + len(own)) if hard else []
             picks = [i for i in picks if pool[i] not in own][:hard]
-            picks += rng.choice(len(pool), size=min(negatives - len(picks), len(pool)), replace=False).tolist()
+            picks += rng.choice(len(pool), size=min(negatives - len(picks), len(pool)),
+                                replace=False).tolist()
         for j in dict.fromkeys(picks):
             if pool[j] != right and pool[j] not in own:
                 pairs.append((inp.request, pool[j]))
@@ -87,7 +90,8 @@ def training_pairs(x: Sequence[PairInput], decisions: Sequence[Decision], descri
 
 
 def score(x: Sequence[PairInput], margins_of_pairs: Callable[[list], Any] | None,
-          margins_of_one: Callable[[str, Sequence[str]], Any] | None = None) -> tuple[np.ndarray, list[str | None]]:
+          margins_of_one: Callable[[str, Sequence[str]], Any]
+          | None = None) -> tuple[np.ndarray, list[str | None]]:
     """Choice score (`pairwise.choice_score`) and the best legal action per decision.
 
     Margins come from `margins_of_pairs(all pairs)` (the trained model, batched) or from
@@ -101,7 +105,8 @@ def score(x: Sequence[PairInput], margins_of_pairs: Callable[[list], Any] | None
             chunks.append(z_all[pos:pos + len(inp.descriptions)])
             pos += len(inp.descriptions)
     else:
-        chunks = [np.asarray(margins_of_one(inp.request, list(inp.descriptions)), dtype=np.float64) for inp in x]
+        chunks = [np.asarray(margins_of_one(inp.request, list(inp.descriptions)), dtype=np.float64)
+                  for inp in x]
     scores = np.full(len(x), -np.inf)
     best: list[str | None] = [None] * len(x)
     for i, (inp, zi) in enumerate(zip(x, chunks)):

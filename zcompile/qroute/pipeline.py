@@ -1,4 +1,5 @@
-"""Distillation, the ten steps once for every recipe: receipts -> a specialist that answers with a guarantee or abstains.
+"""Distillation, the ten steps once for every recipe: receipts -> a specialist that answers with a guarantee
+or abstains.
 
 1 load and validate receipts (`dataset.load`)       6 calibrate on out-of-fold scores
 2 split by task, chronologically, and seal            7 choose τ with a named guarantee (`threshold`)
@@ -27,7 +28,9 @@ import numpy as np
 from .. import __version__, stats
 from ..errors import ZcError
 from ..outdir import staged
-from . import arguments as A
+from ..receipts.candidates import as_candidates
+from ..receipts.judge import LOOKAHEAD, RULE, lenient_actions, strict
+from . import arguments as argmodel
 from . import dataset as D
 from . import engine as E
 from . import features as F
@@ -37,10 +40,8 @@ from .gate import gate, selection_key
 from .manifest import MANIFEST_VERSION, Calibration, Calls, Gate, Manifest, Model, Threshold, decode, encode
 from .metrics import answer_right, call_figures, evaluate, risky_actions
 from .recipes import AUTO, ClassifierRecipe, fit_in_threads, recipe
-from ..receipts.candidates import as_candidates
-from ..receipts.judge import LOOKAHEAD, RULE, lenient_actions, strict
-from .specialist import call_confidence
 from .report import render
+from .specialist import call_confidence
 from .threshold import DELTA, GUARANTEES, NEVER, abstention_floor, choose
 
 FOLDS = 5
@@ -83,7 +84,8 @@ class Result:
 
 
 def is_specialist_dir(path: Path) -> bool:
-    """Whether `path` holds a specialist's manifest (of any version), so replacing it loses nothing foreign."""
+    """Whether `path` holds a specialist's manifest (of any version), so replacing it loses nothing
+    foreign."""
     from ..inputs import decode_json, read_file
 
     try:
@@ -94,22 +96,23 @@ def is_specialist_dir(path: Path) -> bool:
 
 
 def distill(paths: Sequence[str | Path], policy: Any, out: str | Path, settings: Settings | None = None, *,
-            report: D.Report | None = None, name: str | None = None,
-            parts: dict[str, list[D.Decision]] | None = None) -> Result:
+            report: D.Progress | None = None, name: str | None = None,
+            parts: dict[str, list[D.LoggedDecision]] | None = None) -> Result:
     """Run the ten steps and write `out/` (model.onnx, manifest.json, report.md, and the model's files).
 
     `parts` replaces steps 1–2 with given train / calibration / test decisions (a benchmark that
     trains on some categories and reports on others); they are sealed the same way.
     """
     s = settings or Settings()
-    report = report or D.Report()
+    report = report or D.Progress()
     _validate(s, policy)
     pairwise = s.model == "pairwise"
     engine = E.make(s.engine, paths, policy, skip_invalid=s.skip_invalid, none_fits=pairwise)
     if parts is None:
         report.step("1/10 loading and validating receipts")
-        data = D.load_split(paths, policy, skip_invalid=s.skip_invalid, none_fits=pairwise, limit=s.max_decisions,
-                            seed=s.seed, report=report, scan=getattr(engine, "scan", None))
+        data = D.load_split(paths, policy, skip_invalid=s.skip_invalid, none_fits=pairwise,
+                            limit=s.max_decisions, seed=s.seed, report=report,
+                            scan=getattr(engine, "scan", None))
         parts, counts, files, splits = data.parts, data.counts, data.files, data.splits
         engine.sampling = data.sampling
         report.step(f"   training data: {data.sampling.text()}")
@@ -126,12 +129,14 @@ def distill(paths: Sequence[str | Path], policy: Any, out: str | Path, settings:
                 counts=dict(counts), splits=splits, seed=s.seed)
     with staged(out, "specialist directory", is_specialist_dir) as work:
         candidates = []
-        shared: dict[Any, Any] = {}  # argument models by folds, inputs by feature spec: every candidate reuses them
+        # argument models by folds, inputs by feature spec: every candidate reuses them
+        shared: dict[Any, Any] = {}
         for kind in kinds:
             if len(kinds) > 1:
                 report.step(f"== {kind}")
             (work / kind).mkdir()
-            c = _candidate(kind, work / kind, parts, policy, spec, s, head, len(kinds), report, shared, engine)
+            c = _candidate(kind, work / kind, parts, policy, spec, s, head, len(kinds), report, shared,
+                           engine)
             c.manifest = msgspec.structs.replace(c.manifest, metrics=c.manifest.metrics | {"judge": judge})
             candidates.append(c)
         best = max(candidates, key=lambda c: selection_key(c.manifest.threshold, c.oof))
@@ -143,8 +148,8 @@ def distill(paths: Sequence[str | Path], policy: Any, out: str | Path, settings:
     return Result(manifest, Path(out), text)
 
 
-def _targets(parts: dict[str, list[D.Decision]], policy: Any, engine: Any,
-             report: D.Report) -> tuple[dict[str, list[D.Decision]], dict[str, Any]]:
+def _targets(parts: dict[str, list[D.LoggedDecision]], policy: Any, engine: Any,
+             report: D.Progress) -> tuple[dict[str, list[D.LoggedDecision]], dict[str, Any]]:
     """Training targets from the judge (`dataset.targets`) for train and calibration, and what the
     report says of the judge. Test decisions keep the teacher's step as their label: the judge
     scores answers there, never chooses what they are."""
@@ -152,10 +157,11 @@ def _targets(parts: dict[str, list[D.Decision]], policy: Any, engine: Any,
     pool, changed = D.targets(parts["train"] + parts["calibration"], Signatures(policy).replies)
     every = [d for p in D.PARTS for d in parts[p]]
     sampled = getattr(getattr(engine, "sampling", None), "method", "all") != "all"
-    info = {"rule": RULE if not sampled else "strict: equal to the teacher's next step (a sample of the receipts "
-            "was taken, and the judge needs whole conversations)", "lenient_actions": sorted(lenient_actions(policy)),
-            "lookahead": LOOKAHEAD, "n": len(every), "more_than_strict": sum(len(d.acceptable) > 1 for d in every),
-            "targets_changed": changed, "mode": "strict" if sampled else "acceptable"}
+    info = {"rule": RULE if not sampled else "strict: equal to the teacher's next step (a sample of the "
+                                             "receipts was taken, and the judge needs whole conversations)",
+            "lenient_actions": sorted(lenient_actions(policy)), "lookahead": LOOKAHEAD, "n": len(every),
+            "more_than_strict": sum(len(d.acceptable) > 1 for d in every), "targets_changed": changed,
+            "mode": "strict" if sampled else "acceptable"}
     if changed:
         report.step(f"   targets: {changed} of {len(pool)} train + calibration decisions learn an acceptable "
                     "side-effect-free call instead of the teacher's step (the judge: docs/evaluation.md)")
@@ -175,19 +181,20 @@ def _validate(s: Settings, policy: Any) -> None:
         raise ZcError("a policy is required (except for --model pairwise)")
 
 
-def _warn_thin(parts: dict[str, list[D.Decision]], pairwise: bool, report: D.Report) -> None:
+def _warn_thin(parts: dict[str, list[D.LoggedDecision]], pairwise: bool, report: D.Progress) -> None:
     """Say loudly when a split cannot support the figures it will be used for."""
     for p in ("calibration", "test"):
         fits = sum(1 for d in parts[p] if d.label is not None)
         if not fits:
-            report.step(f"WARNING: the {p} split holds no decision where an action fits: its figures say nothing")
+            report.step(f"WARNING: the {p} split holds no decision where an action fits: its figures say "
+                        "nothing")
         if pairwise and fits == len(parts[p]):
             report.step(f"WARNING: the {p} split holds no decision where no action fits: abstention there is "
                         "not measured")
 
 
-def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.Decision]], policy: Any, spec: F.FeatureSpec,
-               s: Settings, head: dict[str, Any], n_candidates: int, report: D.Report,
+def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.LoggedDecision]], policy: Any,
+               spec: F.FeatureSpec, s: Settings, head: dict[str, Any], n_candidates: int, report: D.Progress,
                shared: dict[bytes, Any], engine: Any = None) -> Candidate:
     """Steps 3–8 for one recipe (`shared`: argument models already fit on the same folds and inputs
     already computed with the same feature spec; `engine`: the featurisation engine, local by default)."""
@@ -196,7 +203,8 @@ def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.Decision]], policy
     pool = parts["train"] + parts["calibration"]
     report.step(f"3/10 {rec.reading} ({kind})")
     rec.prepare(pool if rec.crossfit else parts["train"])
-    key = ("inputs", msgspec.msgpack.encode(rec.spec)) if hasattr(rec, "fz") else None  # tabular: same spec, same rows
+    # tabular: same spec, same rows
+    key = ("inputs", msgspec.msgpack.encode(rec.spec)) if hasattr(rec, "fz") else None
     x = shared.get(key) if key else None
     if x is None:  # scratch files beside the candidates' directories, removed with them
         x = (engine or E.Local()).inputs(rec, parts, cdir.parent, report)
@@ -213,7 +221,8 @@ def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.Decision]], policy
     report.step("5/10 exporting to ONNX and checking parity")
     test = parts["test"] or parts["train"]
     x_test = x["test"] if parts["test"] else x["train"]
-    pre = dict(head, features=getattr(rec, "spec", spec), calibration=Calibration(rec.calibration_method, 1.0),
+    pre = dict(head, features=getattr(rec, "spec", spec),
+               calibration=Calibration(rec.calibration_method, 1.0),
                threshold=Threshold(NEVER, s.target_precision, DELTA, 0, 0, 0.0), metrics={},
                gate=Gate(False, (), ("not evaluated",)))
     exported, parity, sp = export_checked(rec, model, cdir, pre, x_test, test, policy, report)
@@ -227,7 +236,8 @@ def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.Decision]], policy
         threshold, oof_figures = _threshold(rec, best, conf, oof, s, n_candidates, report)
         calls = None
     else:
-        threshold, calls, oof_figures = _call_thresholds(best, conf, oof, sig, arguments, risky_actions(policy), s,
+        threshold, calls, oof_figures = _call_thresholds(best, conf, oof, sig, arguments,
+                                                         risky_actions(policy), s,
                                                           n_candidates, report)
     report.step("8/10 evaluating on the sealed test split")
     manifest = Manifest(**pre | dict(model=exported, calibration=cal, threshold=threshold, calls=calls))
@@ -239,13 +249,13 @@ def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.Decision]], policy
     metrics["calibration"] = oof_figures
     if arguments is not None and arguments.final is not None and arguments.final.sampled_:
         kept, n, candidates = arguments.final.sampled_
-        metrics["argument_sample"] = {"kept": kept, "n": n, "candidates": candidates, "limit": A.MAX_ROWS,
-                                      "seed": s.seed}
+        metrics["argument_sample"] = {"kept": kept, "n": n, "candidates": candidates,
+                                      "limit": argmodel.MAX_ROWS, "seed": s.seed}
     return Candidate(kind, cdir, msgspec.structs.replace(manifest, metrics=D.plain(metrics)), oof_figures)
 
 
-def _train(rec: Any, parts: dict[str, list[D.Decision]], x: dict[str, Any], s: Settings,
-           report: D.Report) -> tuple[Any, Any, list[D.Decision], np.ndarray]:
+def _train(rec: Any, parts: dict[str, list[D.LoggedDecision]], x: dict[str, Any], s: Settings,
+           report: D.Progress) -> tuple[Any, Any, list[D.LoggedDecision], np.ndarray]:
     """Step 4: the shipped model, out-of-fold raw scores (None: the calibration split is scored by
     the exported model later), the decisions they score, and each one's fold (-1: the holdout)."""
     pool = parts["train"] + parts["calibration"]
@@ -257,7 +267,8 @@ def _train(rec: Any, parts: dict[str, list[D.Decision]], x: dict[str, Any], s: S
         folds = np.array(D.task_folds(pool, k))
         raw, model = crossfit(rec, xp, pool, folds, report, refit=True)
         return model, raw, pool, folds
-    report.step(f"4/10 training {rec.kind} on {len(parts['train'])} decisions (calibrated on the calibration split)")
+    report.step(f"4/10 training {rec.kind} on {len(parts['train'])} decisions (calibrated on the calibration "
+                "split)")
     model = rec.fit(x["train"], parts["train"], report)
     # the holdout as a fold: the calibration split (-1) is scored by what the train split (0) fits
     folds = np.r_[np.zeros(len(parts["train"]), int), -np.ones(len(parts["calibration"]), int)]
@@ -268,7 +279,7 @@ def _concat(a: Any, b: Any) -> Any:
     return np.concatenate([a, b]) if isinstance(a, np.ndarray) else list(a) + list(b)
 
 
-def crossfit(rec: Any, x: Any, pool: Sequence[D.Decision], folds: np.ndarray, report: D.Report,
+def crossfit(rec: Any, x: Any, pool: Sequence[D.LoggedDecision], folds: np.ndarray, report: D.Progress,
              refit: bool = False) -> tuple[Any, Any]:
     """Out-of-fold raw scores: fold j's decisions are scored by a model fit on the other folds'
     tasks only (grouped K-fold by task, `dataset.task_folds`), so every decision has a score from a
@@ -293,21 +304,25 @@ class Arguments:
     final: Any
     by_fold: dict[int, Any]
     folds: np.ndarray  # fold of each scored decision (-1: the calibration split of a holdout recipe)
-    proposed: dict[tuple[int, str], Any] = field(default_factory=dict)  # (decision, action): every candidate's
+    # (decision, action): every candidate's
+    proposed: dict[tuple[int, str], Any] = field(default_factory=dict)
 
 
-def _arguments(pool: list[D.Decision], folds: np.ndarray, sig: Signatures, seed: int,
-               report: D.Report) -> Arguments:
+def _arguments(pool: list[D.LoggedDecision], folds: np.ndarray, sig: Signatures, seed: int,
+               report: D.Progress) -> Arguments:
     """Step 4 for arguments, cross-fitted like the name model: fold j's decisions get proposals from
     an argument model fit on the other folds (a holdout recipe: the calibration split's from the
     train split's); the shipped one is fit on every training decision."""
     trains = folds >= 0
-    per = [argument_examples([d], sig) if t else [] for d, t in zip(pool, trains)]  # built once, for every fit
+    # built once, for every fit
+    per = [argument_examples([d], sig) if t else [] for d, t in zip(pool, trains)]
     examples = [e for es in per for e in es]
     n_rows, n_cands = len(examples), sum(len(e.candidates) for e in examples if e.present)
-    sampled = f"; above {A.MAX_ROWS:,} candidates each fit trains on a seeded sample of whole arguments"
+    sampled = (f"; above {argmodel.MAX_ROWS:,} candidates each fit trains on a seeded sample of whole "
+               "arguments")
     report.step(f"  argument model: {n_rows} teacher arguments, {n_cands:,} candidates"
-                + (sampled if n_cands > A.MAX_ROWS else "") + ("" if n_rows else " (none: names only)"))
+                + (sampled if n_cands > argmodel.MAX_ROWS else "")
+                + ("" if n_rows else " (none: names only)"))
     scored = sorted(set(folds.tolist())) if folds.min() >= 0 else [-1]
     jobs = [*scored, None]  # None: the shipped one
     fits = dict(zip(jobs, fit_in_threads(
@@ -317,8 +332,8 @@ def _arguments(pool: list[D.Decision], folds: np.ndarray, sig: Signatures, seed:
     return Arguments(final, fits, folds[np.isin(folds, scored)])
 
 
-def _threshold(rec: Any, best: list[str | None], conf: np.ndarray, oof: Sequence[D.Decision], s: Settings,
-               n_candidates: int, report: D.Report) -> tuple[Threshold, dict[str, Any]]:
+def _threshold(rec: Any, best: list[str | None], conf: np.ndarray, oof: Sequence[D.LoggedDecision],
+               s: Settings, n_candidates: int, report: D.Progress) -> tuple[Threshold, dict[str, Any]]:
     """Step 7 (names only): τ with the chosen guarantee on the out-of-fold confidences."""
     correct = rec.correct(best, oof)
     fits = np.array([d.label is not None for d in oof], dtype=bool)
@@ -326,7 +341,8 @@ def _threshold(rec: Any, best: list[str | None], conf: np.ndarray, oof: Sequence
     a_target = s.target_abstention if s.target_abstention is not None else (
         TARGET_ABSTENTION if s.model == "pairwise" else 0.0)
     floor = abstention_floor(conf[~fits], a_target, delta) if a_target else 0.0
-    report.step(f"7/10 choosing τ: precision ≥ {s.target_precision:g} ({s.guarantee}, δ = {delta:.3g}, n = {len(oof)})"
+    report.step(f"7/10 choosing τ: precision ≥ {s.target_precision:g} ({s.guarantee}, δ = {delta:.3g}, n = "
+                f"{len(oof)})"
                 + (f", abstention ≥ {a_target:g} where no action fits" if a_target else ""))
     # no floor (no τ keeps abstention where none fits): no τ is tested, the evidence's n stays its own
     choice = choose(conf[fits], correct[fits], s.target_precision, s.guarantee, delta,
@@ -334,8 +350,9 @@ def _threshold(rec: Any, best: list[str | None], conf: np.ndarray, oof: Sequence
     n_none = int((~fits).sum())
     abstained = int((conf[~fits] < choice.tau).sum())
     th = _as_threshold(choice, s, delta, "cross-fitted" if rec.crossfit else "calibration split",
-                       target_abstention=a_target, calibration_none_fits=n_none, calibration_abstained=abstained,
-                       calibration_abstention_lower_bound=stats.lower_bound(abstained, n_none, delta))
+                       target_abstention=a_target, calibration_none_fits=n_none,
+                       calibration_abstained=abstained, calibration_abstention_lower_bound=stats.lower_bound(
+                           abstained, n_none, delta))
     figures = {"n": len(oof), "source": th.source, "answered": choice.answered, "correct": choice.correct,
                "lower_bound": th.calibration_lower_bound, "ece": stats.ece(conf, correct.astype(float)),
                "aurc": stats.aurc(conf, correct.astype(float)), "none_fits": n_none,
@@ -349,15 +366,16 @@ def _as_threshold(choice: Any, s: Settings, delta: float, source: str, **extra: 
                      statement=choice.statement, n=choice.n, source=source, **extra)
 
 
-def _call_thresholds(best: list[str | None], conf: np.ndarray, oof: list[D.Decision], sig: Signatures,
+def _call_thresholds(best: list[str | None], conf: np.ndarray, oof: list[D.LoggedDecision], sig: Signatures,
                      arguments: Arguments, risky: frozenset[str], s: Settings, n_candidates: int,
-                     report: D.Report) -> tuple[Threshold, Calls, dict[str, Any]]:
+                     report: D.Progress) -> tuple[Threshold, Calls, dict[str, Any]]:
     """Step 7 with complete calls: the out-of-fold output of each decision (a reply, a complete call
     with arguments proposed by a model that never saw its task, or a name left incomplete); the
     call confidence calibrated as a whole; one τ for calls, one for calls of risky actions and one
     for replies, each certified at δ / 3 (Bonferroni over the three and over `--model auto`'s
     candidates)."""
-    def propose(i: int, action: str):  # the same decision and action: the same proposal, whichever candidate asks
+    # the same decision and action: the same proposal, whichever candidate asks
+    def propose(i: int, action: str):
         if (i, action) not in arguments.proposed:
             model = arguments.by_fold.get(int(arguments.folds[i]))
             arguments.proposed[i, action] = None if model is None else model.propose(
@@ -366,22 +384,26 @@ def _call_thresholds(best: list[str | None], conf: np.ndarray, oof: list[D.Decis
 
     out = call_outputs(best, conf, oof, sig, propose)
     kind = np.array([k or "" for k in out.kind])
-    raw, correct, exact = np.array(out.raw), np.array(out.correct, dtype=bool), np.array(out.strict, dtype=bool)
+    raw, correct, exact = np.array(out.raw), np.array(out.correct,
+                                                      dtype=bool), np.array(out.strict, dtype=bool)
     is_call, is_reply = kind == "call", kind == "reply"
     is_risky = is_call & np.array([b in risky for b in best], dtype=bool)
     is_safe = is_call & ~is_risky
-    t, b = fit_platt(np.log(np.clip(raw[is_call], 1e-12, 1.0)), correct[is_call]) if is_call.any() else (1.0, 0.0)
+    t, b = (fit_platt(np.log(np.clip(raw[is_call], 1e-12, 1.0)), correct[is_call]) if is_call.any()
+            else (1.0, 0.0))
     call_conf = np.array([call_confidence(c, t, b) for c in raw])
     delta = DELTA / (3 * n_candidates)
     report.step(f"7/10 choosing τ for calls ({int(is_safe.sum())} complete out-of-fold), risky calls "
-                f"({int(is_risky.sum())}) and replies ({int(is_reply.sum())}): precision ≥ {s.target_precision:g} "
-                f"each ({s.guarantee}, δ = {delta:.3g})")
+                f"({int(is_risky.sum())}) and replies ({int(is_reply.sum())}): precision ≥ "
+                f"{s.target_precision:g} each ({s.guarantee}, δ = {delta:.3g})")
     source = "cross-fitted" if arguments.folds.min() >= 0 else "calibration split"
 
     def certify(mask: np.ndarray, c: np.ndarray) -> Threshold:
-        return _as_threshold(choose(c[mask], correct[mask], s.target_precision, s.guarantee, delta), s, delta, source)
+        return _as_threshold(choose(c[mask], correct[mask], s.target_precision, s.guarantee, delta), s, delta,
+                             source)
 
-    calls_th, risky_th, reply_th = certify(is_safe, call_conf), certify(is_risky, call_conf), certify(is_reply, conf)
+    calls_th, risky_th, reply_th = certify(is_safe, call_conf), certify(is_risky, call_conf), certify(
+        is_reply, conf)
     spec = arguments.final.spec() if arguments.final is not None else None
     calls = Calls(tuple(sorted(sig.replies)), {a: p for a, p in sig.params.items() if p is not None},
                   Calibration("platt", t, b), reply_th, tuple(sorted(risky)), risky_th,
@@ -398,20 +420,21 @@ def _call_thresholds(best: list[str | None], conf: np.ndarray, oof: list[D.Decis
     return calls_th, calls, figures
 
 
-def _test_figures(rec: Any, sp: Any, x: Any, test: list[D.Decision], cal: Calibration, threshold: Threshold,
-                  sig: Signatures, policy: Any, with_calls: bool) -> dict[str, Any]:
+def _test_figures(rec: Any, sp: Any, x: Any, test: list[D.LoggedDecision], cal: Calibration,
+                  threshold: Threshold, sig: Signatures, policy: Any, with_calls: bool) -> dict[str, Any]:
     """Step 8: the sealed test split through the decision-time specialist, exactly as the router asks it."""
     best, conf, full = rec.confidence(rec.exported(sp, x), test, cal)
     labels = rec.labels(test) if full is not None else None
     if not with_calls:
         answered = (conf >= threshold.tau) & (conf > 0)
-        return evaluate(best, conf, rec.correct(best, test), test, answered, risky_actions(policy), full, labels)
+        return evaluate(best, conf, rec.correct(best, test), test, answered, risky_actions(policy), full,
+                        labels)
     answers = [sp.decide(d.state, d.legal, d.candidates) for d in test]
     ok = np.array([answer_right(a, d) for a, d in zip(answers, test)], dtype=bool)
     exact = np.array([answer_right(a, d, judge=strict) for a, d in zip(answers, test)], dtype=bool)
     answered = np.array([a.action is not None for a in answers], dtype=bool)
-    metrics = evaluate([a.best for a in answers], np.array([a.confidence for a in answers]), ok, test, answered,
-                       risky_actions(policy), full, labels)
+    metrics = evaluate([a.best for a in answers], np.array([a.confidence for a in answers]), ok, test,
+                       answered, risky_actions(policy), full, labels)
     k, m = int((exact & answered).sum()), int(answered.sum())
     metrics["strict"] = {"answered": m, "correct": k, "precision": k / m if m else None,
                          "precision_ci": list(stats.wilson(k, m))}
@@ -420,7 +443,8 @@ def _test_figures(rec: Any, sp: Any, x: Any, test: list[D.Decision], cal: Calibr
 
 
 def export_checked(rec: Any, model: Any, cdir: Path, pre: dict[str, Any], x_test: Any,
-                   test: Sequence[D.Decision], policy: Any, report: D.Report) -> tuple[Model, dict[str, Any], Any]:
+                   test: Sequence[D.LoggedDecision], policy: Any,
+                   report: D.Progress) -> tuple[Model, dict[str, Any], Any]:
     """Step 5: export, load through the decision-time specialist and compare with the trained
     model on the test split; the recipe's exports are tried in order until one passes parity, and
     when the last fails the distillation fails."""
@@ -437,13 +461,14 @@ def export_checked(rec: Any, model: Any, cdir: Path, pre: dict[str, Any], x_test
         if problem is None:
             return exported, {**attempts[-1], "attempts": attempts}, sp
         if i + 1 == len(rec.quantizations):
-            hint = "; --quantization auto ships float32 when int8 fails" if rec.quantizations == ("int8",) else ""
+            hint = ("; --quantization auto ships float32 when int8 fails" if rec.quantizations == ("int8",)
+                    else "")
             raise ZcError(f"parity check failed ({quantization}): {problem}; nothing was written{hint}")
         report.step(f"  parity with {quantization}: {problem}; exporting {rec.quantizations[i + 1]} instead")
     raise ZcError("no export to try")
 
 
-def parity(rec: Any, ref: Any, ox: Any, decisions: Sequence[D.Decision],
+def parity(rec: Any, ref: Any, ox: Any, decisions: Sequence[D.LoggedDecision],
            neutral: Calibration) -> tuple[dict[str, Any], str | None]:
     """max |Δp| and agreement of the decision (the best legal action) between trained and exported."""
     n = len(decisions)
@@ -455,14 +480,16 @@ def parity(rec: Any, ref: Any, ox: Any, decisions: Sequence[D.Decision],
     what, bound = rec.parity
     out = {"n": n, "max_abs_delta": delta, "decision_agreement": agree, "rule": what, "bound": bound}
     if what == "max_abs_delta" and not delta <= bound:
-        return out, f"ONNX and the trained model's probabilities differ by {delta:.2e} (> {bound:.0e}) on the test split"
+        return out, (f"ONNX and the trained model's probabilities differ by {delta:.2e} (> {bound:.0e}) on "
+                     "the test split")
     if what == "decision_agreement" and not agree >= bound:
         return out, (f"the exported model decides like the trained one on only {agree:.2%} of the test split "
                      f"(< {bound:.1%}; max |Δp| {delta:.3f})")
     return out, None
 
 
-def _gate_and_write(best: Candidate, work: Path, policy: Any, s: Settings, report: D.Report) -> tuple[Manifest, str]:
+def _gate_and_write(best: Candidate, work: Path, policy: Any, s: Settings,
+                    report: D.Progress) -> tuple[Manifest, str]:
     """Steps 9 and 10: gate the kept candidate (the policy's `specialist` tier bounds latency), move
     its files into the staged directory with the final manifest and report."""
     report.step("9/10 gate")

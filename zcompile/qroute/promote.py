@@ -40,8 +40,10 @@ class Evidence:
     files: list[dict[str, str]] = field(default_factory=list)
 
 
-def evidence(paths: Sequence[str | Path], manifest: Manifest, policy: Any, *, skip_invalid: bool = False) -> Evidence:
-    """Tally the shadow records of `manifest`'s specialist (same name and `manifest.identity`) in the receipts."""
+def evidence(paths: Sequence[str | Path], manifest: Manifest, policy: Any, *,
+             skip_invalid: bool = False) -> Evidence:
+    """Tally the shadow records of `manifest`'s specialist (same name and `manifest.identity`) in the
+    receipts."""
     ev = Evidence()
     files = expand(paths)
     ev.files = [{"path": str(f), "sha256": hashlib.sha256(f.read_bytes()).hexdigest()} for f in files]
@@ -51,7 +53,8 @@ def evidence(paths: Sequence[str | Path], manifest: Manifest, policy: Any, *, sk
     version = identity(manifest)
     for r in read(files, skip_invalid=skip_invalid, policy=policy, stats=ReadStats()):
         ev.receipts += 1
-        mine = [s for s in r.meta.get("shadow") or () if isinstance(s, dict) and s.get("specialist") == manifest.name]
+        mine = [s for s in r.meta.get("shadow") or () if isinstance(s, dict)
+                and s.get("specialist") == manifest.name]
         for s in mine:
             if s.get("version") != version:
                 ev.other_versions += 1
@@ -85,11 +88,12 @@ def regate(m: Manifest, ev: Evidence, alpha: float = ALPHA) -> Manifest:
     bad = ev.illegal + ev.dangerous
     checks = [
         (ev.answered > 0, f"no shadow answer of this specialist version on tasks it never trained on "
-                          f"({ev.asked} asked; {ev.other_versions} records of other versions, {ev.trained_on} "
-                          "on trained-on tasks)"),
+                          f"({ev.asked} asked; {ev.other_versions} records of other versions, "
+                          f"{ev.trained_on} on trained-on tasks)"),
         (bad == 0, f"{ev.illegal} illegal and {ev.dangerous} dangerous shadow answers"),
-        (bound >= target, f"live precision {ev.right}/{ev.answered}: one-sided {1 - alpha:.0%} Clopper–Pearson "
-                          f"lower bound {bound:.3f} < target {target:g} (≥ {need} answers, all right, are needed)"),
+        (bound >= target, f"live precision {ev.right}/{ev.answered}: one-sided {1 - alpha:.0%} "
+                          f"Clopper–Pearson lower bound {bound:.3f} < target {target:g} (≥ {need} answers, "
+                          "all right, are needed)"),
     ]
     key = (*(float(ok) for ok, _ in checks), -float(bad), round(bound, 6))
     gate = Gate(all(ok for ok, _ in checks), key, tuple(msg for ok, msg in checks if not ok))

@@ -28,19 +28,19 @@ from ..errors import ZcError
 from ..receipts.judge import accepts
 from . import features as F
 from .calibrate import fit_platt, fit_temperature
-from .dataset import Decision, Report, plain
+from .dataset import LoggedDecision, Progress, plain
 from .manifest import PROBE_POOL, TEXT_PROBE_POOL, Calibration, Model, TextInput, probes_for, text_probes_for
 from .specialist import masked_confidence, session_options
 
 PARITY_TOLERANCE = 1e-4  # max |Δp|, tabular models
 ARGMAX_AGREEMENT = 0.995  # share of test decisions an int8 model must decide like its float model
-DECIDE_THREADS = 2  # onnxruntime threads of a transformer specialist at decision time (DESIGN.md §8)
+DECIDE_THREADS = 2  # onnxruntime threads of a transformer specialist at decision time (docs/design.md)
 TABULAR = ("logistic", "mlp", "gbt")
 AUTO = TABULAR  # what `--model auto` trains and compares
-WORKERS = 2  # fits run at a time (the 2 cores of DESIGN.md §8); each is seeded, so no model depends on it
+WORKERS = 2  # fits run at a time (the 2 cores of docs/design.md); each is seeded, so no model depends on it
 
 
-def fit_in_threads(fit: Callable[[Any], Any], jobs: Sequence[Any], report: Report, label: str) -> list[Any]:
+def fit_in_threads(fit: Callable[[Any], Any], jobs: Sequence[Any], report: Progress, label: str) -> list[Any]:
     """`fit(job)` for every job, `WORKERS` at a time in threads (scikit-learn's solvers and tree
     builders release the GIL), BLAS held to one thread per fit so that fits do not fight over the
     cores; the results in the order of `jobs`, the same as fitting one after another (every fit is
@@ -59,7 +59,7 @@ def fit_in_threads(fit: Callable[[Any], Any], jobs: Sequence[Any], report: Repor
             raise
 
 
-def _legal_mask(decisions: Sequence[Decision], index: dict[str, int]) -> np.ndarray:
+def _legal_mask(decisions: Sequence[LoggedDecision], index: dict[str, int]) -> np.ndarray:
     m = np.zeros((len(decisions), len(index)), dtype=bool)
     for i, d in enumerate(decisions):
         m[i, [index[a] for a in d.legal if a in index]] = True
@@ -77,7 +77,7 @@ class ClassifierRecipe:
         self.actions = spec.actions
         self.index = {a: i for i, a in enumerate(self.actions)}
 
-    def labels(self, decisions: Sequence[Decision]) -> np.ndarray:
+    def labels(self, decisions: Sequence[LoggedDecision]) -> np.ndarray:
         return np.array([self.index[d.target] if d.target in d.legal and d.target in self.index else -1
                          for d in decisions], dtype=np.int64)
 
@@ -89,7 +89,7 @@ class ClassifierRecipe:
         seen[cols] = True
         return p, np.broadcast_to(seen, p.shape).copy()
 
-    def fit(self, x: Any, decisions: Sequence[Decision], report: Report) -> Any:
+    def fit(self, x: Any, decisions: Sequence[LoggedDecision], report: Progress) -> Any:
         y = self.labels(decisions)
         ok = y >= 0
         names = [self.actions[i] for i in y[ok]]
@@ -97,13 +97,14 @@ class ClassifierRecipe:
             raise ZcError("the training decisions hold fewer than two distinct actions: nothing to learn")
         return self._fit(self.take(x, np.flatnonzero(ok)), names, report)
 
-    def fit_calibration(self, raw: tuple[np.ndarray, np.ndarray], decisions: Sequence[Decision]) -> Calibration:
+    def fit_calibration(self, raw: tuple[np.ndarray, np.ndarray],
+                        decisions: Sequence[LoggedDecision]) -> Calibration:
         p, seen = raw
         mask = seen & _legal_mask(decisions, self.index)
         t = fit_temperature(p, np.arange(len(self.actions)), mask.astype(np.float32), self.labels(decisions))
         return Calibration("temperature", t)
 
-    def confidence(self, raw: tuple[np.ndarray, np.ndarray], decisions: Sequence[Decision],
+    def confidence(self, raw: tuple[np.ndarray, np.ndarray], decisions: Sequence[LoggedDecision],
                    cal: Calibration) -> tuple[list[str | None], np.ndarray, np.ndarray]:
         """(best legal action, its confidence, the calibrated distribution over actions) per decision."""
         p, seen = raw
@@ -114,8 +115,9 @@ class ClassifierRecipe:
         best = [self.actions[k] if c > 0 else None for k, c in zip(j, top)]
         return best, top, full
 
-    def correct(self, best: Sequence[str | None], decisions: Sequence[Decision]) -> np.ndarray:
-        return np.array([accepts(d.acceptable, b, None, frozenset(), names=True) for b, d in zip(best, decisions)],
+    def correct(self, best: Sequence[str | None], decisions: Sequence[LoggedDecision]) -> np.ndarray:
+        return np.array([accepts(d.acceptable, b, None, frozenset(), names=True) for b,
+                         d in zip(best, decisions)],
                         dtype=bool)
 
 
@@ -130,17 +132,18 @@ class TabularRecipe(ClassifierRecipe):
     def __init__(self, kind: str, seed: int, spec: F.FeatureSpec) -> None:
         super().__init__(spec)
         if kind not in TABULAR:
-            raise ZcError(f"unknown model `{kind}` (choose {', '.join(TABULAR)}, transformer, pairwise or auto)")
+            raise ZcError(f"unknown model `{kind}` (choose {', '.join(TABULAR)}, transformer, pairwise or "
+                          "auto)")
         self.kind, self.seed = kind, seed
 
-    def prepare(self, pool: Sequence[Decision]) -> None:
+    def prepare(self, pool: Sequence[LoggedDecision]) -> None:
         numeric = [f.path for f in self.spec.fields if f.kind in ("int", "float")]
         fz = F.Featurizer(self.spec)
         values: dict[str, list] = {p: [F.read_path(fz.schema, d.root, p) for d in pool] for p in numeric}
         self.spec = F.fit_scaling(self.spec, values)
         self.fz = F.Featurizer(self.spec)
 
-    def inputs(self, decisions: Sequence[Decision]) -> np.ndarray:
+    def inputs(self, decisions: Sequence[LoggedDecision]) -> np.ndarray:
         rows = [self.fz.row(d.root, d.legal) for d in decisions]
         return np.stack(rows) if rows else np.zeros((0, self.fz.dim), np.float32)
 
@@ -164,7 +167,7 @@ class TabularRecipe(ClassifierRecipe):
         return GradientBoostingClassifier(n_estimators=100, max_depth=3, learning_rate=0.05, subsample=0.8,
                                           min_samples_leaf=20, max_features="sqrt", random_state=self.seed)
 
-    def _fit(self, x: np.ndarray, y: list[str], report: Report) -> Any:
+    def _fit(self, x: np.ndarray, y: list[str], report: Progress) -> Any:
         from sklearn.exceptions import ConvergenceWarning
 
         clf = self.model()
@@ -184,21 +187,25 @@ class TabularRecipe(ClassifierRecipe):
     def exported(self, sp: Any, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self._on_actions(sp.probabilities(x), sp.model_classes)
 
-    def export(self, clf: Any, work: Path, report: Report, quantization: str) -> Model:
+    def export(self, clf: Any, work: Path, report: Progress, quantization: str) -> Model:
         import onnxruntime as ort
         from skl2onnx import to_onnx
 
-        onx = to_onnx(clf, clf.sample_.astype(np.float32), options={id(clf): {"zipmap": False}}, target_opset=18)
-        opsets = sorted((o.domain, o.version) for o in onx.opset_import)  # skl2onnx's order varies from run to run
+        onx = to_onnx(clf, clf.sample_.astype(np.float32), options={id(clf): {"zipmap": False}},
+                      target_opset=18)
+        # skl2onnx's order varies from run to run
+        opsets = sorted((o.domain, o.version) for o in onx.opset_import)
         del onx.opset_import[:]
         for domain, version in opsets:
             onx.opset_import.add(domain=domain, version=version)
         blob = onx.SerializeToString()
         (work / "model.onnx").write_bytes(blob)
         classes = tuple(str(c) for c in clf.classes_)
-        session = ort.InferenceSession(blob, sess_options=session_options(1), providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(blob, sess_options=session_options(1),
+                                       providers=["CPUExecutionProvider"])
         return Model(self.kind, classes, "model.onnx", hashlib.sha256(blob).hexdigest(),
-                     {k: plain(v) for k, v in clf.get_params().items()} | {"train_seconds": clf.train_seconds_},
+                     {k: plain(v) for k, v in clf.get_params().items()}
+                     | {"train_seconds": clf.train_seconds_},
                      probes=probes_for(session, clf.probe_pool_, classes))
 
     def specialist(self, work: Path, policy: Any) -> Any:
@@ -206,7 +213,7 @@ class TabularRecipe(ClassifierRecipe):
 
         return Specialist(work, policy)
 
-    def ask(self, sp: Any, d: Decision) -> Any:
+    def ask(self, sp: Any, d: LoggedDecision) -> Any:
         return sp.decide(d.state, d.legal)
 
 
@@ -231,17 +238,17 @@ class TransformerRecipe(ClassifierRecipe):
         self.seed = seed
         self.renderer = Renderer(spec.fields, spec.actions)
 
-    def prepare(self, pool: Sequence[Decision]) -> None:
+    def prepare(self, pool: Sequence[LoggedDecision]) -> None:
         pass
 
-    def inputs(self, decisions: Sequence[Decision]) -> list[str]:
+    def inputs(self, decisions: Sequence[LoggedDecision]) -> list[str]:
         return [self.renderer.root(d.root) for d in decisions]
 
     @staticmethod
     def take(x: list[str], idx: np.ndarray) -> list[str]:
         return [x[i] for i in idx]
 
-    def _fit(self, x: list[str], y: list[str], report: Report) -> Any:
+    def _fit(self, x: list[str], y: list[str], report: Progress) -> Any:
         from .transformer import transformer_model
 
         try:
@@ -258,7 +265,7 @@ class TransformerRecipe(ClassifierRecipe):
     def exported(self, sp: Any, x: list[str]) -> tuple[np.ndarray, np.ndarray]:
         return self._on_actions(sp.text_probabilities(x), sp.model_classes)
 
-    def export(self, clf: Any, work: Path, report: Report, quantization: str) -> Model:
+    def export(self, clf: Any, work: Path, report: Progress, quantization: str) -> Model:
         import onnxruntime as ort
 
         from .render import VERSION as RENDER_VERSION
@@ -299,19 +306,20 @@ class PairwiseRecipe:
         self.options = dict(options)
         self.quantizations = quantizations(self.options.pop("quantization", "auto"))
 
-    def prepare(self, pool: Sequence[Decision]) -> None:
+    def prepare(self, pool: Sequence[LoggedDecision]) -> None:
         from ..tools import policy_tools
         from .render import Renderer
 
         self.described = policy_tools(self.policy) if self.policy is not None else {}
-        self.renderer = Renderer(self.policy.ir.fields, self.policy.actions) if self.policy is not None else None
+        self.renderer = (Renderer(self.policy.ir.fields, self.policy.actions) if self.policy is not None
+                         else None)
 
-    def inputs(self, decisions: Sequence[Decision]) -> list[Any]:
+    def inputs(self, decisions: Sequence[LoggedDecision]) -> list[Any]:
         from . import pairs
 
         return [pairs.pair_input(self.request(d), d, self.described) for d in decisions]
 
-    def request(self, d: Decision) -> str:
+    def request(self, d: LoggedDecision) -> str:
         from .pairwise import render_plain
 
         return self.renderer.root(d.root) if self.renderer is not None else render_plain(d.state)
@@ -320,15 +328,15 @@ class PairwiseRecipe:
     def take(x: list[Any], idx: np.ndarray) -> list[Any]:
         return [x[i] for i in idx]
 
-    def fit(self, x: list[Any], decisions: Sequence[Decision], report: Report) -> Any:
+    def fit(self, x: list[Any], decisions: Sequence[LoggedDecision], report: Progress) -> Any:
         from . import pairs
         from .transformer import transformer_model
 
         examples, y = pairs.training_pairs(x, decisions, self.described, self.negatives, self.seed)
         if len(set(y)) < 2:
             raise ZcError("the training split needs both fitting and non-fitting (request, action) pairs")
-        report.step(f"  {len(examples)} pairs from {len(decisions)} decisions ({self.negatives} negatives each, "
-                    f"decisions where no action fits ×{pairs.none_fits_weight(decisions)})")
+        report.step(f"  {len(examples)} pairs from {len(decisions)} decisions ({self.negatives} negatives "
+                    f"each, decisions where no action fits ×{pairs.none_fits_weight(decisions)})")
         clf = transformer_model(self.seed, self.options)
         clf.fit(examples, y, bar=report.bar)
         clf.pairs_ = len(examples)
@@ -347,7 +355,7 @@ class PairwiseRecipe:
 
         return pairs.score(x, None, sp.margins)
 
-    def export(self, clf: Any, work: Path, report: Report, quantization: str) -> Model:
+    def export(self, clf: Any, work: Path, report: Progress, quantization: str) -> Model:
         from .render import VERSION as RENDER_VERSION
         from .specialist import TOKENIZER_FILE
 
@@ -365,15 +373,16 @@ class PairwiseRecipe:
 
         return PairwiseSpecialist(work, policy)
 
-    def ask(self, sp: Any, d: Decision) -> Any:
+    def ask(self, sp: Any, d: LoggedDecision) -> Any:
         return sp.decide(d.state, d.legal, d.tools or self.described)
 
-    def fit_calibration(self, raw: tuple[np.ndarray, list], decisions: Sequence[Decision]) -> Calibration:
+    def fit_calibration(self, raw: tuple[np.ndarray, list],
+                        decisions: Sequence[LoggedDecision]) -> Calibration:
         z, best = raw
         t, b = fit_platt(z, self.correct(best, decisions))
         return Calibration("platt", t, b)
 
-    def confidence(self, raw: tuple[np.ndarray, list], decisions: Sequence[Decision],
+    def confidence(self, raw: tuple[np.ndarray, list], decisions: Sequence[LoggedDecision],
                    cal: Calibration) -> tuple[list[str | None], np.ndarray, None]:
         from .pairwise import calibrated
 
@@ -385,7 +394,7 @@ class PairwiseRecipe:
         return list(best), conf, None
 
     @staticmethod
-    def correct(best: Sequence[str | None], decisions: Sequence[Decision]) -> np.ndarray:
+    def correct(best: Sequence[str | None], decisions: Sequence[LoggedDecision]) -> np.ndarray:
         return np.array([d.label is not None and b == d.label for b, d in zip(best, decisions)], dtype=bool)
 
 
@@ -397,5 +406,6 @@ def recipe(kind: str, seed: int, spec: F.FeatureSpec, policy: Any, options: dict
     if kind == "pairwise":
         return PairwiseRecipe(seed, spec, policy, options, negatives)
     if options:
-        raise ZcError(f"{', '.join(sorted(options))}: options of the transformer and pairwise models, not of `{kind}`")
+        raise ZcError(f"{', '.join(sorted(options))}: options of the transformer and pairwise models, not of "
+                      f"`{kind}`")
     return TabularRecipe(kind, seed, spec)

@@ -26,18 +26,19 @@ def _layers(params: dict) -> str:
 def _model_line(m: Manifest) -> str:
     p = m.model.params
     if m.model.kind == "pairwise":
-        return (f"MiniLM-L6{_layers(p)} scoring (request, action description) pairs, fine-tuned {p.get('steps')} steps of "
-                f"{p.get('batch_size')} on {p.get('pairs')} pairs ({p.get('negatives')} negatives per decision, "
-                f"decisions where no action fits ×{p.get('none_fits_weight', 1)}) in {p.get('train_seconds', 0):.0f} s, "
-                f"first {m.model.text.max_length} tokens, exported {p.get('quantization')}. Platt calibration "
-                f"T = {m.calibration.temperature:.3f}, b = {m.calibration.bias:.3f}.")
+        return (f"MiniLM-L6{_layers(p)} scoring (request, action description) pairs, fine-tuned "
+                f"{p.get('steps')} steps of {p.get('batch_size')} on {p.get('pairs')} pairs "
+                f"({p.get('negatives')} negatives per decision, decisions where no action fits "
+                f"×{p.get('none_fits_weight', 1)}) in {p.get('train_seconds', 0):.0f} s, first "
+                f"{m.model.text.max_length} tokens, exported {p.get('quantization')}. Platt calibration T = "
+                f"{m.calibration.temperature:.3f}, b = {m.calibration.bias:.3f}.")
     if m.model.text is None:
         reads = f"{m.features.dim} features (version {m.features.version})"
     else:
         reads = (f"the state rendered as text (version {m.model.text.render_version}, first "
-                 f"{m.model.text.max_length} tokens), fine-tuned {p.get('steps')} steps of {p.get('batch_size')} "
-                 f"from `{p.get('base')}`{_layers(p)} in {p.get('train_seconds', 0):.0f} s, exported "
-                 f"{p.get('quantization')}")
+                 f"{m.model.text.max_length} tokens), fine-tuned {p.get('steps')} steps of "
+                 f"{p.get('batch_size')} from `{p.get('base')}`{_layers(p)} in "
+                 f"{p.get('train_seconds', 0):.0f} s, exported {p.get('quantization')}")
     return (f"Model: {m.model.kind} over {len(m.features.actions)} actions ({len(m.model.classes)} seen in "
             f"training), reading {reads}. Temperature {m.calibration.temperature:.3f}.")
 
@@ -55,7 +56,8 @@ def _one_threshold(th) -> str:
     where = ("scored out of fold (K task-grouped folds over the train and calibration splits)"
              if th.source == "cross-fitted" else "held out from training (the calibration split)")
     if th.tau >= NEVER:
-        return f"no τ qualifies, so none of these is answered. Tested on {th.n} decisions {where}: {th.statement}."
+        return (f"no τ qualifies, so none of these is answered. Tested on {th.n} decisions {where}: "
+                f"{th.statement}.")
     text = (f"τ = {th.tau:.4f}, certified: {th.statement}, on {th.n} decisions {where}. At τ "
             f"{th.calibration_correct} of {th.calibration_answered} answered right (one-sided "
             f"{1 - th.alpha:.1%} Clopper–Pearson bound {th.calibration_lower_bound:.3f}).")
@@ -81,11 +83,12 @@ def render(m: Manifest) -> str:
           (("train", m.splits.train), ("calibration", m.splits.calibration), ("test", m.splits.test))),
         "", "Counts: " + ", ".join(f"{k} {v}" for k, v in sorted(m.counts.items())), "",
         "## Sealed test split", "",
-        "| n | answered | coverage | precision | Wilson 95% | one-sided 95% upper | ECE | AURC | p50 µs | p99 µs |",
+        "| n | answered | coverage | precision | Wilson 95% | one-sided 95% upper | ECE | AURC | p50 µs | "
+        "p99 µs |",
         "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
         f"| {t['n']} | {t['answered']} | {t['coverage']:.3f} | {_f(t['precision'])} | [{lo:.3f}, {hi:.3f}] | "
-        f"{t['precision_upper_one_sided']:.3f} | {_f(t['ece'])} | {_f(t['aurc'])} | {t['latency_us']['p50']:.1f} | "
-        f"{t['latency_us']['p99']:.1f} |", "",
+        f"{t['precision_upper_one_sided']:.3f} | {_f(t['ece'])} | {_f(t['aurc'])} | "
+        f"{t['latency_us']['p50']:.1f} | {t['latency_us']['p99']:.1f} |", "",
         *_judge_lines(t),
         f"The test split refuses promotion only when its upper bound falls below the target; a Wilson lower "
         f"bound of {m.threshold.target_precision:g} would need at least {need} answers, all right "
@@ -94,14 +97,15 @@ def render(m: Manifest) -> str:
     if "calls" in t:
         c, r = t["calls"], t["replies"]
         s = c.get("strict", c)
-        lines += [f"Complete calls (name and arguments, JSON-normalised): {c['answered']} of the {c['n']} tool-call "
-                  f"decisions answered, {c['correct']} acceptable (precision {_f(c['precision'])} "
-                  f"[{c['precision_ci'][0]:.3f}, {c['precision_ci'][1]:.3f}]), {s['correct']} strict (precision "
-                  f"{_f(s['precision'])} [{s['precision_ci'][0]:.3f}, {s['precision_ci'][1]:.3f}]); teacher calls removed: "
-                  f"{t['teacher_calls_removed']}. Text replies: {r['handed_to_text_tier']} handed to a text tier, "
-                  f"{r['correct']} of them where the teacher replied (of its {r['n']} replies; precision {_f(r['precision'])} "
-                  f"[{r['precision_ci'][0]:.3f}, {r['precision_ci'][1]:.3f}]). Calls whose arguments could not "
-                  f"be completed (abstained): {t['names_incomplete']}.", ""]
+        lines += [f"Complete calls (name and arguments, JSON-normalised): {c['answered']} of the {c['n']} "
+                  f"tool-call decisions answered, {c['correct']} acceptable (precision {_f(c['precision'])} "
+                  f"[{c['precision_ci'][0]:.3f}, {c['precision_ci'][1]:.3f}]), {s['correct']} strict "
+                  f"(precision {_f(s['precision'])} [{s['precision_ci'][0]:.3f}, "
+                  f"{s['precision_ci'][1]:.3f}]); teacher calls removed: {t['teacher_calls_removed']}. Text "
+                  f"replies: {r['handed_to_text_tier']} handed to a text tier, {r['correct']} of them where "
+                  f"the teacher replied (of its {r['n']} replies; precision {_f(r['precision'])} "
+                  f"[{r['precision_ci'][0]:.3f}, {r['precision_ci'][1]:.3f}]). Calls whose arguments could "
+                  f"not be completed (abstained): {t['names_incomplete']}.", ""]
     if "argument_sample" in t:
         a = t["argument_sample"]
         lines += [f"Argument model: trained on a seeded sample of {a['kept']} of {a['n']} teacher arguments "
@@ -111,13 +115,14 @@ def render(m: Manifest) -> str:
         f_lo, f_hi = t["precision_where_fits_ci"]
         a_lo, a_hi = t["abstained_where_none_fits_ci"]
         lines += [f"Where an action fits ({t['n_fits']}): coverage {_f(t['coverage_where_fits'])}, precision "
-                  f"{_f(t['precision_where_fits'])} [{f_lo:.3f}, {f_hi:.3f}]. Where none fits ({t['n_none_fits']}): "
-                  f"abstained {_f(t['abstained_where_none_fits'])} [{a_lo:.3f}, {a_hi:.3f}].", ""]
+                  f"{_f(t['precision_where_fits'])} [{f_lo:.3f}, {f_hi:.3f}]. Where none fits "
+                  f"({t['n_none_fits']}): abstained {_f(t['abstained_where_none_fits'])} [{a_lo:.3f}, "
+                  f"{a_hi:.3f}].", ""]
     lines += [
         f"Illegal selections: {t['illegal_selected']}; dangerous selections: {t['dangerous_selected']} "
         f"(decisions with a risky action legal: {t['dangerous_exposed']}). Labels outside the legal set: "
-        f"{t['label_not_legal']}. Parity ({par.get('quantization', 'none')} export vs the trained model, test "
-        f"split, n = {par['n']}): max |Δp| = {par['max_abs_delta']:.2e}, same decision on "
+        f"{t['label_not_legal']}. Parity ({par.get('quantization', 'none')} export vs the trained model, "
+        f"test split, n = {par['n']}): max |Δp| = {par['max_abs_delta']:.2e}, same decision on "
         f"{par['decision_agreement']:.2%}"
         + "".join(f"; {a['quantization']} was tried first and refused (same decision on "
                   f"{a['decision_agreement']:.2%})" for a in par.get("attempts", [])[:-1]) + ".",
@@ -125,7 +130,8 @@ def render(m: Manifest) -> str:
         *(f"| {a} | {r['answered']} | {r['correct']} |" for a, r in t["per_action"].items()),
         "", "### Risk–coverage (test split, by confidence)", "", "| coverage | precision | threshold |",
         "|---:|---:|---:|",
-        *(f"| {r['coverage']:.2f} | {r['precision']:.3f} | {r['threshold']:.4f} |" for r in t["risk_coverage"]),
+        *(f"| {r['coverage']:.2f} | {r['precision']:.3f} | {r['threshold']:.4f} |"
+          for r in t["risk_coverage"]),
         "", "## Gate", "", verdict(m), "",
     ]
     if (p := t.get("promotion")) is not None:
@@ -139,8 +145,9 @@ def _judge_lines(t: dict[str, Any]) -> list[str]:
         return []
     s, j = t["strict"], t.get("judge", {})
     lo, hi = s["precision_ci"]
-    out = [f"Judged strictly (equal to the teacher's next step): {s['correct']} of {s['answered']} answers right "
-           f"(precision {_f(s['precision'])} [{lo:.3f}, {hi:.3f}]); the table above judges them acceptable."]
+    out = [f"Judged strictly (equal to the teacher's next step): {s['correct']} of {s['answered']} answers "
+           f"right (precision {_f(s['precision'])} [{lo:.3f}, {hi:.3f}]); the table above judges them "
+           "acceptable."]
     if j:
         out.append(f"The judge ({j['mode']}): {j['rule']}. Side-effect-free actions: "
                    + (", ".join(f"`{a}`" for a in j["lenient_actions"]) or "none")
@@ -153,9 +160,9 @@ def _promotion_line(p: dict[str, Any]) -> str:
     """`zc promote`'s evidence (`promote.regate`): the live figures the gate above was decided on."""
     prev = "promoted" if p["previous_gate"]["promoted"] else "not promoted"
     lo, hi = p["precision_ci"]
-    return (f"Re-gated by `zc promote` on {p['receipts']} receipts ({len(p['files'])} files): {p['asked']} shadow "
-            f"records of this version on {p['tasks']} tasks it never trained on, {p['answered']} answered, "
-            f"{p['right']} right (precision {_f(p['precision'])} [{lo:.3f}, {hi:.3f}]; one-sided "
+    return (f"Re-gated by `zc promote` on {p['receipts']} receipts ({len(p['files'])} files): {p['asked']} "
+            f"shadow records of this version on {p['tasks']} tasks it never trained on, {p['answered']} "
+            f"answered, {p['right']} right (precision {_f(p['precision'])} [{lo:.3f}, {hi:.3f}]; one-sided "
             f"{1 - p['alpha']:.0%} Clopper–Pearson lower bound {p['lower_bound']:.3f} against the target "
             f"{p['target_precision']:g}, which needs ≥ {p['answers_needed']} answers, all right); illegal "
             f"{p['illegal']}, dangerous {p['dangerous']}; left out: {p['trained_on']} on trained-on tasks, "

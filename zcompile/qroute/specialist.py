@@ -101,7 +101,8 @@ def load_tokenizer(path: str | Path, max_length: int):
     return tok
 
 
-def encode_batch(ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]] | None = None) -> dict[str, np.ndarray]:
+def encode_batch(ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]]
+                 | None = None) -> dict[str, np.ndarray]:
     """Token ids (and segment ids, for pairs) of several texts -> BERT inputs padded (id 0) to the
     longest, int64."""
     n, width = len(ids), max((len(x) for x in ids), default=0)
@@ -219,7 +220,8 @@ class Specialist:
             self.renderer = Renderer(m.features.fields, m.features.actions, text.render_version)
             self.tokenizer = load_tokenizer(Path(directory) / text.tokenizer, text.max_length)
             probes = [p.text for p in m.model.text_probes]
-            check_text_probes(m, text_logits(self._session, self.tokenizer, probes), str(Path(directory) / m.model.file))
+            check_text_probes(m, text_logits(self._session, self.tokenizer, probes),
+                              str(Path(directory) / m.model.file))
         self._outputs = [self._output]
         self.actions = m.features.actions
         self._index = {a: i for i, a in enumerate(self.actions)}
@@ -281,7 +283,8 @@ class Specialist:
         found = self._legal_memo.get(key)
         if found is None:
             cols = [self._class_pos[a] for a in key if a in self._class_pos]
-            take = operator.itemgetter(*cols) if len(cols) > 1 else lambda row, c=cols[:1]: [row[i] for i in c]
+            take = operator.itemgetter(*cols) if len(cols) > 1 else lambda row, c=cols[:1]: [
+                row[i] for i in c]
             if len(self._legal_memo) >= LEGAL_MEMO:
                 self._legal_memo.clear()
             found = self._legal_memo[key] = (cols, take)
@@ -308,12 +311,14 @@ class Specialist:
             row = self._session.run(self._outputs, {self._input: x[None, :]})[0][0].tolist()
         else:
             ids = self.tokenizer.encode(text).ids
-            feed = {"input_ids": np.array([ids], np.int64), "attention_mask": np.ones((1, len(ids)), np.int64),
+            feed = {"input_ids": np.array([ids], np.int64), "attention_mask": np.ones((1, len(
+                ids)), np.int64),
                     "token_type_ids": np.zeros((1, len(ids)), np.int64)}
             row = softmax(self._session.run(self._outputs, {k: feed[k] for k in self._inputs})[0])[0].tolist()
         return self.choose(row, names, candidates)
 
-    def choose(self, row: Sequence[float], names: Sequence[str], candidates: Sequence[Any] | None = None) -> Answer:
+    def choose(self, row: Sequence[float], names: Sequence[str], candidates: Sequence[Any]
+               | None = None) -> Answer:
         """`decide` from the model's outputs `row` (one probability per class, a list of floats) over
         the legal set `names`: the legal mask, the softmax over the legal classes, τ, the call logic."""
         cols, take = self._legal_classes(names)

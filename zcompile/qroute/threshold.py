@@ -9,6 +9,7 @@ import numpy as np
 from scipy.stats import binom
 
 from .manifest import NEVER  # a τ above every confidence: the specialist always abstains
+
 DELTA = 0.05  # 1 - the confidence of the guarantee
 GUARANTEES = ("ltt", "conformal")
 GRID = 200  # at most this many thresholds are tested (evenly spaced in the number answered)
@@ -74,7 +75,8 @@ def learn_then_test(conf: np.ndarray, correct: np.ndarray, target: float, delta:
         if len(rejected):
             j = int(np.max(rejected))
             return Choice(float(taus[j]), n_all, int(answered[j]), int(hits[j]), "ltt", statement)
-    return Choice(NEVER, n_all, 0, 0, "ltt", statement + "; no τ qualifies, so the specialist abstains on everything")
+    return Choice(NEVER, n_all, 0, 0, "ltt", statement + "; no τ qualifies, so the specialist abstains on "
+                                                         "everything")
 
 
 def conformal_selection(conf: np.ndarray, correct: np.ndarray, target: float, delta: float = DELTA,
@@ -95,8 +97,8 @@ def conformal_selection(conf: np.ndarray, correct: np.ndarray, target: float, de
         if len(ok):
             j = int(ok.max())
             return Choice(float(taus[j]), n_all, int(answered[j]), int(hits[j]), "conformal", statement)
-    return Choice(NEVER, n_all, 0, 0, "conformal", statement + "; no τ qualifies, so the specialist abstains on "
-                  "everything")
+    return Choice(NEVER, n_all, 0, 0, "conformal", statement + "; no τ qualifies, so the specialist abstains "
+                                                               "on everything")
 
 
 def choose(conf: np.ndarray, correct: np.ndarray, target: float, guarantee: str = "ltt", delta: float = DELTA,

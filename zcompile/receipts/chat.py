@@ -19,10 +19,12 @@ from .candidates import WINDOW, extract_candidates
 from .format import Receipt, ReceiptError
 from .io import decoded_lines
 
-__all__ = ["EXTRACT_VERSION", "RESPOND", "SHAPES", "TOOL_TEXT_LIMIT", "ChatMessage", "ChatSummary", "Decision",
-           "call_arguments", "decision", "decision_state", "default_extract", "extractor_name", "import_chat", "load_extractor"]
+__all__ = ["EXTRACT_VERSION", "RESPOND", "SHAPES", "TOOL_TEXT_LIMIT", "ChatMessage", "ChatSummary",
+           "AssistantTurn", "call_arguments", "decision", "decision_state", "default_extract",
+           "extractor_name", "import_chat", "load_extractor"]
 
-EXTRACT_VERSION = 3  # 1: roles, last texts, counts, history; 2: + last.result, recent.*, mentioned.*, reused.*;
+# 1: roles, last texts, counts, history; 2: + last.result, recent.*, mentioned.*, reused.*;
+EXTRACT_VERSION = 3
 # 3: + unused.* (an identifier the user gave that no call used yet), calls_since_user
 RESPOND = "respond"  # the action of an assistant message without a tool call (a text reply)
 TOOL_TEXT_LIMIT = 2000  # characters of the last tool message kept in `last.tool_text`
@@ -189,7 +191,8 @@ class ChatSummary:
         state["last"] = {k: v for k, v in last.items() if v is not None}
         state["recent"] = dict(zip(("action1", "action2"), self.recent))
         state["mentioned"] = {arg: bool(self.mentions.get(arg)) for arg in SHAPES}
-        state["reused"] = {arg: not self.mentions.get(arg, set()).isdisjoint(self.used[arg]) for arg in SHAPES}
+        state["reused"] = {arg: not self.mentions.get(arg, set()).isdisjoint(self.used[arg])
+                           for arg in SHAPES}
         state["unused"] = {arg: bool(self.given[arg] - self.used[arg]) for arg in SHAPES}
         state.update(turn=self.turn, user_turns=self.user_turns, tool_calls=self.tool_calls,
                      calls_since_user=self.since_user, history=list(self.history))
@@ -338,14 +341,16 @@ def _decode(body: bytes) -> tuple[_Conversation, dict]:
     return conv, msgspec.json.decode(body)
 
 
-def import_chat(src_path: str | os.PathLike, *, extract: Callable[[list[dict], int, dict], dict] = default_extract,
+def import_chat(src_path: str | os.PathLike, *,
+                extract: Callable[[list[dict], int, dict], dict] = default_extract,
                 policy: Any = None) -> Iterator[Receipt]:
     """Turn an OpenAI-format chat log (one conversation a line) into one receipt per assistant message.
 
     The action is `tool_calls[0].function.name`, or `respond` for a text reply; `arguments` are
     that call's arguments (None for a text reply; a malformed arguments string gives None and
     `meta.arguments_error` says why); `candidates` the values of the messages before it that a
-    call's arguments may copy (`receipts.candidates.extract_candidates`). The task is the conversation's `task` (so every trial of one
+    call's arguments may copy (`receipts.candidates.extract_candidates`). The task is the conversation's
+    `task` (so every trial of one
     scenario lands in the same split), else its id. `verified` is True for reward 1.0, None
     otherwise. With `policy`, each receipt carries the policy's identity and the legal set of its
     state, and a state or action the policy does not know is an error. `meta.extractor` names the
@@ -391,7 +396,7 @@ def extractor_name(extract: Callable[[list[dict], int, dict], dict]) -> str:
     return f"{getattr(extract, '__module__', '?')}:{getattr(extract, '__qualname__', '?')}"
 
 
-class Decision(msgspec.Struct, frozen=True):
+class AssistantTurn(msgspec.Struct, frozen=True):
     """What a chat log says about the decision at one assistant message (see `decision`)."""
 
     state: dict[str, Any]
@@ -403,7 +408,8 @@ class Decision(msgspec.Struct, frozen=True):
 
 
 def decision_state(messages: list[dict], index: int, conversation: dict,
-                   extract: Callable[[list[dict], int, dict], dict] = default_extract, where: str = "$") -> dict:
+                   extract: Callable[[list[dict], int, dict], dict] = default_extract,
+                   where: str = "$") -> dict:
     """The state of the decision at `messages[index]` (`index == len(messages)`: the next one), from
     `extract`. Raises ReceiptError (`where: problem`) when the extractor fails or returns a non-dict."""
     try:
@@ -417,7 +423,7 @@ def decision_state(messages: list[dict], index: int, conversation: dict,
 
 def decision(messages: list[dict], index: int, conversation: dict,
              extract: Callable[[list[dict], int, dict], dict] = default_extract, policy: Any = None,
-             where: str = "$", state: dict | None = None, memo: dict | None = None) -> Decision:
+             where: str = "$", state: dict | None = None, memo: dict | None = None) -> AssistantTurn:
     """The receipt fields of the decision taken by `messages[index]` (an assistant message), from
     the messages before it: the one code path of `import_chat` and the gateway (`zc serve`).
 
@@ -450,4 +456,6 @@ def decision(messages: list[dict], index: int, conversation: dict,
         except StateError as exc:
             raise ReceiptError(f"{where}: extracted state does not match policy "
                                f"`{policy.name}`: {exc}") from None
-    return Decision(state, legal, action, arguments, bad_arguments, tuple(extract_candidates(messages[max(0, index - WINDOW):index], memo=memo)))
+    window = messages[max(0, index - WINDOW):index]
+    return AssistantTurn(state, legal, action, arguments, bad_arguments,
+                         tuple(extract_candidates(window, memo=memo)))

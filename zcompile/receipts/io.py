@@ -1,9 +1,11 @@
-"""Receipt files: streaming validated reads (JSON Lines, gzip, Parquet), crash-safe appends, atomic whole-file writes."""
+"""Receipt files: streaming validated reads (JSON Lines, gzip, Parquet), crash-safe appends, atomic
+whole-file writes."""
 
 from __future__ import annotations
 
 import fcntl
 import gzip
+import io
 import math
 import os
 import stat
@@ -22,8 +24,9 @@ from ..inputs import files_under
 from ..outdir import new_file, refuse_foreign_file
 from .format import FORMAT_VERSION, Receipt, ReceiptError, newer_major
 
-__all__ = ["GZIP_MAGIC", "PROBLEMS_KEPT", "SUFFIXES", "ReadStats", "ReceiptWriter", "check_receipt", "decoded_lines",
-           "encode", "expand", "is_parquet_file", "iter_lines", "line_problem", "read", "receipt_of", "write_file"]
+__all__ = ["GZIP_MAGIC", "PROBLEMS_KEPT", "SUFFIXES", "ReadStats", "ReceiptWriter", "check_receipt",
+           "decoded_lines", "encode", "expand", "is_parquet_file", "iter_lines", "line_problem", "read",
+           "receipt_of", "write_file"]
 
 PROBLEMS_KEPT = 100  # problems kept in ReadStats.problems (all are counted)
 GZIP_MAGIC = b"\x1f\x8b"
@@ -67,7 +70,8 @@ def expand(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]
         if p.is_dir():
             found = files_under(p, lambda name: name.endswith(SUFFIXES))
             if not found:
-                raise ReceiptError(f"{p}: no receipt files (*.jsonl, *.jsonl.gz, *.parquet) in this directory")
+                raise ReceiptError(f"{p}: no receipt files (*.jsonl, *.jsonl.gz, *.parquet) in this "
+                                   "directory")
             out.extend(found)
         else:
             out.append(p)
@@ -208,7 +212,8 @@ def _check_against(r: Receipt, policy: Any) -> str | None:
     checks += [(f"$.legal[{i}]", a) for i, a in enumerate(r.legal or ())]
     for where, name in checks:
         if name is not None and name not in known:
-            return f"{where}: unknown action {msgspec.json.encode(name).decode()} (not in policy `{policy.name}`)"
+            return (f"{where}: unknown action {msgspec.json.encode(name).decode()} (not in policy "
+                    f"`{policy.name}`)")
     return None
 
 
@@ -260,7 +265,8 @@ def _bodies(path: Path) -> Iterator[tuple[int, str, bytes, Callable[[Exception],
 
         try:
             for n, body, texts in iter_rows(path):
-                yield n, f"{path}:row {n}", body, lambda exc, texts=texts: bad_json(texts) or str(json_problem(exc))
+                yield (n, f"{path}:row {n}", body, lambda exc, texts=texts: bad_json(texts)
+                       or str(json_problem(exc)))
         except ReceiptError as exc:
             raise _CorruptStream(str(exc)) from None
         return
@@ -329,8 +335,10 @@ _ENCODER = msgspec.json.Encoder()
 _VERSIONED = b'{"version":' + msgspec.json.encode(FORMAT_VERSION) + b","
 
 
-_DEFAULT_OF = dict(zip(Receipt.__struct_fields__[-len(Receipt.__struct_defaults__):], Receipt.__struct_defaults__))
-_DEFAULTS = tuple((f, _DEFAULT_OF[f]) for f in ("policy", "latency_ms", "cost", "version"))  # the objects themselves
+_DEFAULT_OF = dict(zip(Receipt.__struct_fields__[-len(Receipt.__struct_defaults__):],
+                       Receipt.__struct_defaults__))
+# the objects themselves
+_DEFAULTS = tuple((f, _DEFAULT_OF[f]) for f in ("policy", "latency_ms", "cost", "version"))
 
 
 def _equal(v: Any, d: Any) -> bool:
@@ -367,7 +375,8 @@ class ReceiptWriter:
     file still ends where this writer's last line did), writes one first if it does not
     (a writer was killed mid-line: its torn fragment stays a line of its own, which readers report
     as torn), then writes the whole line on an O_APPEND descriptor. A thread lock serialises the
-    threads sharing this writer; a forked child opens the file anew at its first append. Every line reaches the operating system before `append` returns;
+    threads sharing this writer; a forked child opens the file anew at its first append. Every line reaches
+    the operating system before `append` returns;
     with `fsync=True` it also reaches the disk. Plain JSONL only: a gzip stream cannot be appended
     to crash-safely line by line (write `.jsonl` and compress it when it is complete).
     """
@@ -471,8 +480,8 @@ def write_file(path: str | os.PathLike, receipts: Iterable[Receipt]) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     n = 0
     with new_file(path) as tmp, open(tmp, "wb") as raw:
-        out: BinaryIO = (gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0)  # type: ignore[assignment]
-                         if path.name.endswith(".gz") else raw)
+        out: io.BufferedIOBase = (gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0)
+                                  if path.name.endswith(".gz") else raw)
         with out:
             for r in receipts:
                 out.write(encode(r))

@@ -1,4 +1,5 @@
-"""The judge: which calls are acceptable at each logged decision of a conversation (strict, or a side-effect-free call the teacher makes later).
+"""The judge: which calls are acceptable at each logged decision of a conversation (strict, or a
+side-effect-free call the teacher makes later).
 
 A decision's **strict** answer is the teacher's own next step: the same action and, for a call, the
 same arguments as canonical JSON. Its **acceptable** answers add the side-effect-free calls the

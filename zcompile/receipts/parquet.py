@@ -101,7 +101,8 @@ def _columns_of(receipts: list[Receipt]) -> dict[str, list]:
     return cols
 
 
-def write_parquet(path: str | os.PathLike, receipts: Iterable[Receipt], *, row_group_rows: int = ROW_GROUP_ROWS) -> int:
+def write_parquet(path: str | os.PathLike, receipts: Iterable[Receipt], *,
+                  row_group_rows: int = ROW_GROUP_ROWS) -> int:
     """Write receipts to a new Parquet file atomically (temp file + rename), streaming row groups.
 
     Nothing is left at `path` if iterating `receipts` raises. Returns the number written.

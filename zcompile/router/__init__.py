@@ -1,4 +1,5 @@
-"""The router package: one rung protocol (rung.py), the ladder (router.py), shadow mode and demotion (shadow.py)."""
+"""The router package: one rung protocol (rung.py), the ladder (router.py), shadow mode and demotion
+(shadow.py)."""
 
 from __future__ import annotations
 

@@ -22,10 +22,20 @@ from ..receipts.candidates import as_candidates
 from ..runtime import LegalSet, Policy, Reason
 from ..state import StateError
 from ..tools import tool_schemas
-from .rung import SPECIALIST, Answer, Catalog, CompilerRung, SpecialistRung, Step, abstain, as_rung, bare, stamped, timed
-from .shadow import RECEIPT_ARGUMENTS, Monitor, shadow_answers
-
-
+from .rung import (
+    SPECIALIST,
+    Answer,
+    Catalog,
+    CompilerRung,
+    SpecialistRung,
+    Step,
+    abstain,
+    as_rung,
+    bare,
+    stamped,
+    timed,
+)
+from .shadow import Monitor, shadow_answers
 
 DEADLINE = "overall deadline reached"  # the detail of a rung skipped for want of time
 TEXT_ONLY = "the text tier writes only replies handed on to it"  # the text tier met on the ladder
@@ -36,7 +46,8 @@ def undeclared_tier(policy: Policy, name: str) -> str | None:
     """Why `name` cannot be bound to a tier of `policy`, with did-you-mean (None: it declares it):
     the one check of `Router(tiers=…)` and of tiers.toml (`zcompile.tiers.load_tiers`)."""
     if name == SPECIALIST:
-        return f"`{SPECIALIST}` is the specialists' rung (given as specialists), not a tier an LLM is bound to"
+        return (f"`{SPECIALIST}` is the specialists' rung (given as specialists), not a tier an LLM is bound "
+                "to")
     declared = [t.name for t in policy.ir.tiers]
     if name in declared:
         return None
@@ -92,7 +103,8 @@ class Router:
         specialists: a specialist directory (classifier or pairwise), a loaded `Specialist` or
             `PairwiseSpecialist`, or a sequence of them; asked in order on the `specialist` rung,
             the first that answers wins. A directory must hold a promoted specialist (its gate, from
-            `zc distill` or `zc promote`); a loaded one is used as given. A pairwise specialist scores the legal actions against
+            `zc distill` or `zc promote`); a loaded one is used as given. A pairwise specialist scores the
+    legal actions against
             their descriptions: the `tools` given to `decide`, else the policy's action
             descriptions, else the action names.
         tiers: tier name -> a rung (`zcompile.router.rung.Rung`, e.g. `zcompile.OpenAITier`) or an
@@ -135,8 +147,8 @@ class Router:
         text = next((t.name for t in policy.ir.tiers if t.text), None)
         self.text_tier = text if text in self._tier_rungs else None  # the tier handed-on replies go to first
         if self.text_tier is not None and not getattr(self._tier_rungs[text], "writes_text", False):
-            raise ZcError(f"tier `{text}` is the text tier of policy `{policy.name}`, but what is bound to it "
-                          "does not write text (its `writes_text` is false)")
+            raise ZcError(f"tier `{text}` is the text tier of policy `{policy.name}`, but what is bound to "
+                          "it does not write text (its `writes_text` is false)")
         self.monitor = monitor if monitor is not None else Monitor()
         self.demoted: dict[str, str] = {}  # specialist name -> why it was demoted
         self._lock = threading.Lock()
@@ -212,7 +224,8 @@ class Router:
             tools = tool_schemas(tools)  # refuses anything but tool schemas, naming the $.path
         if not isinstance(state, Mapping):
             raise StateError(f"$: expected a JSON object, got {type(state).__name__}")
-        receipt_state = json_copy(state, "$")  # refused here, before any rung runs: no decision without its receipt
+        # refused here, before any rung runs: no decision without its receipt
+        receipt_state = json_copy(state, "$")
         if meta is not None and not isinstance(meta, Mapping):
             raise ZcError(f"$.meta: expected an object, got {type(meta).__name__}")
         receipt_meta = json_copy(dict(meta or {}), "$.meta")
@@ -242,24 +255,22 @@ class Router:
         shadow = shadow_answers(self._shadow, step, action, arguments) if len(step.choices) > 1 else []
         receipt_meta.update({"route": route_name, "fallback": legal.fallback, "kind": kind,
                              "rungs": [a.to_dict() for a in answers]})
-        if arguments is not None and not RECEIPT_ARGUMENTS:
-            receipt_meta["arguments"] = arguments
         if text is not None:
             receipt_meta["text"] = text
         if receipt_tools is not None:
             receipt_meta["tools"] = receipt_tools
         if shadow:
             receipt_meta["shadow"] = shadow
-        extra = {"arguments": arguments} if RECEIPT_ARGUMENTS and arguments is not None else {}
         receipt = Receipt(
             id=os.urandom(16).hex(), task=task, state=receipt_state, tier=tier, ts=time.time(),
             policy=self.policy.sha256, intent=intent, legal=legal.actions, model=model, action=action,
             confidence=confidence if confidence is not None and 0.0 <= confidence <= 1.0 else None,
             latency_ms=round((time.perf_counter() - t0) * 1000, 4), cost=cost, meta=receipt_meta,
-            candidates=cands if candidates is not None else None, **extra)
+            candidates=cands if candidates is not None else None, arguments=arguments)
         if self._sink is not None:
             self._sink(receipt)  # if it raises, no decision is returned
-        return Decision(action, tier, confidence, legal, tuple(answers), receipt, arguments, kind, text, legal_ms)
+        return Decision(action, tier, confidence, legal, tuple(answers), receipt, arguments, kind, text,
+                        legal_ms)
 
     def _walk(self, step: Step, t0: float) -> tuple[list[Answer], Answer | None, str | None, float]:
         """(what each rung did, the answer that won or None, the route's name, the tiers' cost).
@@ -314,7 +325,8 @@ class Router:
 
     async def adecide(self, state: Any, intent: str | None = None, *, task: str = "",
                       meta: Mapping[str, Any] | None = None, tools: Any = None,
-                      candidates: Sequence[Any] | None = None, offer: Collection[str] | None = None) -> Decision:
+                      candidates: Sequence[Any] | None = None, offer: Collection[str]
+                      | None = None) -> Decision:
         """`decide` for asyncio harnesses: runs in a worker thread, never blocks the event loop."""
         return await asyncio.to_thread(self.decide, state, intent, task=task, meta=meta, tools=tools,
                                        candidates=candidates, offer=offer)

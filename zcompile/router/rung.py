@@ -80,8 +80,8 @@ class Answer:
 
     def to_dict(self) -> dict[str, Any]:
         kind = self.kind
-        out: dict[str, Any] = {"tier": self.rung, "outcome": self.outcome if kind == "abstain" else "answered",
-                               "kind": kind, "latency_ms": round(self.latency_ms, 3)}
+        out: dict[str, Any] = {"tier": self.rung, "outcome": self.outcome if kind == "abstain"
+                               else "answered", "kind": kind, "latency_ms": round(self.latency_ms, 3)}
         if self.action is not None:
             out["action"] = self.action
         if self.arguments is not None:
@@ -106,7 +106,8 @@ def abstain(cause: str, detail: str = "", *, action: str | None = None, confiden
 
 def stamped(a: Answer, rung: str, latency_ms: float) -> Answer:
     """`a` with the rung's name and latency (dataclasses.replace, without its cost)."""
-    return Answer(a.kind, rung, a.action, a.arguments, a.text, a.confidence, a.cause, a.detail, latency_ms, a.model)
+    return Answer(a.kind, rung, a.action, a.arguments, a.text, a.confidence, a.cause, a.detail, latency_ms,
+                  a.model)
 
 
 class Catalog:
@@ -195,7 +196,8 @@ def settle(step: Step, action: str | None, arguments: Any = None, text: str | No
     if action is None:
         return abstain("declined", detail or "no action", confidence=confidence, model=model)
     if action not in step.legal.actions:
-        return abstain("illegal", f"proposed `{action}` outside the legal set", confidence=confidence, model=model)
+        return abstain("illegal", f"proposed `{action}` outside the legal set", confidence=confidence,
+                       model=model)
     if step.offer is not None and action not in step.offer:
         return abstain("illegal", f"proposed `{action}`, which is legal but not offered at this step",
                        confidence=confidence, model=model)
@@ -211,18 +213,21 @@ def settle(step: Step, action: str | None, arguments: Any = None, text: str | No
             return Answer("name", action=action, confidence=confidence, detail=detail, model=model)
         arguments = {}  # the signature declares no argument: the name is the whole call
     if not isinstance(arguments, Mapping):
-        return abstain("illegal", f"arguments of `{action}` are not an object", confidence=confidence, model=model)
+        return abstain("illegal", f"arguments of `{action}` are not an object", confidence=confidence,
+                       model=model)
     try:  # plain JSON, so the receipt can always be written
         arguments = msgspec.json.decode(_ENC.encode(arguments))
     except (TypeError, ValueError, OverflowError, RecursionError, msgspec.MsgspecError) as exc:
-        return abstain("error", f"arguments of `{action}` are not JSON: {exc}", confidence=confidence, model=model)
+        return abstain("error", f"arguments of `{action}` are not JSON: {exc}", confidence=confidence,
+                       model=model)
     if step.policy is not None:
         verdict = step.policy.check(step.legal.root, action, arguments, step.intent)
         if not verdict.allowed:
             why = "; ".join(r.message for r in verdict.reasons[:3])
             return abstain("illegal", f"call refused by the policy: {why}", action=None,
                            confidence=confidence, model=model)
-    return Answer("call", action=action, arguments=arguments, confidence=confidence, detail=detail, model=model)
+    return Answer("call", action=action, arguments=arguments, confidence=confidence, detail=detail,
+                  model=model)
 
 
 def bare(step: Step, action: str) -> str:
@@ -279,10 +284,12 @@ class SpecialistRung:
 def ask(sp: Any, step: Step) -> Answer:
     """One specialist's answer for a step, settled (its name is the answer's model)."""
     if getattr(sp, "pairwise", False):  # it scores the offered tools only
-        raw = sp.decide(step.state, step.choices, step.tools if step.tools is not None else step.catalog.tools)
+        raw = sp.decide(step.state, step.choices, step.tools if step.tools is not None
+                        else step.catalog.tools)
     else:  # a zc Specialist takes the LegalSet itself: its validated state is not validated again
         given = step.legal if getattr(sp, "takes_legal_set", False) else step.legal.actions
-        raw = sp.decide(step.state, given, step.candidates) if step.candidates else sp.decide(step.state, given)
+        raw = (sp.decide(step.state, given, step.candidates) if step.candidates
+               else sp.decide(step.state, given))
     conf = float(raw.confidence) if raw.confidence is not None else None
     if raw.action is None:
         best = raw.best if step.allows(raw.best) else None
@@ -309,7 +316,8 @@ class ProposeRung:
             return settle(step, ans.action, getattr(ans, "arguments", None), getattr(ans, "text", None),
                           confidence=ans.confidence, model=model, detail=ans.detail)
         cause = "declined" if ans.outcome == "abstained" else ans.outcome
-        return abstain(cause if cause in CAUSES else "error", ans.detail, confidence=ans.confidence, model=model)
+        return abstain(cause if cause in CAUSES else "error", ans.detail, confidence=ans.confidence,
+                       model=model)
 
 
 def as_rung(name: str, tier: Any) -> Any:

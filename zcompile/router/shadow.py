@@ -11,12 +11,10 @@ from ..receipts import Receipt
 from ..receipts.candidates import same_call
 from .rung import SPECIALIST, Step, ask, timed
 
-RECEIPT_ARGUMENTS = "arguments" in Receipt.__struct_fields__  # else the router writes `meta.arguments`
-
 
 def receipt_arguments(r: Receipt) -> Any:
     """The arguments of the call a receipt recorded (None: a bare name, or not recorded)."""
-    return getattr(r, "arguments", None) if RECEIPT_ARGUMENTS else r.meta.get("arguments")
+    return r.arguments
 
 
 def label_of(r: Receipt) -> tuple[str | None, Any] | None:
@@ -127,7 +125,8 @@ class Monitor:
             answers.append((receipt.model, receipt.action, args, True))
         for s in receipt.meta.get("shadow") or ():
             if isinstance(s, Mapping) and s.get("outcome") == "answered":
-                answers.append((str(s.get("specialist")), s.get("action"), s.get("arguments"), bool(s.get("same"))))
+                answers.append((str(s.get("specialist")), s.get("action"), s.get("arguments"),
+                                bool(s.get("same"))))
         out = []
         for name, a, a_args, same in answers:
             if action is not None:

@@ -91,7 +91,8 @@ class ChatClient:
     def _post(self, content: bytes, deadline: float,
               on_event: Callable[[Any], None] | None = None) -> tuple[int, bytes | list]:
         timeout = httpx.Timeout(max(deadline - time.perf_counter(), 0.001))  # each phase: the time left
-        with _until(deadline), self._client.stream("POST", self.url, content=content, timeout=timeout) as resp:
+        with _until(deadline), self._client.stream("POST", self.url, content=content,
+                                                   timeout=timeout) as resp:
             sse = resp.headers.get("content-type", "").startswith("text/event-stream")
             if on_event is None or resp.status_code != 200 or not sse:
                 return resp.status_code, resp.read()
@@ -175,8 +176,8 @@ class _DeadlineBackend(httpcore.NetworkBackend):
     def __init__(self) -> None:
         self._inner = httpcore.SyncBackend()
 
-    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options: Any = None) -> httpcore.NetworkStream:
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str
+                    | None = None, socket_options: Any = None) -> httpcore.NetworkStream:
         return _DeadlineStream(self._inner.connect_tcp(host, port, _left(timeout, httpcore.ConnectTimeout),
                                                        local_address, socket_options))
 
@@ -237,7 +238,8 @@ class DeadlineTransport(httpx.BaseTransport):
         # TCP_NODELAY: a small request must never wait on Nagle's algorithm for the server's delayed
         # ACK (~40 ms on Linux), which a reused connection can otherwise hit on every call.
         self._pool = httpcore.ConnectionPool(
-            max_connections=LIMITS.max_connections, max_keepalive_connections=LIMITS.max_keepalive_connections,
+            max_connections=LIMITS.max_connections,
+            max_keepalive_connections=LIMITS.max_keepalive_connections,
             keepalive_expiry=LIMITS.keepalive_expiry, retries=CONNECT_RETRIES,
             socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)], network_backend=_DeadlineBackend())
 
@@ -245,7 +247,8 @@ class DeadlineTransport(httpx.BaseTransport):
         url = request.url
         core = httpcore.Request(request.method, httpcore.URL(scheme=url.raw_scheme, host=url.raw_host,
                                                              port=url.port, target=url.raw_path),
-                                headers=request.headers.raw, content=request.stream, extensions=request.extensions)
+                                headers=request.headers.raw, content=request.stream,
+                                extensions=request.extensions)
         with _as_httpx():
             resp = self._pool.handle_request(core)
         return httpx.Response(resp.status, headers=resp.headers, stream=_Body(resp.stream),
@@ -277,7 +280,8 @@ def _connect_detail(exc: httpx.ConnectError) -> str:
 
 
 def jsonable(obj: Any) -> Any:
-    """`json.dumps`'s `default` for requests: sets become sorted lists, tuples lists, anything else its `str`."""
+    """`json.dumps`'s `default` for requests: sets become sorted lists, tuples lists, anything else its
+    `str`."""
     if isinstance(obj, (set, frozenset)):
         return sorted(obj, key=lambda x: (type(x).__name__, str(x)))
     if isinstance(obj, tuple):

@@ -165,7 +165,8 @@ def judge(reply: Any, offer: Offer) -> Reply:
     text = (content or "").strip()
     if not text:
         return Reply("abstained", detail="empty answer", model=model)
-    if offer.back and len(offer.replies) == 1:  # tools mode: prose is the reply when one reply action is legal
+    # tools mode: prose is the reply when one reply action is legal
+    if offer.back and len(offer.replies) == 1:
         return Reply("answered", next(iter(offer.replies)), None, text, "replied in prose", model)
     fenced = _FENCE.match(text)
     if fenced:

@@ -1,4 +1,5 @@
-"""The LLM tier rung: asks a chat model behind an OpenAI-compatible endpoint, answers or abstains with a cause."""
+"""The LLM tier rung: asks a chat model behind an OpenAI-compatible endpoint, answers or abstains with a
+cause."""
 
 from __future__ import annotations
 
@@ -16,7 +17,16 @@ import msgspec
 from ..errors import ZcError
 from ..router.rung import Answer, Step, abstain, settle
 from .client import ChatClient
-from .offer import DEFAULT_SYSTEM_PROMPT, MODE_INSTRUCTION, MODES, Malformed, Offer, Reply, judge, render_state
+from .offer import (
+    DEFAULT_SYSTEM_PROMPT,
+    MODE_INSTRUCTION,
+    MODES,
+    Malformed,
+    Offer,
+    Reply,
+    judge,
+    render_state,
+)
 
 OUTCOMES = ("answered", "abstained", "timeout", "illegal", "error")
 
@@ -149,7 +159,8 @@ class OpenAITier:
     def request_body(self, state: dict, legal: tuple[str, ...], intent: str | None = None,
                      descriptions: dict[str, str] | None = None, catalog: Any = None) -> dict[str, Any]:
         """The JSON body `propose` (or, with the policy's `catalog`, `answer`) sends for this decision."""
-        return self._request_body(state, self._offer(tuple(dict.fromkeys(legal)), descriptions, catalog), intent)
+        return self._request_body(state, self._offer(tuple(dict.fromkeys(legal)), descriptions, catalog),
+                                  intent)
 
     def _request_body(self, state: dict, offer: Offer, intent: str | None) -> dict[str, Any]:
         user = f"State:\n{render_state(state)}\n"
@@ -204,7 +215,8 @@ class OpenAITier:
             return settle(step, r.action, r.arguments, r.text, model=model, detail=r.detail)
         return abstain("declined" if r.outcome == "abstained" else r.outcome, r.detail, model=model)
 
-    def _ask(self, state: Any, offer: Offer | None, intent: str | None, timeout_s: float, start: float) -> Reply:
+    def _ask(self, state: Any, offer: Offer | None, intent: str | None, timeout_s: float,
+             start: float) -> Reply:
         """One request for the offer, every failure a non-answer with its cause: the whole call (connect,
         send, headers, body) ends by the budget, whatever the server does."""
         budget = min(self.timeout_ms / 1000.0, timeout_s)
@@ -212,7 +224,8 @@ class OpenAITier:
             return Reply("abstained", detail="no legal action offered")
         if budget <= 0:
             return Reply("timeout", detail="no time left for this tier")
-        outcome, reply, detail = self.exchange(self._request_body(state, offer, intent), start + budget, since=start)
+        outcome, reply, detail = self.exchange(self._request_body(state, offer, intent), start + budget,
+                                               since=start)
         if outcome != "ok":
             return Reply(outcome, detail=detail)
         try:
