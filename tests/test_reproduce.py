@@ -54,7 +54,8 @@ def test_make_distill_rebuilds_the_shipped_specialist(rebuilt, policy):
 
 def _other_kernel() -> str:
     """An OpenBLAS kernel that every x86-64 machine here runs (AVX at most) and this process does not use."""
-    here = subprocess.run([sys.executable, "-c", BLAS], capture_output=True, text=True, check=True).stdout.strip()
+    here = subprocess.run([sys.executable, "-c", BLAS], capture_output=True, text=True,
+                          check=True).stdout.strip()
     return "Nehalem" if here.lower() == "sandybridge" else "Sandybridge"
 
 
@@ -65,7 +66,8 @@ def test_another_cpus_blas_kernels_rebuild_it_too(rebuilt, tmp_path):
     kernel = _other_kernel()
     env = {**os.environ, "OPENBLAS_CORETYPE": kernel, "OPENBLAS_NUM_THREADS": "1"}
     used = subprocess.run([sys.executable, "-c", BLAS], env=env, capture_output=True, text=True, check=True)
-    assert used.stdout.strip().lower() == kernel.lower()  # the kernel was taken: this run adds in another order
+    # the kernel was taken: this run adds in another order
+    assert used.stdout.strip().lower() == kernel.lower()
     zc = [sys.executable, "-m", "zcompile"]
     built = tmp_path / "build"
     run = subprocess.run([*zc, "compile", "-q", str(POLICY), "-o", str(built)], env=env, cwd=ROOT,
@@ -99,7 +101,8 @@ def _copy(tmp_path: Path, name: str) -> Path:
 
 
 def _reseal(d: Path, **changes) -> None:
-    """The manifest of `d` changed, sealed again, and its report rendered from it (as a distillation writes)."""
+    """The manifest of `d` changed, sealed again, and its report rendered from it (as a distillation
+    writes)."""
     m = msgspec.structs.replace(decode((d / "manifest.json").read_bytes(), "manifest.json"), **changes)
     (d / "manifest.json").write_bytes(encode(m))
     (d / "report.md").write_text(render(m))
@@ -111,9 +114,11 @@ def test_only_the_measured_times_may_differ(tmp_path, capsys):
     params = m.model.params | {"train_seconds": 1234.5}
     _reseal(d, model=msgspec.structs.replace(m.model, params=params),
             metrics=m.metrics | {"latency_us": {"n": 1, "p50": 1.0, "p99": 2.0}},
-            gate=msgspec.structs.replace(m.gate, key=(*m.gate.key[:-1], -0.001)))  # -p50 ms, the gate's last key
+            # -p50 ms, the gate's last key
+            gate=msgspec.structs.replace(m.gate, key=(*m.gate.key[:-1], -0.001)))
     assert differences(d, SHIPPED) == [] and differences(d, SHIPPED, exact=True) == []
-    assert main([str(d), str(SHIPPED), "--exact"]) == 0 and "the manifest byte for byte" in capsys.readouterr().out
+    assert main([str(d), str(SHIPPED), "--exact"]) == 0
+    assert "the manifest byte for byte" in capsys.readouterr().out
 
     promoted = _copy(tmp_path, "promoted")  # the gate's verdict is not a measured time
     _reseal(promoted, gate=msgspec.structs.replace(m.gate, promoted=False, reasons=("p50 latency too high",)))
@@ -129,7 +134,8 @@ def test_only_the_measured_times_may_differ(tmp_path, capsys):
     (model / "model.onnx").write_bytes((SHIPPED / "model.onnx").read_bytes() + b"\0")
     (model / "notes.txt").write_text("mine")
     found = differences(model, SHIPPED)
-    assert found[0].startswith("files: ") and "notes.txt" in found[0] and "model.onnx: the bytes differ" in found
+    assert found[0].startswith("files: ") and "notes.txt" in found[0]
+    assert "model.onnx: the bytes differ" in found
 
     report = _copy(tmp_path, "report")
     (report / "report.md").write_text("edited\n")
