@@ -412,7 +412,7 @@ def test_bfcl_question_offering_no_function_is_an_abstention(tmp_path):
                       best=legal[0] if legal else None, arguments=None)
 
     rep = evals.report([out], None, Eager(), decisions=True)
-    assert [(row["id"], row["rung"]) for row in rep["decisions"]] == [("x_0", "specialist"), ("x_1", "remote")]
+    assert [(row.id, row.rung) for row in rep["decisions"]] == [("x_0", "specialist"), ("x_1", "remote")]
     assert rep["overall"]["abstained_where_none_fits"]["k"] == rep["overall"]["abstained_where_none_fits"]["n"] == 1
     # an answer naming a function where none was offered is refused, naming the place
     q2, a2 = _bfcl(tmp_path, [bare], [{"id": "x_1", "ground_truth": [{"math.add": {}}]}])

@@ -126,6 +126,9 @@ def distill_cmd(sources, policy_path, out, model, guarantee, folds, negatives, t
               help="Write the figures as JSON to F.")
 @click.option("--html", "html_out", default=None, type=click.Path(dir_okay=False), metavar="F",
               help="Write a self-contained HTML report to F.")
+@click.option("--decisions", "decisions_out", default=None, type=click.Path(dir_okay=False), metavar="F",
+              help="Write one JSON line per replayed decision to F: rung, answer, arguments with their "
+              "provenance, confidence, strict and acceptable verdicts (docs/evaluation.md).")
 @click.option("--split", type=click.Choice(["test", "all"]), default="test", show_default=True,
               help="test: only decisions of tasks the specialist never trained on; all: every decision.")
 @click.option("--allow-trained", is_flag=True,
@@ -133,7 +136,7 @@ def distill_cmd(sources, policy_path, out, model, guarantee, folds, negatives, t
 @click.option("--skip-invalid", is_flag=True, help="Skip invalid receipt lines (counted) instead of refusing.")
 @click.option("--tiers", "tiers_path", default=None, type=click.Path(dir_okay=False), metavar="F",
               help="tiers.toml: replay with these LLM tiers on (default: off; what they leave goes to the teacher).")
-def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, split, allow_trained,
+def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, decisions_out, split, allow_trained,
              skip_invalid, tiers_path) -> None:
     """Replay receipts through the router (compiler, the specialist, tiers off unless --tiers): per-rung
     and overall figures, complete calls, live shadow agreement.
@@ -141,6 +144,7 @@ def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, spl
     A pairwise specialist is given the tools each receipt offered (meta.tools); where no offered action
     fits (a receipt with no action and verified: true) the report gives the share it abstained on."""
     from .. import evals
+    from ..evals import decisions
     from ..qroute.specialist import read_manifest
 
     if policy_path is None:
@@ -151,9 +155,14 @@ def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, spl
         if why:
             click.echo(f"error: {why}", err=True)
             sys.exit(2)
-    outputs = [o for o in ((json_out, evals.to_json, "zc eval JSON report", evals.is_json_report),
+    def report_json(rep):  # the rows go to their own file, not into the report
+        return evals.to_json({k: v for k, v in rep.items() if k != "decisions"})
+
+    outputs = [o for o in ((json_out, report_json, "zc eval JSON report", evals.is_json_report),
                            (html_out, lambda r: evals.render_html(r).encode(), "zc eval HTML report",
-                            evals.is_html_report)) if o[0] is not None]
+                            evals.is_html_report),
+                           (decisions_out, lambda r: decisions.encode(r["decisions"]), "zc eval decisions file",
+                            decisions.is_decisions_file)) if o[0] is not None]
     try:
         for path, _, what, owns in outputs:  # refused before the replay, not after it
             refuse_foreign_file(Path(path), what, owns)
@@ -169,7 +178,8 @@ def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, spl
             from ..qroute.dataset import Report
 
             rep = evals.run(policy, specialist_dir, [*sources, *more], split=split, allow_trained=allow_trained,
-                            skip_invalid=skip_invalid, tiers=tiers, progress=Report(bar=progress))
+                            skip_invalid=skip_invalid, tiers=tiers, progress=Report(bar=progress),
+                            decisions=decisions_out is not None)
         finally:
             for tier in tiers.values():
                 tier.close()
