@@ -204,10 +204,15 @@ def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, dec
 def promote_cmd(specialist_dir, policy_path, sources, dry_run, skip_invalid) -> None:
     """Re-gate a specialist on its shadow answers in live receipts of tasks it never trained on.
 
-    Promoted when no shadow answer was illegal or dangerous and the one-sided 95% Clopper–Pearson
-    lower bound of its live precision (whole outputs: a call with its arguments) reaches the
-    manifest's target; otherwise not promoted (a promoted specialist is demoted). The manifest
-    (re-sealed) and report.md are rewritten in place unless --dry-run. Exit 0 when promoted, 1 when not."""
+    Each shadow answer is judged against what the teacher then did (strict, or acceptable: a
+    side-effect-free call the teacher made later). The unit of evidence is the task: each kind of
+    output (a call by where its weakest argument value came from, when the receipts carry the
+    candidates, else by action; a reply or name by action) is promoted when none of its answers was
+    illegal or dangerous and the one-sided 95% Clopper–Pearson lower bound over the tasks it answered
+    in (a task counts when every answer of that kind in it was acceptable) reaches the manifest's
+    target; the specialist is promoted when every kind is, else not (a promoted one is demoted). Says
+    how many more clean tasks each kind needs. The manifest (re-sealed) and report.md are rewritten in
+    place unless --dry-run. Exit 0 when promoted, 1 when not."""
     from ..qroute.promote import promote
 
     try:
@@ -217,9 +222,15 @@ def promote_cmd(specialist_dir, policy_path, sources, dry_run, skip_invalid) -> 
         fail(exc)
     p = m.metrics["promotion"]
     click.echo(f"{m.name}: {ev.answered} of {ev.asked} shadow records answered on {ev.tasks} unseen tasks, "
-               f"{ev.right} right (one-sided 95% lower bound {p['lower_bound']:.3f}, target "
-               f"{p['target_precision']:g}; {p['answers_needed']} answers, all right, are needed); "
-               f"illegal {ev.illegal}, dangerous {ev.dangerous}")
+               f"{ev.right} acceptable, {ev.strict} strict; illegal {ev.illegal}, dangerous {ev.dangerous}; "
+               f"target {p['target_precision']:g} over tasks (one-sided 95% Clopper–Pearson: "
+               f"≥ {p['tasks_needed_from_none']} clean tasks, none unclean)")
+    for k in ev.kinds:
+        click.echo(f"  {k.kind}: {k.clean} of {k.tasks} tasks clean ({k.right}/{k.answered} answers acceptable), "
+                   f"lower bound {k.lower_bound:.3f}: "
+                   + ("promoted" if k.promoted else f"needs {k.tasks_needed} more clean tasks"
+                      + ("" if k.illegal + k.dangerous == 0 else f" and no illegal ({k.illegal}) or dangerous "
+                         f"({k.dangerous}) answer")))
     click.echo(("would be " if dry_run else "") + ("promoted" if m.gate.promoted else
                                                    "NOT promoted: " + "; ".join(m.gate.reasons)))
     sys.exit(0 if m.gate.promoted else 1)
