@@ -254,3 +254,26 @@ def test_shadow_versions_are_cached_without_growing():
     got = [shadow.version(SimpleNamespace(manifest=x)) for x in made]
     assert len(shadow._VERSIONS) <= shadow.MAX_VERSIONS
     assert got == [identity(x) for x in made] and len(set(got)) == len(made)
+
+
+def test_monitor_counting_tasks_demotes_errors_that_come_in_whole_tasks():
+    """60 tasks of 10 answers, every tenth task wrong throughout: counted by answers (270/300 when the
+    rule first applies, 540/600 at the end) the live bound stays above 0.80; counted by tasks (27/30
+    clean when the rule first applies) it falls below, and the reason says so."""
+    from zcompile.router.shadow import Monitor, Unit
+
+    def run(m):
+        whys = [m.add("s", i % 10 != 0, 0.80, task=f"t{i}") for i in range(60) for _ in range(10)]
+        return [w for w in whys if w]
+
+    assert run(Monitor(window=1000, min_outcomes=300)) == []
+    tasks = Monitor(window=100, min_outcomes=30, unit="tasks")
+    whys = run(tasks)
+    assert whys and whys[0].startswith("live precision 27/30 tasks clean") and tasks.unit is Unit.TASKS
+    assert tasks.figures("s") == (54, 60, pytest.approx(stats.lower_bound(54, 60)))
+    # the window keeps the last `window` tasks; an answer without a task is its own
+    small = Monitor(window=3, min_outcomes=1, unit=Unit.TASKS)
+    for t in ("a", "b", "a", "c", "d"):
+        small.add("s", t != "b", None, task=t)
+    small.add("s", True, None)
+    assert small.figures("s")[:2] == (3, 3)  # a, c, d were clean and b fell out; then c, d and the untasked one
