@@ -11,24 +11,30 @@ from pathlib import Path
 import msgspec
 import pytest
 from click.testing import CliRunner
+from test_eval_router import Handing
 
 import zcompile
 from zcompile import evals, stats
 from zcompile.cli import main
 from zcompile.evals.decisions import DecisionRow, is_decisions_file
 from zcompile.receipts import read
-from zcompile.receipts.candidates import Candidate, Provenance, call_provenance, provenance_of
-
-from test_eval_router import Handing
+from zcompile.receipts.candidates import (
+    Candidate,
+    Provenance,
+    call_provenance,
+    provenance_of,
+)
 
 ROOT = Path(__file__).parents[1]
 POLICY = ROOT / "policies" / "airline_chat.zc"
 SHIPPED = ROOT / "specialists" / "airline_chat"
+EVAL = ["eval", "--policy", str(POLICY), "--specialists", str(SHIPPED), "--receipts", str(ROOT / "receipts")]
 
 
 def test_provenance_prefers_the_user_then_calls_then_tools():
     cands = [Candidate("8JX2WO", "tool", "reservations"), Candidate("8JX2WO", "user"),
-             Candidate("mia_li_3668", "tool", "user_id"), Candidate("mia_li_3668", "call", "get_user_details.user_id"),
+             Candidate("mia_li_3668", "tool", "user_id"),
+             Candidate("mia_li_3668", "call", "get_user_details.user_id"),
              Candidate(2, "tool", "passengers"), Candidate("economy", "constant"), Candidate(3.0, "user")]
     sources = provenance_of(cands)
     each, call = call_provenance({"reservation_id": "8JX2WO", "user_id": "mia_li_3668"}, sources)
@@ -65,8 +71,7 @@ def shipped(tmp_path_factory):
     """`zc eval --decisions` of the shipped specialist on the bundled receipts (the sealed test split)."""
     d = tmp_path_factory.mktemp("eval")
     out, rep_path, html = d / "decisions.jsonl", d / "r.json", d / "r.html"
-    res = CliRunner().invoke(main, ["eval", "--policy", str(POLICY), "--specialists", str(SHIPPED), "--receipts",
-                                    str(ROOT / "receipts"), "--decisions", str(out), "--json", str(rep_path),
+    res = CliRunner().invoke(main, [*EVAL, "--decisions", str(out), "--json", str(rep_path),
                                     "--html", str(html)])
     assert res.exit_code == 0, res.output
     rows = [msgspec.json.decode(line, type=DecisionRow) for line in out.read_bytes().splitlines()]
@@ -82,7 +87,8 @@ def test_decisions_file_holds_every_replayed_decision(shipped, policy):
     assert len(calls) == rep["calls"]["answered"] > 0
     assert sum(r.acceptable for r in calls) == rep["calls"]["acceptable"]["correct"]
     assert sum(r.strict for r in calls) == rep["calls"]["correct"]
-    assert all(r.strict is None and r.acceptable is None for r in rows if r.rung == "remote" and not r.handed_on)
+    fell = [r for r in rows if r.rung == "remote" and not r.handed_on]
+    assert fell and all(r.strict is None and r.acceptable is None for r in fell)
     handed = [r for r in rows if r.handed_on]
     assert len(handed) == rep["overall"]["handed_to_text_tier"]
     assert sum(r.strict for r in handed) == rep["overall"]["handed_precision"]["k"]
@@ -137,7 +143,8 @@ def test_risk_coverage_of_calls_and_replies_apart(shipped):
     calls, replies = rc["calls"], rc["replies"]
     assert calls["tau"] == m["threshold"]["tau"] and replies["tau"] == m["calls"]["reply_threshold"]["tau"]
     mine = [r for r in rows if r.rung == "specialist" and r.kind == "call"]
-    assert calls["answered"] == len(mine) and calls["acceptable"]["at_tau"]["correct"] == sum(r.acceptable for r in mine)
+    assert calls["answered"] == len(mine)
+    assert calls["acceptable"]["at_tau"]["correct"] == sum(r.acceptable for r in mine)
     assert calls["strict"]["at_tau"]["correct"] == sum(r.strict for r in mine)
     assert calls["acceptable"]["points"][-1]["coverage"] == pytest.approx(calls["coverage"])  # ends at τ
     handed = [r for r in rows if r.handed_on]
@@ -166,8 +173,8 @@ def test_html_draws_the_charts_without_scripts(shipped):
     p.feed(html)
     assert "script" not in p.tags
     assert {"risk–coverage: calls", "risk–coverage: replies", "reliability diagram", "risk–coverage curve",
-            "precision per task: answered complete calls", "precision per task: replies handed to a text tier"} \
-        <= set(p.labels)
+            "precision per task: answered complete calls",
+            "precision per task: replies handed to a text tier"} <= set(p.labels)
     worst = rep["per_task"]["calls"]["worst"]["task"]
     assert f"{worst} (" in html and "Precision per task" in html
 
@@ -178,8 +185,7 @@ def test_decisions_file_never_replaces_a_strangers_file(shipped):
     assert is_decisions_file(out)
     stranger = d / "notes.jsonl"
     stranger.write_text('{"id": "mine"}\n')
-    res = CliRunner().invoke(main, ["eval", "--policy", str(POLICY), "--specialists", str(SHIPPED), "--receipts",
-                                    str(ROOT / "receipts"), "--decisions", str(stranger)])
+    res = CliRunner().invoke(main, [*EVAL, "--decisions", str(stranger)])
     assert res.exit_code == 1 and "is not a zc eval decisions file; refusing to overwrite it" in res.output
     assert stranger.read_text() == '{"id": "mine"}\n' and "Traceback" not in res.output
 

@@ -413,10 +413,11 @@ def test_bfcl_question_offering_no_function_is_an_abstention(tmp_path):
 
     rep = evals.report([out], None, Eager(), decisions=True)
     assert [(row.id, row.rung) for row in rep["decisions"]] == [("x_0", "specialist"), ("x_1", "remote")]
-    assert rep["overall"]["abstained_where_none_fits"]["k"] == rep["overall"]["abstained_where_none_fits"]["n"] == 1
+    none_fits = rep["overall"]["abstained_where_none_fits"]
+    assert none_fits["k"] == none_fits["n"] == 1
     # an answer naming a function where none was offered is refused, naming the place
     q2, a2 = _bfcl(tmp_path, [bare], [{"id": "x_1", "ground_truth": [{"math.add": {}}]}])
-    with pytest.raises(ZcError, match=r"q.json:1: \$\.function: no function offered, yet the answer names `math.add`"):
+    with pytest.raises(ZcError, match=r"q.json:1: \$\.function: no function offered, yet the answer names "):
         list(import_bfcl(q2, a2))
 
 

@@ -120,11 +120,13 @@ def shadow_receipts(path: Path, m, tasks: dict[str, list[bool]], *, candidates: 
     rows = []
     for task, answers in tasks.items():
         for i, right in enumerate(answers):
-            record = {"tier": "specialist", "outcome": "answered", "kind": "call", "action": "get_user_details",
+            record = {"tier": "specialist", "outcome": "answered", "kind": "call",
+                      "action": "get_user_details",
                       "arguments": {"user_id": base.arguments["user_id"] if right else other},
                       "specialist": m.name, "version": identity(m)}
-            rows.append(Receipt(id=f"{task}:{i}", task=task, state=base.state, tier="remote", action=base.action,
-                                arguments=base.arguments, candidates=base.candidates if candidates else None,
+            rows.append(Receipt(id=f"{task}:{i}", task=task, state=base.state, tier="remote",
+                                action=base.action, arguments=base.arguments,
+                                candidates=base.candidates if candidates else None,
                                 meta={"conversation": f"{task}/{i}", "shadow": [record]}))
     write_file(path, rows)
     return path
@@ -135,7 +137,8 @@ def test_promotion_counts_tasks_not_answers(policy, tmp_path):
     promote; one unclean task among 60 demotes; without candidates a call's kind is its action."""
     d = copy(tmp_path)
     m0 = read_manifest(d)
-    many = shadow_receipts(tmp_path / "many.jsonl", m0, {"t0": [True] * 34, "t1": [True] * 33, "t2": [True] * 33})
+    many = shadow_receipts(tmp_path / "many.jsonl", m0,
+                           {"t0": [True] * 34, "t1": [True] * 33, "t2": [True] * 33})
     m, ev = promote(d, policy, [many])
     (k,) = ev.kinds
     assert (ev.answered, ev.right, ev.tasks) == (100, 100, 3) and not m.gate.promoted
@@ -150,9 +153,11 @@ def test_promotion_counts_tasks_not_answers(policy, tmp_path):
     assert Router(policy, specialists=d).specialists  # the directory now earns its rung
     out = CliRunner().invoke(main, ["promote", str(d), "--policy", str(ROOT / "policies" / "airline_chat.zc"),
                                     "--receipts", str(tmp_path / "clean.jsonl"), "--dry-run"])
-    assert out.exit_code == 0 and "call/user: 59 of 59 tasks clean" in out.output and "would be promoted" in out.output
+    assert out.exit_code == 0 and "call/user: 59 of 59 tasks clean" in out.output
+    assert "would be promoted" in out.output
     # one wrong answer in a 60th task: 59 of 60 clean, the bound falls below the target: demoted
-    m, ev = promote(d, policy, [shadow_receipts(tmp_path / "one_bad.jsonl", m0, {**clean, "bad": [True, False]})])
+    one_bad = shadow_receipts(tmp_path / "one_bad.jsonl", m0, {**clean, "bad": [True, False]})
+    m, ev = promote(d, policy, [one_bad])
     (k,) = ev.kinds
     assert (k.clean, k.tasks) == (59, 60) and not m.gate.promoted
     assert k.tasks_needed == stats.tasks_needed(59, 60, 0.95) > 0
@@ -209,7 +214,8 @@ def test_only_this_version_on_unseen_tasks_counts(policy, tmp_path):
 
 def test_illegal_or_dangerous_shadow_answers_refuse_promotion():
     m = read_manifest(SHIPPED)
-    good = Evidence(asked=100, answered=80, right=80, kinds=[Kind("respond", answered=80, right=80, tasks=60, clean=60)])
+    good = Evidence(asked=100, answered=80, right=80,
+                    kinds=[Kind("respond", answered=80, right=80, tasks=60, clean=60)])
     assert regate(m, good).gate.promoted
     for bad in (Evidence(asked=100, answered=80, right=79, dangerous=1,
                          kinds=[Kind("respond", answered=80, right=79, tasks=60, clean=59, dangerous=1)]),
@@ -276,4 +282,5 @@ def test_monitor_counting_tasks_demotes_errors_that_come_in_whole_tasks():
     for t in ("a", "b", "a", "c", "d"):
         small.add("s", t != "b", None, task=t)
     small.add("s", True, None)
-    assert small.figures("s")[:2] == (3, 3)  # a, c, d were clean and b fell out; then c, d and the untasked one
+    # a, c, d were clean once b fell out; then c, d and the untasked answer
+    assert small.figures("s")[:2] == (3, 3)

@@ -136,8 +136,8 @@ def distill_cmd(sources, policy_path, out, model, guarantee, folds, negatives, t
 @click.option("--skip-invalid", is_flag=True, help="Skip invalid receipt lines (counted) instead of refusing.")
 @click.option("--tiers", "tiers_path", default=None, type=click.Path(dir_okay=False), metavar="F",
               help="tiers.toml: replay with these LLM tiers on (default: off; what they leave goes to the teacher).")
-def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, decisions_out, split, allow_trained,
-             skip_invalid, tiers_path) -> None:
+def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, decisions_out, split,
+             allow_trained, skip_invalid, tiers_path) -> None:
     """Replay receipts through the router (compiler, the specialist, tiers off unless --tiers): per-rung
     and overall figures, complete calls, live shadow agreement.
 
@@ -161,8 +161,8 @@ def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, dec
     outputs = [o for o in ((json_out, report_json, "zc eval JSON report", evals.is_json_report),
                            (html_out, lambda r: evals.render_html(r).encode(), "zc eval HTML report",
                             evals.is_html_report),
-                           (decisions_out, lambda r: decisions.encode(r["decisions"]), "zc eval decisions file",
-                            decisions.is_decisions_file)) if o[0] is not None]
+                           (decisions_out, lambda r: decisions.encode(r["decisions"]),
+                            "zc eval decisions file", decisions.is_decisions_file)) if o[0] is not None]
     try:
         for path, _, what, owns in outputs:  # refused before the replay, not after it
             refuse_foreign_file(Path(path), what, owns)
@@ -226,11 +226,11 @@ def promote_cmd(specialist_dir, policy_path, sources, dry_run, skip_invalid) -> 
                f"target {p['target_precision']:g} over tasks (one-sided 95% Clopper–Pearson: "
                f"≥ {p['tasks_needed_from_none']} clean tasks, none unclean)")
     for k in ev.kinds:
-        click.echo(f"  {k.kind}: {k.clean} of {k.tasks} tasks clean ({k.right}/{k.answered} answers acceptable), "
-                   f"lower bound {k.lower_bound:.3f}: "
-                   + ("promoted" if k.promoted else f"needs {k.tasks_needed} more clean tasks"
-                      + ("" if k.illegal + k.dangerous == 0 else f" and no illegal ({k.illegal}) or dangerous "
-                         f"({k.dangerous}) answer")))
+        bad = "" if k.illegal + k.dangerous == 0 else \
+            f" and no illegal ({k.illegal}) or dangerous ({k.dangerous}) answer"
+        click.echo(f"  {k.kind}: {k.clean} of {k.tasks} tasks clean ({k.right}/{k.answered} answers "
+                   f"acceptable), lower bound {k.lower_bound:.3f}: "
+                   + ("promoted" if k.promoted else f"needs {k.tasks_needed} more clean tasks{bad}"))
     click.echo(("would be " if dry_run else "") + ("promoted" if m.gate.promoted else
                                                    "NOT promoted: " + "; ".join(m.gate.reasons)))
     sys.exit(0 if m.gate.promoted else 1)

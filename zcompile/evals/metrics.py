@@ -88,7 +88,7 @@ def per_task(counts: Mapping[str, Sequence[int]], what: str) -> dict[str, Any]:
     """Precision per task of one kind of answer (`counts`: task -> (answered, strict, acceptable)),
     each with its Wilson 95% interval, the worst task (lowest acceptable precision, then most
     answers, then name) and the tasks with at least `WORST_MIN` answers below `WORST_BELOW`."""
-    tasks = []
+    tasks: list[dict[str, Any]] = []
     for task, (m, right, ok) in sorted(counts.items()):
         if m:
             tasks.append({"task": task, "answered": m, "acceptable": rate(ok, m), "strict": rate(right, m)})
@@ -293,7 +293,7 @@ class Ledger:
         self.kinds = {"calls": KindCurve(tau, sample), "replies": KindCurve(reply_tau, sample)}
         self.task_calls: dict[str, list[int]] = {}  # task -> answered calls, strict right, acceptable right
         self.task_replies: dict[str, list[int]] = {}  # task -> handed replies, strict right, acceptable right
-        self.by_source: dict[Provenance, list[int]] = {}  # answered calls by provenance: n, strict, acceptable
+        self.by_source: dict[Provenance, list[int]] = {}  # answered calls by provenance: n, strict, ok
         self.tasks: set[str] = set()
         self.times = Sample(2, sample)  # per decision: compiler µs, compiler + specialist µs
         self.asked = Sample(3, sample)  # per consulted decision: specialist µs, confidence, best == label
@@ -320,13 +320,13 @@ class Ledger:
             self.removed += r.complete
             self.names += r.kind == "name"
             if r.kind == "call":
-                ok = (call_correct(r), call_acceptable(r))
+                judged = (call_correct(r), call_acceptable(r))
                 self.calls_answered += 1
-                self.calls_correct += ok[0]
-                self.calls_acceptable += ok[1]
-                _count(self.task_calls, r.task, ok)
+                self.calls_correct += judged[0]
+                self.calls_acceptable += judged[1]
+                _count(self.task_calls, r.task, judged)
                 if r.source is not None:
-                    _count(self.by_source, r.source, ok)
+                    _count(self.by_source, r.source, judged)
             if r.complete:
                 self.off[0] += 1
                 self.off[1] += call_correct(r)

@@ -171,7 +171,9 @@ def power_lines(rep: dict[str, Any]) -> list[str]:
 
 def _ci(r: dict[str, Any]) -> str:
     """A `metrics.rate` as `rate [lo, hi] (k/n)`, or `n/a` when n is 0."""
-    return "n/a" if not r["n"] else f"{r['rate']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}] ({r['k']}/{r['n']})"
+    if not r["n"]:
+        return "n/a"
+    return f"{r['rate']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}] ({r['k']}/{r['n']})"
 
 
 def per_task_lines(rep: dict[str, Any]) -> list[str]:
@@ -185,10 +187,11 @@ def per_task_lines(rep: dict[str, Any]) -> list[str]:
             continue
         w = block["worst"]
         below = block["below"]
-        bar = (f"{len(below)} task{'s' if len(below) != 1 else ''} with ≥ {block['below_min_answers']} answers "
-               f"below {block['below_precision']:.2f}" + (f" ({', '.join(below[:EXAMPLES])})" if below else ""))
-        out.append(f"{head}, over {len(block['tasks'])} tasks: worst `{w['task']}` acceptable {_ci(w['acceptable'])}, "
-                   f"strict {_ci(w['strict'])}; {bar}")
+        listed = f" ({', '.join(below[:EXAMPLES])})" if below else ""
+        bar = (f"{len(below)} task{'s' if len(below) != 1 else ''} with ≥ {block['below_min_answers']} "
+               f"answers below {block['below_precision']:.2f}{listed}")
+        out.append(f"{head}, over {len(block['tasks'])} tasks: worst `{w['task']}` acceptable "
+                   f"{_ci(w['acceptable'])}, strict {_ci(w['strict'])}; {bar}")
     return out
 
 
@@ -202,12 +205,14 @@ def kind_lines(rep: dict[str, Any]) -> list[str]:
             continue
         tau = "no τ" if k["tau"] is None else f"τ = {k['tau']:.4f}"
         a, st = k["acceptable"], k["strict"]
-        line = (f"risk–coverage, {key} ({tau}): {k['answered']} {verb} of the {k['n']} decisions whose best action "
-                f"is {what} (coverage {k['coverage']:.3f})")
+        line = (f"risk–coverage, {key} ({tau}): {k['answered']} {verb} of the {k['n']} decisions whose best "
+                f"action is {what} (coverage {k['coverage']:.3f})")
         if k["answered"]:
-            line += (f", precision acceptable {_ci(_as_rate(a['at_tau']))}, strict {_ci(_as_rate(st['at_tau']))}")
+            line += (f", precision acceptable {_ci(_as_rate(a['at_tau']))}, "
+                     f"strict {_ci(_as_rate(st['at_tau']))}")
         if k["judged"]:
-            line += f"; AURC acceptable {_num(a['aurc'])}, strict {_num(st['aurc'])} over {k['judged']} judged"
+            line += (f"; AURC acceptable {_num(a['aurc'])}, strict {_num(st['aurc'])} "
+                     f"over {k['judged']} judged")
         if key == "calls" and k["judged"] < k["n"]:
             line += " (below τ the specialist forms no complete call: those are not judged)"
         out.append(line)
@@ -263,7 +268,8 @@ def render_text(rep: dict[str, Any]) -> str:
     lines += ["", f"overall precision (name level) acceptable {_p(a)}, strict {_num(o['precision'])} "
               f"[{o['precision_ci'][0]:.3f}, {o['precision_ci'][1]:.3f}] on {o['answered']} answered of "
               f"n = {rep['n']}; " + _cost_line(rep), _calls_line(rep)]
-    lines += [x for x in (provenance_line(rep), _handed_line(rep), _judge_line(rep), _floor_line(rep)) if x is not None]
+    lines += [x for x in (provenance_line(rep), _handed_line(rep), _judge_line(rep), _floor_line(rep))
+              if x is not None]
     lines += per_task_lines(rep) + kind_lines(rep)
     if (line := _specialist_line(rep)) is not None:
         lines.append(line)
@@ -305,7 +311,8 @@ def chart(series: list[dict[str, Any]], *, xlabel: str, ylabel: str = "precision
     left, right, top, bottom = 60, 20, 34, 50
     w, h = width - left - right, height - top - bottom
     if y0 is None:
-        ys = [p["y"] for s in series for p in s["points"]] + [m["y"] for m in marks] + ([target] if target else [])
+        ys = [p["y"] for s in series for p in s["points"]] + [m["y"] for m in marks]
+        ys += [target] if target else []
         y0 = _axis_floor(ys)
     x = lambda c: left + c * w  # noqa: E731
     y = lambda p: top + (1 - (max(p, y0) - y0) / (1 - y0)) * h  # noqa: E731
@@ -316,8 +323,8 @@ def chart(series: list[dict[str, Any]], *, xlabel: str, ylabel: str = "precision
             dots += [{"x": x(p["x"]), "y": y(p["y"]), "lo": y(p["lo"]), "hi": y(p["hi"]), "color": s["color"],
                       "title": p["title"]} for p in pts]
         elif pts:
-            lines.append({"points": " ".join(f"{x(p['x']):.1f},{y(p['y']):.1f}" for p in pts), "color": s["color"],
-                          "dash": s.get("dash", "")})
+            coords = " ".join(f"{x(p['x']):.1f},{y(p['y']):.1f}" for p in pts)
+            lines.append({"points": coords, "color": s["color"], "dash": s.get("dash", "")})
     out_marks = []
     for m in marks:
         anchor = "end" if m["x"] > 0.5 else "start"
@@ -345,7 +352,7 @@ def curve_geometry(rc: dict[str, Any], target: float | None) -> dict[str, Any] |
     if not rc["points"]:
         return None
     at = rc["at_tau"]
-    marks = ()
+    marks: tuple[dict[str, Any], ...] = ()
     if at["precision"] is not None:
         marks = ({"x": at["coverage"], "y": at["precision"], "color": RED,
                   "label": f"answered: coverage {at['coverage']:.2f}, precision {at['precision']:.3f}"},)
@@ -368,9 +375,11 @@ def kind_geometry(k: dict[str, Any], what: str, target: float | None) -> dict[st
         else:
             for name, at, color in (("acceptable", a, BLUE), ("strict", st, ORANGE)):
                 marks.append({"x": at["coverage"], "y": at["precision"], "color": color,
-                              "label": f"{tau}{name} {at['precision']:.3f} ({at['correct']}/{at['answered']})"})
+                              "label": f"{tau}{name} {at['precision']:.3f} "
+                                       f"({at['correct']}/{at['answered']})"})
     return chart([{"name": "acceptable", "color": BLUE, "points": _curve_points(k["acceptable"]["points"])},
-                  {"name": "strict", "color": ORANGE, "dash": "6 4", "points": _curve_points(k["strict"]["points"])}],
+                  {"name": "strict", "color": ORANGE, "dash": "6 4",
+                   "points": _curve_points(k["strict"]["points"])}],
                  xlabel=f"coverage of the {k['n']} decisions whose best is {what}",
                  target=target, marks=tuple(marks))
 
@@ -389,10 +398,12 @@ def reliability_geometry(rc: dict[str, Any]) -> dict[str, Any] | None:
                           f"{b['precision']:.3f} [{b['ci'][0]:.3f}, {b['ci'][1]:.3f}]"} for b in bins]})
     if not series:
         return None
-    return chart(series, xlabel="confidence (mean of the bin)", ylabel="observed precision", y0=0.0, diagonal=True)
+    return chart(series, xlabel="confidence (mean of the bin)", ylabel="observed precision", y0=0.0,
+                 diagonal=True)
 
 
-def tasks_geometry(block: dict[str, Any], limit: int = 40, width: int = 560, row: int = 16) -> dict[str, Any] | None:
+def tasks_geometry(block: dict[str, Any], limit: int = 40, width: int = 560,
+                   row: int = 16) -> dict[str, Any] | None:
     """Precision per task (acceptable) with its Wilson 95% interval, worst first, at most `limit` tasks."""
     tasks = sorted(block["tasks"], key=lambda t: (t["acceptable"]["rate"], -t["answered"], t["task"]))[:limit]
     if not tasks:
@@ -403,9 +414,8 @@ def tasks_geometry(block: dict[str, Any], limit: int = 40, width: int = 560, row
     rows = [{"y": top + (i + 0.5) * row, "x": x(t["acceptable"]["rate"]), "lo": x(t["acceptable"]["ci"][0]),
              "hi": x(t["acceptable"]["ci"][1]), "bad": t["task"] in block["below"],
              "label": f"{t['task'][:22]} ({t['acceptable']['k']}/{t['answered']})",
-             "title": f"{t['task']}: acceptable {t['acceptable']['rate']:.3f} [{t['acceptable']['ci'][0]:.3f}, "
-                      f"{t['acceptable']['ci'][1]:.3f}] ({t['acceptable']['k']}/{t['answered']}), strict "
-                      f"{t['strict']['rate']:.3f}"} for i, t in enumerate(tasks)]
+             "title": f"{t['task']}: acceptable {_ci(t['acceptable'])}, strict {_ci(t['strict'])}"}
+            for i, t in enumerate(tasks)]
     h = len(rows) * row
     return {"width": width, "height": top + h + 40, "left": left, "top": top, "w": w, "h": h, "rows": rows,
             "bar": x(block["below_precision"]), "bar_label": f"{block['below_precision']:.2f}",
@@ -460,7 +470,8 @@ def render_html(rep: dict[str, Any]) -> str:
               ["excluded (trained-on tasks)", str(rep["excluded_trained_on"])],
               ["unseen tasks", str(rep["unseen_tasks"])], ["unseen decisions", str(rep["unseen_decisions"])]]
     rc = rep["risk_coverage"]
-    kind_lines_by = dict(zip([k for k in ("calls", "replies") if k in rc and rc[k]["n"]], kind_lines(rep)))
+    kinds = [k for k in ("calls", "replies") if k in rc and rc[k]["n"]]
+    kind_lines_by = dict(zip(kinds, kind_lines(rep), strict=True))
     asked = "legal set of two or more actions" if rep["policy"] else "every decision: no compiler rung"
     return _template().render(
         rep=rep, title="zc eval: " + (rep["policy"]["name"] if rep["policy"] else rep["specialist"]["name"]),
@@ -471,10 +482,10 @@ def render_html(rep: dict[str, Any]) -> str:
                 f"ECE {_num(rc['ece'])}.",
         curve=curve_geometry(rc, rep["specialist"]["target_precision"]),
         kinds=[(key, kind_lines_by[key], kind_geometry(rc[key], what, rep["specialist"]["target_precision"]))
-               for key, what in (("calls", "a call"), ("replies", "a reply")) if key in rc and rc[key]["n"]],
+               for key, what in (("calls", "a call"), ("replies", "a reply")) if key in kinds],
         reliability=reliability_geometry(rc), provenance=provenance_line(rep),
-        tasks=[(b["what"], line, tasks_geometry(b)) for b, line in zip(rep.get("per_task", {}).values(),
-                                                                        per_task_lines(rep))],
+        tasks=[(b["what"], line, tasks_geometry(b))
+               for b, line in zip(rep.get("per_task", {}).values(), per_task_lines(rep), strict=True)],
         unseen=", ".join(rep["unseen_task_examples"]), examples=EXAMPLES, power=power_lines(rep),
         lead=headline(rep) if "off_teacher" in rep else None, handed=_handed_line(rep), judge=_judge_line(rep),
         floor=_floor_line(rep))

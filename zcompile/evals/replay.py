@@ -231,7 +231,8 @@ def _row(d: Any, dec: Any, catalog: Catalog, risky: frozenset[str], recorded: An
     asked_kind = ""
     if consulted:
         best = sp.action
-        asked_kind = "reply" if best in catalog.replies else "call" if catalog.params.get(best) is not None else "name"
+        asked_kind = ("reply" if best in catalog.replies else
+                      "call" if catalog.params.get(best) is not None else "name")
     return Replay(
         d.id, d.task, d.label, d.teacher, d.gold, label_args,
         d.label is not None and d.label not in catalog.replies,

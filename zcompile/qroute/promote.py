@@ -154,15 +154,17 @@ def regate(m: Manifest, ev: Evidence, alpha: float = ALPHA) -> Manifest:
                           f"({ev.asked} asked; {ev.other_versions} records of other versions, {ev.trained_on} "
                           "on trained-on tasks)"),
         (bad == 0, f"{ev.illegal} illegal and {ev.dangerous} dangerous shadow answers"),
-        *((False, f"`{k.kind}`: {k.clean} of {k.tasks} tasks clean ({k.right}/{k.answered} answers acceptable): "
-                  f"one-sided {1 - alpha:.0%} Clopper–Pearson lower bound over tasks {k.lower_bound:.3f} < target "
-                  f"{target:g}; {k.tasks_needed} more clean tasks needed") for k in short
-          if k.illegal + k.dangerous == 0),
+        *((False, f"`{k.kind}`: {k.clean} of {k.tasks} tasks clean ({k.right}/{k.answered} answers "
+                  f"acceptable): one-sided {1 - alpha:.0%} Clopper–Pearson lower bound over tasks "
+                  f"{k.lower_bound:.3f} < target {target:g}; {k.tasks_needed} more clean tasks needed")
+          for k in short if k.illegal + k.dangerous == 0),
     ]
     bound = min((k.lower_bound for k in ev.kinds), default=0.0)
     key = (*(float(ok) for ok, _ in checks[:2]), float(not short), -float(bad), round(bound, 6))
-    gate = Gate(all(ok for ok, _ in checks) and bool(ev.kinds), key, tuple(msg for ok, msg in checks if not ok))
-    promotion = {**asdict(ev), "lower_bound": bound, "unit": "tasks", "alpha": alpha, "target_precision": target,
+    promoted = all(ok for ok, _ in checks) and bool(ev.kinds)
+    gate = Gate(promoted, key, tuple(msg for ok, msg in checks if not ok))
+    promotion = {**asdict(ev), "lower_bound": bound, "unit": "tasks", "alpha": alpha,
+                 "target_precision": target,
                  "tasks_needed_from_none": need, "precision": ev.right / ev.answered if ev.answered else None,
                  "precision_ci": list(stats.wilson(ev.right, ev.answered)), "promoted": gate.promoted,
                  "previous_gate": msgspec.to_builtins(m.gate)}

@@ -98,7 +98,8 @@ def import_bfcl(src_path: str | os.PathLike, answers: str | os.PathLike | None) 
                 raise ReceiptError(f"{where}: $.id: no answer for question `{q.id}` in {answers}")
             action, possible = gold[q.id]
             if not names:
-                raise ReceiptError(f"{where}: $.function: no function offered, yet the answer names `{action}`")
+                raise ReceiptError(f"{where}: $.function: no function offered, yet the answer names "
+                                   f"`{action}`")
             if action not in names:
                 raise ReceiptError(f"{where}: the answer `{action}` is not one of the offered functions "
                                    f"({', '.join(names)})")

@@ -175,8 +175,8 @@ class Monitor:
         k, n, bound = self.figures(name)
         if bound < target:
             what = "tasks clean" if self.unit is Unit.TASKS else "answers right"
-            return (f"live precision {k}/{n} {what}: one-sided {1 - self.alpha:.0%} Clopper–Pearson lower bound "
-                    f"{bound:.3f} < target {target:.3f}")
+            return (f"live precision {k}/{n} {what}: one-sided {1 - self.alpha:.0%} Clopper–Pearson lower "
+                    f"bound {bound:.3f} < target {target:.3f}")
         return None
 
     def figures(self, name: str) -> tuple[int, int, float]:
@@ -184,6 +184,7 @@ class Monitor:
         `Unit.TASKS`)."""
         from .. import stats
 
-        seen = self._tasks.get(name, {}).values() if self.unit is Unit.TASKS else self._seen.get(name, ())
+        seen: Sequence[bool] = (list(self._tasks.get(name, {}).values()) if self.unit is Unit.TASKS
+                                else self._seen.get(name, ()))
         k, n = sum(seen), len(seen)
         return k, n, stats.lower_bound(k, n, self.alpha)
