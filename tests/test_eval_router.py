@@ -163,6 +163,18 @@ def test_eval_reports_live_shadow_agreement(policy, tmp_path):
     assert answered > 0 and (s["answered"], s["agree"]) == (answered, agree)
     assert s["agreement_ci"][0] <= s["agreement"] <= s["agreement_ci"][1]
     assert "shadow rule: live agreement" in evals.render_text(rep)
+    # by task (the unit zc promote certifies on): a task is clean when every answer in it was right
+    from zcompile.router.shadow import label_of, record_right
+
+    clean: dict = {}
+    for r in read([path]):
+        for record in r.meta.get("shadow", ()):
+            if record["outcome"] == "answered":
+                clean[r.task] = clean.get(r.task, True) and record_right(record, *label_of(r))
+    assert len(clean) > 1
+    assert (s["tasks"], s["clean_tasks"]) == (len(clean), sum(clean.values()))
+    assert s["task_lower_bound"] == stats.lower_bound(s["clean_tasks"], s["tasks"])
+    assert "tasks with every answer right as a whole output" in evals.render_text(rep)
 
 
 def test_policyless_pairwise_replay_asks_the_router_rung(tmp_path):

@@ -500,10 +500,13 @@ class Shadows:
     """Live agreement of each shadow specialist with the decision recorded in its receipts (`shadow.label_of`:
     gold when present, else the action taken; receipts judged wrong are left out): asked, answered,
     coverage (answers include replies handed on to a text tier), agreement by name with its Wilson 95% interval and its one-sided Clopper–Pearson 95% lower
-    bound, and answers right as whole outputs (`shadow.record_right`: a call with its arguments)."""
+    bound, and answers right as whole outputs (`shadow.record_right`: a call with its arguments); and
+    by task, the unit `zc promote` certifies on: tasks answered in, those where every answer was right
+    as a whole output, and the one-sided Clopper–Pearson 95% lower bound over tasks."""
 
     def __init__(self) -> None:
         self.tally: dict[str, list[int]] = {}  # asked, answered, agree, right
+        self.clean: dict[str, dict[str, bool]] = {}  # specialist -> task -> every answer right
         self.seen = False  # some receipt had shadow records (judged or not)
 
     def add(self, r: Any) -> None:
@@ -523,9 +526,12 @@ class Shadows:
             t[0] += 1
             if not committed(s):
                 continue
+            right = record_right(s, label, label_args)
             t[1] += 1
             t[2] += s.get("action") == label
-            t[3] += record_right(s, label, label_args)
+            t[3] += right
+            tasks = self.clean.setdefault(str(s.get("specialist")), {})
+            tasks[r.task] = tasks.get(r.task, True) and right
 
     def figures(self) -> dict[str, Any]:
         out: dict[str, dict[str, Any]] = {}
@@ -534,4 +540,8 @@ class Shadows:
             out[name] = {"asked": asked, "answered": answered, "coverage": answered / asked if asked else 0.0,
                          "agree": agree, "agreement": a["rate"], "agreement_ci": a["ci"],
                          "lower_bound": stats.lower_bound(agree, answered), "right": right}
+            tasks = self.clean.get(name, {})
+            clean = sum(tasks.values())
+            out[name].update(tasks=len(tasks), clean_tasks=clean,
+                             task_lower_bound=stats.lower_bound(clean, len(tasks)))
         return out

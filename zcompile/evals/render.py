@@ -249,8 +249,11 @@ def _shadow_lines(rep: dict[str, Any]) -> list[str]:
             out.append(f"shadow {name}: answered none of {s['asked']} decisions: no agreement figure")
             continue
         lo, hi = s["agreement_ci"]
+        by_task = (f"; by task: {s['clean_tasks']} of {s['tasks']} tasks with every answer right as a whole "
+                   f"output, one-sided 95% lower bound {s['task_lower_bound']:.3f}" if "tasks" in s else "")
         out.append(f"shadow {name}: live agreement {s['agreement']:.3f} [{lo:.3f}, {hi:.3f}] ({s['agree']}/"
-                   f"{s['answered']} answered of {s['asked']} asked; one-sided 95% lower bound {s['lower_bound']:.3f})")
+                   f"{s['answered']} answered of {s['asked']} asked; one-sided 95% lower bound "
+                   f"{s['lower_bound']:.3f}){by_task}")
     return out
 
 
