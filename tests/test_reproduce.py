@@ -1,9 +1,15 @@
-"""The shipped specialist is reproducible: distilling the bundled receipts as `make distill` does rebuilds
-it, every file byte for byte but for the times it measured; and the comparison itself finds any other change."""
+"""The shipped specialist is reproducible on any machine: distilling the bundled receipts as `make distill`
+does rebuilds it (the model byte for byte, the manifest's floats within `REL_TOL`, the same decision on every
+receipt of the test split), under this machine's BLAS kernels and under another's (a subprocess with another
+OpenBLAS kernel and thread count: the CPU of a user's machine); two runs on one machine are equal byte for
+byte; and the comparison itself finds any other change."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import msgspec
@@ -12,20 +18,78 @@ import pytest
 import zcompile
 from zcompile.qroute import Settings, distill
 from zcompile.qroute.manifest import decode, encode
-from zcompile.qroute.reproduce import differences, main
+from zcompile.qroute.report import render
+from zcompile.qroute.reproduce import REL_TOL, differences, main, same_decisions
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "specialists" / "airline_chat"
+POLICY = ROOT / "policies" / "airline_chat.zc"
+BLAS = "from threadpoolctl import threadpool_info; import numpy; print(threadpool_info()[0]['architecture'])"
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return zcompile.compile_file(POLICY)
+
+
+@pytest.fixture(scope="module")
+def rebuilt(policy, tmp_path_factory):
+    """The shipped specialist distilled again in this process, as `make distill` does."""
+    out = tmp_path_factory.mktemp("here") / "airline_chat"
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # the manifest records the receipts' path as given: `receipts/` as in the Makefile
+    try:
+        distill(["receipts/"], policy, out, Settings(guarantee="conformal"), name="airline_chat")
+    finally:
+        os.chdir(cwd)
+    return out
 
 
 @pytest.mark.slow
-def test_make_distill_rebuilds_the_shipped_specialist(tmp_path, monkeypatch):
-    monkeypatch.chdir(ROOT)  # the manifest records the receipts' path as given: `receipts/` as in the Makefile
-    policy = zcompile.compile_file(ROOT / "policies" / "airline_chat.zc")
-    out = tmp_path / "airline_chat"
-    distill(["receipts/"], policy, out, Settings(guarantee="conformal"), name="airline_chat")
-    assert differences(out, SHIPPED) == []
-    assert (out / "model.onnx").read_bytes() == (SHIPPED / "model.onnx").read_bytes()
+def test_make_distill_rebuilds_the_shipped_specialist(rebuilt, policy):
+    assert differences(rebuilt, SHIPPED) == []
+    assert (rebuilt / "model.onnx").read_bytes() == (SHIPPED / "model.onnx").read_bytes()
+    assert same_decisions(rebuilt, SHIPPED, [str(ROOT / "receipts")], policy) == []
+
+
+def _other_kernel() -> str:
+    """An OpenBLAS kernel that every x86-64 machine here runs (AVX at most) and this process does not use."""
+    here = subprocess.run([sys.executable, "-c", BLAS], capture_output=True, text=True, check=True).stdout.strip()
+    return "Nehalem" if here.lower() == "sandybridge" else "Sandybridge"
+
+
+@pytest.mark.slow
+def test_another_cpus_blas_kernels_rebuild_it_too(rebuilt, tmp_path):
+    """What a user's machine with another CPU does: `make distill` under another OpenBLAS kernel and one BLAS
+    thread, in a subprocess; then the comparison `make distill` runs, against the shipped specialist."""
+    kernel = _other_kernel()
+    env = {**os.environ, "OPENBLAS_CORETYPE": kernel, "OPENBLAS_NUM_THREADS": "1"}
+    used = subprocess.run([sys.executable, "-c", BLAS], env=env, capture_output=True, text=True, check=True)
+    assert used.stdout.strip().lower() == kernel.lower()  # the kernel was taken: this run adds in another order
+    zc = [sys.executable, "-m", "zcompile"]
+    built = tmp_path / "build"
+    run = subprocess.run([*zc, "compile", "-q", str(POLICY), "-o", str(built)], env=env, cwd=ROOT,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    out = built / "specialists" / "airline_chat"
+    run = subprocess.run([*zc, "distill", "--from", "receipts/", "--policy", str(built / "airline_chat.zcp"),
+                          "--guarantee", "conformal", "-o", str(out)], env=env, cwd=ROOT, capture_output=True,
+                         text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert differences(out, rebuilt) == []
+    check = subprocess.run([sys.executable, "-m", "zcompile.qroute.reproduce", str(out), str(SHIPPED),
+                            "--receipts", "receipts/", "--policy", str(built / "airline_chat.zcp")],
+                           env=env, cwd=ROOT, capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    assert "the same decision on every receipt of the test split" in check.stdout
+
+
+def test_two_runs_on_one_machine_are_equal_byte_for_byte(policy, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    small = Settings(model="logistic", guarantee="conformal", max_decisions=300)
+    for name in ("a", "b"):
+        distill(["receipts/"], policy, tmp_path / name / "airline_chat", small, name="airline_chat")
+    assert differences(tmp_path / "a" / "airline_chat", tmp_path / "b" / "airline_chat", exact=True) == []
 
 
 def _copy(tmp_path: Path, name: str) -> Path:
@@ -35,8 +99,10 @@ def _copy(tmp_path: Path, name: str) -> Path:
 
 
 def _reseal(d: Path, **changes) -> None:
-    m = decode((d / "manifest.json").read_bytes(), "manifest.json")
-    (d / "manifest.json").write_bytes(encode(msgspec.structs.replace(m, **changes)))
+    """The manifest of `d` changed, sealed again, and its report rendered from it (as a distillation writes)."""
+    m = msgspec.structs.replace(decode((d / "manifest.json").read_bytes(), "manifest.json"), **changes)
+    (d / "manifest.json").write_bytes(encode(m))
+    (d / "report.md").write_text(render(m))
 
 
 def test_only_the_measured_times_may_differ(tmp_path, capsys):
@@ -46,8 +112,8 @@ def test_only_the_measured_times_may_differ(tmp_path, capsys):
     _reseal(d, model=msgspec.structs.replace(m.model, params=params),
             metrics=m.metrics | {"latency_us": {"n": 1, "p50": 1.0, "p99": 2.0}},
             gate=msgspec.structs.replace(m.gate, key=(*m.gate.key[:-1], -0.001)))  # -p50 ms, the gate's last key
-    assert differences(d, SHIPPED) == []
-    assert main([str(d), str(SHIPPED)]) == 0 and "byte for byte" in capsys.readouterr().out
+    assert differences(d, SHIPPED) == [] and differences(d, SHIPPED, exact=True) == []
+    assert main([str(d), str(SHIPPED), "--exact"]) == 0 and "the manifest byte for byte" in capsys.readouterr().out
 
     promoted = _copy(tmp_path, "promoted")  # the gate's verdict is not a measured time
     _reseal(promoted, gate=msgspec.structs.replace(m.gate, promoted=False, reasons=("p50 latency too high",)))
@@ -55,8 +121,9 @@ def test_only_the_measured_times_may_differ(tmp_path, capsys):
 
     other = _copy(tmp_path, "other")
     _reseal(other, seed=7, metrics=m.metrics | {"coverage": 0.5})
-    assert differences(other, SHIPPED) == ["manifest.json: $.metrics.coverage, $.seed",
-                                           "report.md: the text differs"]  # it shows the coverage
+    assert differences(other, SHIPPED) == ["manifest.json: $.metrics.coverage, $.seed"]
+    assert differences(other, SHIPPED, exact=True) == ["manifest.json: $.metrics.coverage, $.seed",
+                                                       "report.md: the text differs"]  # it shows the coverage
 
     model = _copy(tmp_path, "model")
     (model / "model.onnx").write_bytes((SHIPPED / "model.onnx").read_bytes() + b"\0")
@@ -66,7 +133,28 @@ def test_only_the_measured_times_may_differ(tmp_path, capsys):
 
     report = _copy(tmp_path, "report")
     (report / "report.md").write_text("edited\n")
-    assert differences(SHIPPED, report) == ["report.md: the text differs"]
+    assert differences(SHIPPED, report) == [f"{report / 'report.md'}: not the rendering of its manifest"]
+
+
+@pytest.mark.parametrize(("scale", "tolerated"), [(REL_TOL / 100, True), (REL_TOL * 100, False)])
+def test_floats_are_equal_within_the_stated_tolerance_and_no_further(tmp_path, scale, tolerated):
+    d = _copy(tmp_path, "moved")
+    m = decode((d / "manifest.json").read_bytes(), "manifest.json")
+    tau = m.threshold.tau * (1 + scale)  # what another CPU's sums could do to it, and far more
+    _reseal(d, threshold=msgspec.structs.replace(m.threshold, tau=tau))
+    assert differences(d, SHIPPED) == ([] if tolerated else ["manifest.json: $.threshold.tau"])
+    assert differences(d, SHIPPED, exact=True)[0] == "manifest.json: $.threshold.tau"  # one machine: no slack
+
+
+def test_a_different_decision_is_found(policy, tmp_path):
+    """The decisions compared are the router's: a specialist that answers where the shipped one abstains
+    (its τ moved down far beyond the float tolerance) decides some test-split receipt otherwise."""
+    d = _copy(tmp_path, "eager")
+    m = decode((d / "manifest.json").read_bytes(), "manifest.json")
+    replies = msgspec.structs.replace(m.calls.reply_threshold, tau=0.0)
+    _reseal(d, calls=msgspec.structs.replace(m.calls, reply_threshold=replies))
+    found = same_decisions(d, SHIPPED, [str(ROOT / "receipts")], policy)
+    assert found and all(f.startswith("decision ") and " against " in f for f in found)
 
 
 def test_a_missing_specialist_is_an_error_not_a_traceback(tmp_path, capsys):
