@@ -118,8 +118,11 @@ def test_hand_computed_figures(setup):
     # every action declares an empty signature: each answered name is a complete call
     assert rep["calls"] == {"n": 4, "answered": 4, "correct": 2, "coverage": 1.0, "precision": 0.5,
                             "precision_ci": list(stats.wilson(2, 4)),
-                            "acceptable": {"correct": 2, "precision": 0.5, "precision_ci": list(stats.wilson(
-                                2, 4))}}
+                            "acceptable": {"correct": 2, "precision": 0.5,
+                                           "precision_ci": list(stats.wilson(2, 4))},
+                            # no argument at all: every call is a constant one
+                            "by_provenance": {"constant": {"answered": 4, "strict": evals.rate(2, 4),
+                                                           "acceptable": evals.rate(2, 4)}}}
     assert (o["complete"], o["complete_correct"], o["handed_to_text_tier"]) == (4, 2, 0)
     # `lookup` reads, but no task here makes a lookup after another step: both judges agree
     assert rep["judge"]["lenient_actions"] == ["lookup"] and rep["judge"]["more_than_strict"] == 0

@@ -65,13 +65,13 @@ def test_eval_decisions_equal_router_decisions(policy):
     router = Router(policy, specialists=rule)
     kinds: Counter = Counter()
     for row in rep["decisions"]:
-        r = by_id[row["id"]]
+        r = by_id[row.id]
         d = router.decide(r.state, r.intent)
         rung = _tier(d)
-        assert (row["rung"], row["action"], row["arguments"], row["kind"]) == (
+        assert (row.rung, row.action, row.arguments, row.kind) == (
             rung, d.action if rung != "remote" else None, d.arguments if rung != "remote" else None,
-            d.kind if rung != "remote" else "none"), row["id"]
-        kinds[rung, row["kind"]] += 1
+            d.kind if rung != "remote" else "none"), row.id
+        kinds[rung, row.kind] += 1
     assert rep["n"] == len(rep["decisions"]) == sum(kinds.values())
     # the rule answered calls and names: the headline counts are those of the router's decisions
     calls = kinds["specialist", "call"] + kinds["compiler", "call"]
@@ -115,13 +115,12 @@ def test_eval_replays_the_offer_each_receipt_recorded(policy, tmp_path):
     router = Router(policy, specialists=rule)
     blocked = 0
     for row in rep["decisions"]:
-        r = by_id[row["id"]]
+        r = by_id[row.id]
         offer = r.meta.get("offer")
         d = router.decide(r.state, r.intent, offer=offer)
-        assert (row["rung"], row["action"]) == (_tier(d), d.action if _tier(d) != "remote"
-                                                else None), row["id"]
+        assert (row.rung, row.action) == (_tier(d), d.action if _tier(d) != "remote" else None), row.id
         if offer is not None:
-            assert row["action"] != "get_user_details"
+            assert row.action != "get_user_details"
             blocked += router.decide(r.state, r.intent).action == "get_user_details"
     assert blocked > 0  # without the offer the rule would have answered some of them
     bad = tmp_path / "bad.jsonl"
@@ -164,6 +163,18 @@ def test_eval_reports_live_shadow_agreement(policy, tmp_path):
     assert answered > 0 and (s["answered"], s["agree"]) == (answered, agree)
     assert s["agreement_ci"][0] <= s["agreement"] <= s["agreement_ci"][1]
     assert "shadow rule: live agreement" in evals.render_text(rep)
+    # by task (the unit zc promote certifies on): a task is clean when every answer in it was right
+    from zcompile.router.shadow import label_of, record_right
+
+    clean: dict = {}
+    for r in read([path]):
+        for record in r.meta.get("shadow", ()):
+            if record["outcome"] == "answered":
+                clean[r.task] = clean.get(r.task, True) and record_right(record, *label_of(r))
+    assert len(clean) > 1
+    assert (s["tasks"], s["clean_tasks"]) == (len(clean), sum(clean.values()))
+    assert s["task_lower_bound"] == stats.lower_bound(s["clean_tasks"], s["tasks"])
+    assert "tasks with every answer right as a whole output" in evals.render_text(rep)
 
 
 def test_policyless_pairwise_replay_asks_the_router_rung(tmp_path):
@@ -195,7 +206,7 @@ def test_policyless_pairwise_replay_asks_the_router_rung(tmp_path):
     sp = Pair()
     rep = evals.report([tmp_path / "p.jsonl"], None, sp, decisions=True)
     assert set(rep["tiers"]) == {"specialist"} and rep["legal_sets"] == "receipts"
-    assert [(d["rung"], d["action"], d["kind"]) for d in rep["decisions"]] == [
+    assert [(d.rung, d.action, d.kind) for d in rep["decisions"]] == [
         ("specialist", "play", "name"), ("specialist", "stop", "name"), ("remote", None, "none")]
     s = rep["tiers"]["specialist"]
     assert (s["answered"], s["correct"], s["abstained_where_none_fits"]["k"]) == (2, 1, 1)

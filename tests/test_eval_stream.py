@@ -63,7 +63,13 @@ def test_bundled_reports_equal_the_in_memory_evaluation(airline):
     recorded again when a call that cannot reach τ stopped proposing arguments: only the
     specialist's confidences on such calls (its risk–coverage curve) moved; and again when the
     specialist was distilled on the judge's targets and the report gained the judge's figures
-    (issue 25); and again when it was distilled with the histogram-based argument model (issue 26)."""
+    (issue 25); and again when it was distilled with the histogram-based argument model (issue 26).
+    Issue 37 added blocks (precision per task, calls by provenance, risk–coverage of calls and of
+    replies, reliability bins) and richer decision rows, and moved the names curve's point to the
+    specialist's committed outputs (each kind at its own τ): every figure before stayed equal, and
+    the rows' earlier fields hash as before (3f3fcab0…); recorded again when the
+    shipped specialist's calibration fits were re-run to their optimum (issue 36.1: floats within 1e-6,
+    every count the same)."""
     rep = evals.run(airline, ROOT / "specialists" / "airline_chat", [ROOT / "receipts"])
     rep["receipts"] = ["receipts"]
     same(masked(rep), msgspec.json.decode((FIXTURES / "bundled_test.json").read_bytes()))

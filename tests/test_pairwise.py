@@ -389,6 +389,50 @@ def test_bfcl_import(tmp_path):
         list(import_bfcl(q2, a2))
 
 
+def test_bfcl_question_offering_no_function_is_an_abstention(tmp_path):
+    """A question that offers no function at all (BFCL's live irrelevance has them) is a decision where
+    no action fits, with an answers file or without: nothing can be called, so abstaining is right."""
+    from types import SimpleNamespace as NS
+
+    from zcompile import evals
+    from zcompile.receipts import read
+
+    bare = {"id": "x_1", "question": [[{"role": "user", "content": "hello there"}]], "function": []}
+    q, a = _bfcl(tmp_path, [Q, bare], [{"id": "x_0", "ground_truth": [{"math.add": {"a": [2]}}]}])
+    got, none = list(import_bfcl(q, a)), list(import_bfcl(q, None))
+    for r in (got[1], none[1]):
+        assert (r.legal, r.action, r.gold, r.verified, r.meta["no_function"]) == ((), None, None, True, True)
+    assert got[0].action == "math.add" and "no_function" not in got[0].meta
+    out = tmp_path / "r.jsonl"
+    res = CliRunner().invoke(main, ["receipts", "import", "--format", "bfcl", str(q), "--answers", str(a),
+                                    "-o", str(out)])
+    assert res.exit_code == 0 and "imported 2 questions" in res.output, res.output
+    assert [(r.id, r.legal, r.action) for r in read(out)] == [("x_0", ("math.add", "math.mul"), "math.add"),
+                                                               ("x_1", (), None)]
+    # a pairwise distillation and zc eval read it as a decision where no action fits
+    (d,) = [d for d in load_decisions([out], none_fits=True).decisions if d.id == "x_1"]
+    assert (d.legal, d.label) == ((), None)
+
+    class Eager:  # answers whenever anything is offered: only an empty legal set stops it
+        name, pairwise = "eager", True
+        manifest = NS(name="eager", model=NS(kind="pairwise"), policy_sha256="", policy_name="",
+                      threshold=NS(tau=0.5, target_precision=0.9), gate=NS(promoted=False),
+                      splits=NS(train=NS(tasks=()), calibration=NS(tasks=()), test=NS(tasks=())))
+
+        def decide(self, state, legal, tools):
+            return NS(action=legal[0] if legal else None, confidence=0.9 if legal else 0.0,
+                      best=legal[0] if legal else None, arguments=None)
+
+    rep = evals.report([out], None, Eager(), decisions=True)
+    assert [(row.id, row.rung) for row in rep["decisions"]] == [("x_0", "specialist"), ("x_1", "remote")]
+    none_fits = rep["overall"]["abstained_where_none_fits"]
+    assert none_fits["k"] == none_fits["n"] == 1
+    # an answer naming a function where none was offered is refused, naming the place
+    q2, a2 = _bfcl(tmp_path, [bare], [{"id": "x_1", "ground_truth": [{"math.add": {}}]}])
+    with pytest.raises(ZcError, match=r"q.json:1: \$\.function: no function offered, yet the answer names "):
+        list(import_bfcl(q2, a2))
+
+
 def test_cli_distill_policy_rules(tmp_path):
     res = CliRunner().invoke(main, ["distill", "--from", str(tmp_path), "-o", str(tmp_path / "o"), "--model",
                                     "mlp"])

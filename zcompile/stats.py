@@ -98,6 +98,43 @@ def answers_needed(target: float, confidence: float = 0.95, method: str = "wilso
     return hi
 
 
+def tasks_needed(clean: int, tasks: int, target: float, alpha: float = 0.05, limit: int = 1_000_000) -> int:
+    """How many more clean tasks (every answer of the kind acceptable) the one-sided (1 - alpha)
+    Clopper–Pearson lower bound over tasks needs to reach `target`, from `clean` of `tasks`: 0 when
+    it already does. With every task clean the bound is alpha^(1/n), so from none a target p needs
+    ceil(ln alpha / ln p) of them (59 at 0.95)."""
+    def reaches(m: int) -> bool:
+        return lower_bound(clean + m, tasks + m, alpha) >= target
+
+    if reaches(0):
+        return 0
+    lo, hi = 0, 1
+    while not reaches(hi):
+        if hi >= limit:
+            return limit
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:  # reaches(hi), not reaches(lo): the bound grows with every clean task
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if reaches(mid) else (mid, hi)
+    return hi
+
+
+def reliability(confidence: np.ndarray, correct: np.ndarray, bins: int = 10) -> list[dict]:
+    """The reliability diagram's bins: equal-width confidence bins (as `ece`), each with its n, mean
+    confidence, observed precision and that precision's Wilson 95% interval; empty bins left out."""
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    which = np.clip(np.digitize(confidence, edges[1:-1], right=True), 0, bins - 1)
+    out = []
+    for b in range(bins):
+        m = which == b
+        n = int(m.sum())
+        if n:
+            k = int(round(float(correct[m].sum())))
+            out.append({"lo": float(edges[b]), "hi": float(edges[b + 1]), "n": n, "k": k,
+                        "confidence": float(confidence[m].mean()), "precision": k / n, "ci": list(wilson(k, n))})
+    return out
+
+
 def detectable_difference(p: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float | None:
     """The smallest difference between two proportions near `p`, each measured on `n` independent
     decisions, that a two-sided level-`alpha` z-test detects with probability `power` (normal

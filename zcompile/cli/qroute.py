@@ -131,6 +131,9 @@ def distill_cmd(sources, policy_path, out, model, guarantee, folds, negatives, t
               help="Write the figures as JSON to F.")
 @click.option("--html", "html_out", default=None, type=click.Path(dir_okay=False), metavar="F",
               help="Write a self-contained HTML report to F.")
+@click.option("--decisions", "decisions_out", default=None, type=click.Path(dir_okay=False), metavar="F",
+              help="Write one JSON line per replayed decision to F: rung, answer, arguments with their "
+              "provenance, confidence, strict and acceptable verdicts (docs/evaluation.md).")
 @click.option("--split", type=click.Choice(["test", "all"]), default="test", show_default=True,
               help="test: only decisions of tasks the specialist never trained on; all: every decision.")
 @click.option("--allow-trained", is_flag=True,
@@ -138,16 +141,16 @@ def distill_cmd(sources, policy_path, out, model, guarantee, folds, negatives, t
 @click.option("--skip-invalid", is_flag=True, help="Skip invalid receipt lines (counted) instead of "
                                                    "refusing.")
 @click.option("--tiers", "tiers_path", default=None, type=click.Path(dir_okay=False), metavar="F",
-              help="tiers.toml: replay with these LLM tiers on (default: off; what they leave goes to the "
-                   "teacher).")
-def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, split, allow_trained,
-             skip_invalid, tiers_path) -> None:
+              help="tiers.toml: replay with these LLM tiers on (default: off; what they leave goes to the teacher).")
+def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, decisions_out, split,
+             allow_trained, skip_invalid, tiers_path) -> None:
     """Replay receipts through the router (compiler, the specialist, tiers off unless --tiers): per-rung
     and overall figures, complete calls, live shadow agreement.
 
     A pairwise specialist is given the tools each receipt offered (meta.tools); where no offered action
     fits (a receipt with no action and verified: true) the report gives the share it abstained on."""
     from .. import evals
+    from ..evals import decisions
     from ..qroute.specialist import read_manifest
 
     if policy_path is None:
@@ -158,9 +161,14 @@ def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, spl
         if why:
             click.echo(f"error: {why}", err=True)
             sys.exit(2)
-    outputs = [o for o in ((json_out, evals.to_json, "zc eval JSON report", evals.is_json_report),
+    def report_json(rep):  # the rows go to their own file, not into the report
+        return evals.to_json({k: v for k, v in rep.items() if k != "decisions"})
+
+    outputs = [o for o in ((json_out, report_json, "zc eval JSON report", evals.is_json_report),
                            (html_out, lambda r: evals.render_html(r).encode(), "zc eval HTML report",
-                            evals.is_html_report)) if o[0] is not None]
+                            evals.is_html_report),
+                           (decisions_out, lambda r: decisions.encode(r["decisions"]),
+                            "zc eval decisions file", decisions.is_decisions_file)) if o[0] is not None]
     try:
         for path, _, what, owns in outputs:  # refused before the replay, not after it
             refuse_foreign_file(Path(path), what, owns)
@@ -175,9 +183,9 @@ def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, spl
         try:
             from ..qroute.dataset import Progress
 
-            rep = evals.run(policy, specialist_dir, [*sources, *more], split=split,
-                            allow_trained=allow_trained, skip_invalid=skip_invalid, tiers=tiers,
-                            progress=Progress(bar=progress))
+            rep = evals.run(policy, specialist_dir, [*sources, *more], split=split, allow_trained=allow_trained,
+                            skip_invalid=skip_invalid, tiers=tiers, progress=Report(bar=progress),
+                            decisions=decisions_out is not None)
         finally:
             for tier in tiers.values():
                 tier.close()
@@ -203,10 +211,15 @@ def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, spl
 def promote_cmd(specialist_dir, policy_path, sources, dry_run, skip_invalid) -> None:
     """Re-gate a specialist on its shadow answers in live receipts of tasks it never trained on.
 
-    Promoted when no shadow answer was illegal or dangerous and the one-sided 95% Clopper–Pearson
-    lower bound of its live precision (whole outputs: a call with its arguments) reaches the
-    manifest's target; otherwise not promoted (a promoted specialist is demoted). The manifest
-    (re-sealed) and report.md are rewritten in place unless --dry-run. Exit 0 when promoted, 1 when not."""
+    Each shadow answer is judged against what the teacher then did (strict, or acceptable: a
+    side-effect-free call the teacher made later). The unit of evidence is the task: each kind of
+    output (a call by where its weakest argument value came from, when the receipts carry the
+    candidates, else by action; a reply or name by action) is promoted when none of its answers was
+    illegal or dangerous and the one-sided 95% Clopper–Pearson lower bound over the tasks it answered
+    in (a task counts when every answer of that kind in it was acceptable) reaches the manifest's
+    target; the specialist is promoted when every kind is, else not (a promoted one is demoted). Says
+    how many more clean tasks each kind needs. The manifest (re-sealed) and report.md are rewritten in
+    place unless --dry-run. Exit 0 when promoted, 1 when not."""
     from ..qroute.promote import promote
 
     try:
@@ -216,9 +229,15 @@ def promote_cmd(specialist_dir, policy_path, sources, dry_run, skip_invalid) -> 
         fail(exc)
     p = m.metrics["promotion"]
     click.echo(f"{m.name}: {ev.answered} of {ev.asked} shadow records answered on {ev.tasks} unseen tasks, "
-               f"{ev.right} right (one-sided 95% lower bound {p['lower_bound']:.3f}, target "
-               f"{p['target_precision']:g}; {p['answers_needed']} answers, all right, are needed); "
-               f"illegal {ev.illegal}, dangerous {ev.dangerous}")
+               f"{ev.right} acceptable, {ev.strict} strict; illegal {ev.illegal}, dangerous {ev.dangerous}; "
+               f"target {p['target_precision']:g} over tasks (one-sided 95% Clopper–Pearson: "
+               f"≥ {p['tasks_needed_from_none']} clean tasks, none unclean)")
+    for k in ev.kinds:
+        bad = "" if k.illegal + k.dangerous == 0 else \
+            f" and no illegal ({k.illegal}) or dangerous ({k.dangerous}) answer"
+        click.echo(f"  {k.kind}: {k.clean} of {k.tasks} tasks clean ({k.right}/{k.answered} answers "
+                   f"acceptable), lower bound {k.lower_bound:.3f}: "
+                   + ("promoted" if k.promoted else f"needs {k.tasks_needed} more clean tasks{bad}"))
     click.echo(("would be " if dry_run else "") + ("promoted" if m.gate.promoted else
                                                    "NOT promoted: " + "; ".join(m.gate.reasons)))
     sys.exit(0 if m.gate.promoted else 1)

@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 
 from .. import stats
-from ..receipts.candidates import same_call
+from ..receipts.candidates import Provenance, same_call
 from ..receipts.judge import accepts
 from ..router.shadow import committed, label_of, record_right
+from .decisions import DecisionRow
 from .replay import Replay
 
 SAMPLE = 1 << 20  # decisions whose timings and confidences are kept: exact figures up to this many
@@ -59,6 +60,87 @@ def name_acceptable(r: Replay) -> bool:
     """The answer's action is the label's, or that of an acceptable call (name level)."""
     return r.action is not None and (r.action == r.label or accepts(r.acceptable, r.action, None, frozenset(),
                                                                     names=True))
+
+
+def reply_verdict(r: Replay) -> tuple[bool, bool]:
+    """(strict, acceptable) of the reply the specialist picked (handed on or not): the teacher
+    replied with that action (the judge accepts a reply by its action alone)."""
+    strict = r.best is not None and r.best == r.label
+    return strict, strict or (r.best is not None and accepts(r.acceptable, r.best, None, frozenset(), names=True))
+
+
+def verdicts(r: Replay) -> tuple[bool | None, bool | None]:
+    """(strict, acceptable) of what left the teacher's hands: a complete output, a bare name (by
+    name), or a reply the specialist handed on; (None, None) when the decision fell through."""
+    if r.complete:
+        return call_correct(r), call_acceptable(r)
+    if r.kind == "name":
+        return r.action == r.label, name_acceptable(r)
+    if r.handed_on:
+        return reply_verdict(r)
+    return None, None
+
+
+WORST_BELOW = 0.80  # a task is listed as below the bar when its precision is under this ...
+WORST_MIN = 3  # ... over at least this many answers
+
+
+def per_task(counts: Mapping[str, Sequence[int]], what: str) -> dict[str, Any]:
+    """Precision per task of one kind of answer (`counts`: task -> (answered, strict, acceptable)),
+    each with its Wilson 95% interval, the worst task (lowest acceptable precision, then most
+    answers, then name) and the tasks with at least `WORST_MIN` answers below `WORST_BELOW`."""
+    tasks: list[dict[str, Any]] = []
+    for task, (m, right, ok) in sorted(counts.items()):
+        if m:
+            tasks.append({"task": task, "answered": m, "acceptable": rate(ok, m), "strict": rate(right, m)})
+    worst = min(tasks, key=lambda t: (t["acceptable"]["rate"], -t["answered"], t["task"]), default=None)
+    below = [t["task"] for t in tasks if t["answered"] >= WORST_MIN and t["acceptable"]["rate"] < WORST_BELOW]
+    return {"what": what, "tasks": tasks, "worst": worst, "below": below, "below_precision": WORST_BELOW,
+            "below_min_answers": WORST_MIN}
+
+
+class KindCurve:
+    """Risk–coverage of one kind of the specialist's outputs (complete calls, or replies it hands on):
+    `n` decisions whose best action is of the kind, `answered` of them at its τ; the confidence and
+    both verdicts of each judged one (a call is judged only when answered: below τ the specialist
+    forms no complete call), in a bounded `Sample`."""
+
+    def __init__(self, tau: float | None, sample: int) -> None:
+        self.tau = tau
+        self.n = 0
+        self.answered = [0, 0, 0]  # answered, strict right, acceptable right
+        self.judged = Sample(3, sample)  # confidence, strict, acceptable
+
+    def add(self, confidence: float, answered: bool, judged: tuple[bool, bool] | None) -> None:
+        self.n += 1
+        if judged is not None:
+            self.judged.add(confidence, float(judged[0]), float(judged[1]))
+        if answered and judged is not None:
+            self.answered[0] += 1
+            self.answered[1] += judged[0]
+            self.answered[2] += judged[1]
+
+    def figures(self, points: int = 50) -> dict[str, Any]:
+        """Per judge: the curve (coverage of all n), the point the specialist answered at (exact
+        counts), AURC over the judged; the reliability bins of the acceptable judge."""
+        conf = self.judged.column(0)
+        m, right, ok = self.answered
+        share = len(conf) / self.judged.seen if self.judged.seen else 0.0  # judged decisions in the sample
+        out: dict[str, Any] = {"tau": self.tau, "n": self.n, "judged": self.judged.seen, "answered": m,
+                               "coverage": m / self.n if self.n else 0.0}
+        for i, name, k in ((1, "strict", right), (2, "acceptable", ok)):
+            correct = self.judged.column(i)
+            pts = stats.risk_coverage(conf, correct, points=min(points, max(1, len(conf))))
+            for p in pts:  # of all n decisions of the kind, not only the judged ones
+                p["coverage"] = p["answered"] / share / self.n if self.n and share else 0.0
+            at = rate(k, m)
+            out[name] = {"points": pts, "at_tau": {"answered": m, "correct": k, "precision": at["rate"],
+                                                   "precision_ci": at["ci"], "coverage": out["coverage"]},
+                         "aurc": stats.aurc(conf, correct) if len(conf) else None}
+        out["reliability"] = stats.reliability(conf, self.judged.column(2))
+        if self.judged.sampled:
+            out["sample"] = len(conf)
+        return out
 
 
 class Sample:
@@ -210,7 +292,7 @@ class Ledger:
     """Every figure of a report, gathered one replayed decision at a time (`add`)."""
 
     def __init__(self, risky: frozenset[str], tau: float, *, compiler: bool = True, sample: int = SAMPLE,
-                 keep_rows: bool = False, text_tier: Any = None) -> None:
+                 keep_rows: bool = False, text_tier: Any = None, reply_tau: float | None = None) -> None:
         self.risky, self.tau, self.compiler = risky, tau, compiler
         self.text_tier = text_tier  # the policy's text tier (`ir.TierDef`): handed-on replies go there
         self.n = 0
@@ -223,11 +305,15 @@ class Ledger:
         # taken off the teacher: answered, strict right, acceptable right, handed replies
         self.off = [0, 0, 0, 0]
         self.removed = self.names = 0
-        self.at_tau = [0, 0]  # answered at τ by the specialist's own confidence, and right
+        self.at_tau = [0, 0]  # the specialist's committed outputs (each kind at its τ), and right by name
+        self.kinds = {"calls": KindCurve(tau, sample), "replies": KindCurve(reply_tau, sample)}
+        self.task_calls: dict[str, list[int]] = {}  # task -> answered calls, strict right, acceptable right
+        self.task_replies: dict[str, list[int]] = {}  # task -> handed replies, strict right, acceptable right
+        self.by_source: dict[Provenance, list[int]] = {}  # answered calls by provenance: n, strict, ok
         self.tasks: set[str] = set()
         self.times = Sample(2, sample)  # per decision: compiler µs, compiler + specialist µs
         self.asked = Sample(3, sample)  # per consulted decision: specialist µs, confidence, best == label
-        self.rows: list[Mapping[str, Any]] | None = [] if keep_rows else None  # what --decisions lists
+        self.rows: list[DecisionRow] | None = [] if keep_rows else None  # what --decisions lists
 
     def add(self, r: Replay) -> None:
         risky = self.risky
@@ -250,9 +336,13 @@ class Ledger:
             self.removed += r.complete
             self.names += r.kind == "name"
             if r.kind == "call":
+                judged = (call_correct(r), call_acceptable(r))
                 self.calls_answered += 1
-                self.calls_correct += call_correct(r)
-                self.calls_acceptable += call_acceptable(r)
+                self.calls_correct += judged[0]
+                self.calls_acceptable += judged[1]
+                _count(self.task_calls, r.task, judged)
+                if r.source is not None:
+                    _count(self.by_source, r.source, judged)
             if r.complete:
                 self.off[0] += 1
                 self.off[1] += call_correct(r)
@@ -265,16 +355,25 @@ class Ledger:
             self.off[3] += 1
         self.calls_n += r.label_is_call
         self.times.add(r.compiler_us, r.compiler_us + r.specialist_us)
+        strict, ok = verdicts(r)
         if r.consulted:
             right = r.best is not None and r.best == r.label
             self.asked.add(r.specialist_us, r.confidence, float(right))
-            if r.confidence >= self.tau and r.confidence > 0:
+            if r.rung == "specialist" or r.handed_on:
                 self.at_tau[0] += 1
                 self.at_tau[1] += right
+            if r.asked_kind == "reply":
+                self.kinds["replies"].add(r.confidence, r.handed_on, reply_verdict(r))
+            elif r.asked_kind == "call":
+                mine = r.rung == "specialist" and r.kind == "call"
+                self.kinds["calls"].add(r.confidence, mine, (bool(strict), bool(ok)) if mine else None)
+        if r.handed_on:
+            _count(self.task_replies, r.task, reply_verdict(r))
         if self.rows is not None:
-            self.rows.append({"id": r.id, "task": r.task, "rung": r.rung, "action": r.action,
-                              "arguments": r.arguments, "kind": r.kind, "label": r.label,
-                              "handed_on": r.handed_on})
+            self.rows.append(DecisionRow(
+                id=r.id, task=r.task, rung=r.rung, action=r.action, kind=r.kind, arguments=r.arguments,
+                provenance=r.provenance, source=r.source, confidence=r.confidence if r.consulted else None,
+                novelty=r.novelty, handed_on=r.handed_on, label=r.label, strict=strict, acceptable=ok))
 
     def tiers(self) -> dict[str, dict[str, Any]]:
         """The figures of each rung (no compiler without a policy) and of the tiers that answered."""
@@ -302,6 +401,20 @@ class Ledger:
         return {"n": n, "answered": answered, "correct": p["k"], "coverage": answered / n if n else 0.0,
                 "precision": p["rate"], "precision_ci": p["ci"],
                 "acceptable": {"correct": a["k"], "precision": a["rate"], "precision_ci": a["ci"]}}
+
+    def per_task(self) -> dict[str, Any]:
+        """Precision per task of the answered calls and of the replies handed on (`per_task`)."""
+        return {"calls": per_task(self.task_calls, "answered complete calls"),
+                "replies": per_task(self.task_replies, "replies handed to a text tier")}
+
+    def by_provenance(self) -> dict[str, Any]:
+        """The answered calls by the provenance of their weakest argument value, both judges."""
+        out = {}
+        for p in Provenance:
+            if p in self.by_source:
+                m, right, ok = self.by_source[p]
+                out[p.value] = {"answered": m, "strict": rate(right, m), "acceptable": rate(ok, m)}
+        return out
 
     def off_teacher(self) -> dict[str, Any]:
         """Decisions taken off the teacher: complete outputs of the local rungs (checked calls, replies a
@@ -339,9 +452,12 @@ class Ledger:
         }
 
     def curve(self, points: int = 50) -> dict[str, Any]:
-        """The specialist's risk–coverage curve on the decisions it was asked about, and the point at
-        τ. Beyond the sample's size the curve, AURC and ECE are those of a uniform sample of the asked
-        decisions (`sample` says of how many); the point at τ is counted over all of them."""
+        """The specialist's risk–coverage curves. At the level of names, on every decision it was asked
+        about (its best action against the label), with the point of its committed outputs (calls and
+        names it answered, replies it handed on: each kind at its own τ) and a reliability diagram;
+        then complete calls (at the call τ) and replies (at the reply τ) apart, under both judges
+        (`KindCurve`). Beyond the sample's size curves, AURC, ECE and bins are those of a uniform
+        sample (`sample` says of how many); the points at τ are counted over all of them."""
         n, m, right = self.asked.seen, *self.at_tau
         conf, correct = self.asked.column(1), self.asked.column(2)
         out = {
@@ -351,6 +467,9 @@ class Ledger:
             "at_tau": {"coverage": m / n if n else 0.0, "precision": right / m if m else None, "answered": m},
             "aurc": stats.aurc(conf, correct) if n else None,
             "ece": stats.ece(conf, correct) if n else None,
+            "reliability": stats.reliability(conf, correct),
+            "calls": self.kinds["calls"].figures(points),
+            "replies": self.kinds["replies"].figures(points),
         }
         if self.asked.sampled:
             out["sample"] = len(conf)
@@ -361,6 +480,14 @@ class Ledger:
         if not (self.times.sampled or self.asked.sampled):
             return None
         return {"size": self.times.size, "decisions": self.times.seen, "asked": self.asked.seen}
+
+
+def _count(table: dict, key: Any, verdict: tuple[bool, bool]) -> None:
+    """One answer of `key` in `table` (answered, strict right, acceptable right)."""
+    t = table.setdefault(key, [0, 0, 0])
+    t[0] += 1
+    t[1] += verdict[0]
+    t[2] += verdict[1]
 
 
 def ledger(rows: Iterable[Replay], risky: frozenset[str] = frozenset(), tau: float = 1.0,
@@ -390,12 +517,14 @@ def curve(rows: Iterable[Replay], tau: float, points: int = 50) -> dict[str, Any
 class Shadows:
     """Live agreement of each shadow specialist with the decision recorded in its receipts (`shadow.label_of`:
     gold when present, else the action taken; receipts judged wrong are left out): asked, answered,
-    coverage (answers include replies handed on to a text tier), agreement by name with its Wilson 95%
-    interval and its one-sided Clopper–Pearson 95% lower
-    bound, and answers right as whole outputs (`shadow.record_right`: a call with its arguments)."""
+    coverage (answers include replies handed on to a text tier), agreement by name with its Wilson 95% interval and its one-sided Clopper–Pearson 95% lower
+    bound, and answers right as whole outputs (`shadow.record_right`: a call with its arguments); and
+    by task, the unit `zc promote` certifies on: tasks answered in, those where every answer was right
+    as a whole output, and the one-sided Clopper–Pearson 95% lower bound over tasks."""
 
     def __init__(self) -> None:
         self.tally: dict[str, list[int]] = {}  # asked, answered, agree, right
+        self.clean: dict[str, dict[str, bool]] = {}  # specialist -> task -> every answer right
         self.seen = False  # some receipt had shadow records (judged or not)
 
     def add(self, r: Any) -> None:
@@ -415,9 +544,12 @@ class Shadows:
             t[0] += 1
             if not committed(s):
                 continue
+            right = record_right(s, label, label_args)
             t[1] += 1
             t[2] += s.get("action") == label
-            t[3] += record_right(s, label, label_args)
+            t[3] += right
+            tasks = self.clean.setdefault(str(s.get("specialist")), {})
+            tasks[r.task] = tasks.get(r.task, True) and right
 
     def figures(self) -> dict[str, Any]:
         out: dict[str, dict[str, Any]] = {}
@@ -426,4 +558,8 @@ class Shadows:
             out[name] = {"asked": asked, "answered": answered, "coverage": answered / asked if asked else 0.0,
                          "agree": agree, "agreement": a["rate"], "agreement_ci": a["ci"],
                          "lower_bound": stats.lower_bound(agree, answered), "right": right}
+            tasks = self.clean.get(name, {})
+            clean = sum(tasks.values())
+            out[name].update(tasks=len(tasks), clean_tasks=clean,
+                             task_lower_bound=stats.lower_bound(clean, len(tasks)))
         return out

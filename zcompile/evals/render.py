@@ -174,6 +174,70 @@ def power_lines(rep: dict[str, Any]) -> list[str]:
     return [_power_line(name, p) for name, p in rep["power"].items()]
 
 
+def _ci(r: dict[str, Any]) -> str:
+    """A `metrics.rate` as `rate [lo, hi] (k/n)`, or `n/a` when n is 0."""
+    if not r["n"]:
+        return "n/a"
+    return f"{r['rate']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}] ({r['k']}/{r['n']})"
+
+
+def per_task_lines(rep: dict[str, Any]) -> list[str]:
+    """Precision per task of answered calls and of handed replies: how many tasks, the worst, and
+    the tasks below the bar."""
+    out = []
+    for block in rep.get("per_task", {}).values():
+        head = f"precision per task, {block['what']}"
+        if not block["tasks"]:
+            out.append(f"{head}: none")
+            continue
+        w = block["worst"]
+        below = block["below"]
+        listed = f" ({', '.join(below[:EXAMPLES])})" if below else ""
+        bar = (f"{len(below)} task{'s' if len(below) != 1 else ''} with ≥ {block['below_min_answers']} "
+               f"answers below {block['below_precision']:.2f}{listed}")
+        out.append(f"{head}, over {len(block['tasks'])} tasks: worst `{w['task']}` acceptable "
+                   f"{_ci(w['acceptable'])}, strict {_ci(w['strict'])}; {bar}")
+    return out
+
+
+def kind_lines(rep: dict[str, Any]) -> list[str]:
+    """The risk–coverage of complete calls (at the call τ) and of replies (at the reply τ), both judges."""
+    out = []
+    rc = rep["risk_coverage"]
+    for key, what, verb in (("calls", "a call", "answered"), ("replies", "a reply", "handed on")):
+        k = rc.get(key)
+        if k is None or not k["n"]:
+            continue
+        tau = "no τ" if k["tau"] is None else f"τ = {k['tau']:.4f}"
+        a, st = k["acceptable"], k["strict"]
+        line = (f"risk–coverage, {key} ({tau}): {k['answered']} {verb} of the {k['n']} decisions whose best "
+                f"action is {what} (coverage {k['coverage']:.3f})")
+        if k["answered"]:
+            line += (f", precision acceptable {_ci(_as_rate(a['at_tau']))}, "
+                     f"strict {_ci(_as_rate(st['at_tau']))}")
+        if k["judged"]:
+            line += (f"; AURC acceptable {_num(a['aurc'])}, strict {_num(st['aurc'])} "
+                     f"over {k['judged']} judged")
+        if key == "calls" and k["judged"] < k["n"]:
+            line += " (below τ the specialist forms no complete call: those are not judged)"
+        out.append(line)
+    return out
+
+
+def _as_rate(at: dict[str, Any]) -> dict[str, Any]:
+    return {"k": at["correct"], "n": at["answered"], "rate": at["precision"], "ci": at["precision_ci"]}
+
+
+def provenance_line(rep: dict[str, Any]) -> str | None:
+    """The answered calls by the provenance of their weakest argument value."""
+    by = rep["calls"].get("by_provenance")
+    if not by:
+        return None
+    parts = [f"{p} {v['answered']} (acceptable {_ci(v['acceptable'])}, strict {_ci(v['strict'])})"
+             for p, v in by.items()]
+    return "answered calls by where their weakest argument value was seen: " + "; ".join(parts)
+
+
 def _specialist_line(rep: dict[str, Any]) -> str | None:
     """A specialist that answered nothing has no precision or agreement to show: say so instead."""
     t = rep["tiers"]["specialist"]
@@ -190,9 +254,11 @@ def _shadow_lines(rep: dict[str, Any]) -> list[str]:
             out.append(f"shadow {name}: answered none of {s['asked']} decisions: no agreement figure")
             continue
         lo, hi = s["agreement_ci"]
+        by_task = (f"; by task: {s['clean_tasks']} of {s['tasks']} tasks with every answer right as a whole "
+                   f"output, one-sided 95% lower bound {s['task_lower_bound']:.3f}" if "tasks" in s else "")
         out.append(f"shadow {name}: live agreement {s['agreement']:.3f} [{lo:.3f}, {hi:.3f}] ({s['agree']}/"
                    f"{s['answered']} answered of {s['asked']} asked; one-sided 95% lower bound "
-                   f"{s['lower_bound']:.3f})")
+                   f"{s['lower_bound']:.3f}){by_task}")
     return out
 
 
@@ -211,7 +277,9 @@ def render_text(rep: dict[str, Any]) -> str:
     lines += ["", f"overall precision (name level) acceptable {_p(a)}, strict {_num(o['precision'])} "
               f"[{o['precision_ci'][0]:.3f}, {o['precision_ci'][1]:.3f}] on {o['answered']} answered of "
               f"n = {rep['n']}; " + _cost_line(rep), _calls_line(rep)]
-    lines += [x for x in (_handed_line(rep), _judge_line(rep), _floor_line(rep)) if x is not None]
+    lines += [x for x in (provenance_line(rep), _handed_line(rep), _judge_line(rep), _floor_line(rep))
+              if x is not None]
+    lines += per_task_lines(rep) + kind_lines(rep)
     if (line := _specialist_line(rep)) is not None:
         lines.append(line)
     lines += power_lines(rep)
@@ -232,35 +300,137 @@ def _template():
     return env.get_template("report.html")
 
 
-def curve_geometry(rc: dict[str, Any], target: float | None, width: int = 560,
-                   height: int = 340) -> dict[str, Any] | None:
-    """Precision against coverage, as the coordinates the SVG of the template draws (None: no curve)."""
-    pts = rc["points"]
-    if not pts:
-        return None
-    left, right, top, bottom = 60, 20, 20, 50
-    w, h = width - left - right, height - top - bottom
-    low = min([p["precision"] for p in pts] + ([target] if target else []))
+BLUE, ORANGE, GREEN, RED, GREY = "#1565c0", "#ef6c00", "#2e7d32", "#c62828", "#777"
+
+
+def _axis_floor(values: list[float]) -> float:
+    """The y axis' lower end: a tenth below the lowest value (0 at most 0.9), so the lines fill the plot."""
+    low = min(values, default=0.0)
     y0 = max(0.0, math.floor(low * 10) / 10 - (0.1 if low * 10 == math.floor(low * 10) and low > 0 else 0))
-    y0 = min(y0, 0.9)
+    return min(y0, 0.9)
+
+
+def chart(series: list[dict[str, Any]], *, xlabel: str, ylabel: str = "precision", y0: float | None = None,
+          target: float | None = None, diagonal: bool = False, marks: tuple[dict[str, Any], ...] = (),
+          width: int = 560, height: int = 340) -> dict[str, Any]:
+    """Coordinates of one SVG chart the template draws (`chart` macro), x and y in [0, 1] (y from `y0`):
+    each series a line (`line`) or dots with Wilson whiskers (`dots`: points with `lo`, `hi` and a
+    `title`), a dashed target line, the diagonal (a reliability diagram), labelled `marks` (the
+    operating points at τ), and a legend."""
+    left, right, top, bottom = 60, 20, 34, 50
+    w, h = width - left - right, height - top - bottom
+    if y0 is None:
+        ys = [p["y"] for s in series for p in s["points"]] + [m["y"] for m in marks]
+        ys += [target] if target else []
+        y0 = _axis_floor(ys)
     x = lambda c: left + c * w  # noqa: E731
-    y = lambda p: top + (1 - (p - y0) / (1 - y0)) * h  # noqa: E731
-    at = rc["at_tau"]
-    point = None
-    if at["precision"] is not None:
-        anchor = "end" if at["coverage"] > 0.5 else "start"
-        point = {"x": x(at["coverage"]), "y": y(at["precision"]), "anchor": anchor, "dx": -8
-                 if anchor == "end" else 8, "label": f"τ = {rc['tau']:.3f}: coverage {at['coverage']:.2f}, "
-                                                     f"precision {at['precision']:.3f}"}
+    y = lambda p: top + (1 - (max(p, y0) - y0) / (1 - y0)) * h  # noqa: E731
+    lines, dots = [], []
+    for s in series:
+        pts = s["points"]
+        if s.get("dots"):
+            dots += [{"x": x(p["x"]), "y": y(p["y"]), "lo": y(p["lo"]), "hi": y(p["hi"]), "color": s["color"],
+                      "title": p["title"]} for p in pts]
+        elif pts:
+            coords = " ".join(f"{x(p['x']):.1f},{y(p['y']):.1f}" for p in pts)
+            lines.append({"points": coords, "color": s["color"], "dash": s.get("dash", "")})
+    out_marks = []
+    for m in marks:
+        anchor = "end" if m["x"] > 0.5 else "start"
+        out_marks.append({"x": x(m["x"]), "y": y(m["y"]), "color": m["color"], "anchor": anchor,
+                          "dx": -8 if anchor == "end" else 8, "label": m["label"]})
     return {
-        "width": width, "height": height, "left": left, "top": top, "w": w, "h": h,
+        "width": width, "height": height, "left": left, "top": top, "w": w, "h": h, "xlabel": xlabel,
+        "ylabel": ylabel,
         "xticks": [{"x": x(i / 5), "label": f"{i / 5:.1f}"} for i in range(6)],
         "yticks": [{"y": y(y0 + (1 - y0) * i / 5), "label": f"{y0 + (1 - y0) * i / 5:.2f}"}
                    for i in range(6)],
         "target": {"y": y(target), "label": f"target {target:.2f}"} if target is not None else None,
-        "line": " ".join(f"{x(p['coverage']):.1f},{y(p['precision']):.1f}" for p in pts),
-        "point": point, "tau_label": f"τ = {rc['tau']:.3f}: the specialist answered nothing", "n": rc["n"],
+        "diagonal": f"{x(y0):.1f},{y(y0):.1f} {x(1):.1f},{y(1):.1f}" if diagonal else None,
+        "lines": lines, "dots": dots, "marks": out_marks,
+        "legend": [{"name": s["name"], "color": s["color"], "dash": s.get("dash", "")} for s in series],
     }
+
+
+def _curve_points(points: list[dict[str, Any]]) -> list[dict[str, float]]:
+    return [{"x": p["coverage"], "y": p["precision"]} for p in points]
+
+
+def curve_geometry(rc: dict[str, Any], target: float | None) -> dict[str, Any] | None:
+    """The names curve (every decision the specialist was asked) with the point of its committed
+    outputs; None: no curve."""
+    if not rc["points"]:
+        return None
+    at = rc["at_tau"]
+    marks: tuple[dict[str, Any], ...] = ()
+    if at["precision"] is not None:
+        marks = ({"x": at["coverage"], "y": at["precision"], "color": RED,
+                  "label": f"answered: coverage {at['coverage']:.2f}, precision {at['precision']:.3f}"},)
+    return chart([{"name": "best action = label", "color": BLUE, "points": _curve_points(rc["points"])}],
+                 xlabel=f"coverage of the {rc['n']} decisions asked, most confident first",
+                 target=target, marks=marks)
+
+
+def kind_geometry(k: dict[str, Any], what: str, target: float | None) -> dict[str, Any] | None:
+    """One kind's curve (calls or replies) under both judges, with its point at τ; None: nothing judged."""
+    if not k["judged"]:
+        return None
+    marks = []
+    a, st = k["acceptable"]["at_tau"], k["strict"]["at_tau"]
+    if a["precision"] is not None:
+        tau = "" if k["tau"] is None else f"τ = {k['tau']:.3f}: "
+        if a["correct"] == st["correct"]:  # one point
+            marks.append({"x": a["coverage"], "y": a["precision"], "color": BLUE,
+                          "label": f"{tau}both judges {a['precision']:.3f} ({a['correct']}/{a['answered']})"})
+        else:
+            for name, at, color in (("acceptable", a, BLUE), ("strict", st, ORANGE)):
+                marks.append({"x": at["coverage"], "y": at["precision"], "color": color,
+                              "label": f"{tau}{name} {at['precision']:.3f} "
+                                       f"({at['correct']}/{at['answered']})"})
+    return chart([{"name": "acceptable", "color": BLUE, "points": _curve_points(k["acceptable"]["points"])},
+                  {"name": "strict", "color": ORANGE, "dash": "6 4",
+                   "points": _curve_points(k["strict"]["points"])}],
+                 xlabel=f"coverage of the {k['n']} decisions whose best is {what}",
+                 target=target, marks=tuple(marks))
+
+
+def reliability_geometry(rc: dict[str, Any]) -> dict[str, Any] | None:
+    """The reliability diagram: observed precision (Wilson 95% whiskers) against mean confidence per
+    confidence bin, for complete calls and replies (acceptable judge) and names; None: no bin."""
+    series = []
+    for name, color, bins in (("names, all asked", GREY, rc.get("reliability", [])),
+                              ("replies (acceptable)", GREEN, rc.get("replies", {}).get("reliability", [])),
+                              ("calls (acceptable)", BLUE, rc.get("calls", {}).get("reliability", []))):
+        if bins:
+            series.append({"name": name, "color": color, "dots": True, "points": [
+                {"x": b["confidence"], "y": b["precision"], "lo": b["ci"][0], "hi": b["ci"][1],
+                 "title": f"{name}: confidence {b['lo']:.1f}–{b['hi']:.1f}, n = {b['n']}, precision "
+                          f"{b['precision']:.3f} [{b['ci'][0]:.3f}, {b['ci'][1]:.3f}]"} for b in bins]})
+    if not series:
+        return None
+    return chart(series, xlabel="confidence (mean of the bin)", ylabel="observed precision", y0=0.0,
+                 diagonal=True)
+
+
+def tasks_geometry(block: dict[str, Any], limit: int = 40, width: int = 560,
+                   row: int = 16) -> dict[str, Any] | None:
+    """Precision per task (acceptable) with its Wilson 95% interval, worst first, at most `limit` tasks."""
+    tasks = sorted(block["tasks"], key=lambda t: (t["acceptable"]["rate"], -t["answered"], t["task"]))[:limit]
+    if not tasks:
+        return None
+    left, right, top = 190, 20, 10
+    w = width - left - right
+    x = lambda p: left + p * w  # noqa: E731
+    rows = [{"y": top + (i + 0.5) * row, "x": x(t["acceptable"]["rate"]), "lo": x(t["acceptable"]["ci"][0]),
+             "hi": x(t["acceptable"]["ci"][1]), "bad": t["task"] in block["below"],
+             "label": f"{t['task'][:22]} ({t['acceptable']['k']}/{t['answered']})",
+             "title": f"{t['task']}: acceptable {_ci(t['acceptable'])}, strict {_ci(t['strict'])}"}
+            for i, t in enumerate(tasks)]
+    h = len(rows) * row
+    return {"width": width, "height": top + h + 40, "left": left, "top": top, "w": w, "h": h, "rows": rows,
+            "bar": x(block["below_precision"]), "bar_label": f"{block['below_precision']:.2f}",
+            "xticks": [{"x": x(i / 5), "label": f"{i / 5:.1f}"} for i in range(6)],
+            "shown": len(rows), "of": len(block["tasks"])}
 
 
 GENERATOR = b'<meta name="generator" content="zc eval">'
@@ -313,6 +483,8 @@ def render_html(rep: dict[str, Any]) -> str:
               ["excluded (trained-on tasks)", str(rep["excluded_trained_on"])],
               ["unseen tasks", str(rep["unseen_tasks"])], ["unseen decisions", str(rep["unseen_decisions"])]]
     rc = rep["risk_coverage"]
+    kinds = [k for k in ("calls", "replies") if k in rc and rc[k]["n"]]
+    kind_lines_by = dict(zip(kinds, kind_lines(rep), strict=True))
     asked = "legal set of two or more actions" if rep["policy"] else "every decision: no compiler rung"
     return _template().render(
         rep=rep, title="zc eval: " + (rep["policy"]["name"] if rep["policy"] else rep["specialist"]["name"]),
@@ -322,6 +494,11 @@ def render_html(rep: dict[str, Any]) -> str:
         rc_note=f"On the {rc['n']} decisions the specialist was asked ({asked}): AURC {_num(rc['aurc'])}, "
                 f"ECE {_num(rc['ece'])}.",
         curve=curve_geometry(rc, rep["specialist"]["target_precision"]),
+        kinds=[(key, kind_lines_by[key], kind_geometry(rc[key], what, rep["specialist"]["target_precision"]))
+               for key, what in (("calls", "a call"), ("replies", "a reply")) if key in kinds],
+        reliability=reliability_geometry(rc), provenance=provenance_line(rep),
+        tasks=[(b["what"], line, tasks_geometry(b))
+               for b, line in zip(rep.get("per_task", {}).values(), per_task_lines(rep), strict=True)],
         unseen=", ".join(rep["unseen_task_examples"]), examples=EXAMPLES, power=power_lines(rep),
         lead=headline(rep) if "off_teacher" in rep else None, handed=_handed_line(rep),
         judge=_judge_line(rep), floor=_floor_line(rep))

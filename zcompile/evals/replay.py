@@ -15,6 +15,7 @@ from itertools import chain, islice
 from typing import Any
 
 from ..errors import ZcError
+from ..receipts.candidates import Provenance, call_provenance, provenance_of
 from ..router import Router
 from ..router.rung import SPECIALIST, Catalog, Offered, SpecialistRung, Step, timed
 from ..runtime import Policy
@@ -47,6 +48,10 @@ class Replay:
     compiler_us: float
     specialist_us: float
     acceptable: tuple = ()  # the judge's acceptable calls (`receipts.judge`), the teacher's own first
+    provenance: dict[str, Provenance] | None = None  # of each argument of an answered call
+    source: Provenance | None = None  # of the answered call: the weakest of its arguments'
+    asked_kind: str = ""  # what the specialist's best is: call | reply | name ("" when not consulted)
+    novelty: float | None = None  # the specialist's distance to its training data (none reported yet)
 
     @property
     def complete(self) -> bool:
@@ -228,6 +233,14 @@ def _row(d: Any, dec: Any, catalog: Catalog, risky: frozenset[str], recorded: An
     label_args = (d.arguments if d.arguments is not None else recorded) if d.label == d.teacher else None
     if label_args is None and d.label is not None and catalog.params.get(d.label) == ():
         label_args = {}
+    each = source = None
+    if answered and dec.kind == "call":
+        each, source = call_provenance(dec.arguments, provenance_of(d.candidates))
+    asked_kind = ""
+    if consulted:
+        best = sp.action
+        asked_kind = ("reply" if best in catalog.replies else
+                      "call" if catalog.params.get(best) is not None else "name")
     return Replay(
         d.id, d.task, d.label, d.teacher, d.gold, label_args,
         d.label is not None and d.label not in catalog.replies,
@@ -243,6 +256,9 @@ def _row(d: Any, dec: Any, catalog: Catalog, risky: frozenset[str], recorded: An
         dec.legal_ms * 1000,
         sp.latency_ms * 1000 if consulted else 0.0,
         d.acceptable,
+        each,
+        source,
+        asked_kind,
     )
 
 

@@ -74,10 +74,11 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
                 floor.add(d, conversation_of(r))
                 yield d, receipt_arguments(r)
 
-    text_tier = (next((t for t in policy.ir.tiers if getattr(t, "text", False)), None)
-                 if policy is not None else None)
+    text_tier = next((t for t in policy.ir.tiers if getattr(t, "text", False)), None) if policy is not None else None
+    calls_spec = getattr(m, "calls", None)
     led = metrics.Ledger(risky_actions(policy), m.threshold.tau, compiler=policy is not None, sample=sample,
-                         keep_rows=decisions, text_tier=text_tier)
+                         keep_rows=decisions, text_tier=text_tier,
+                         reply_tau=calls_spec.reply_threshold.tau if calls_spec is not None else None)
     for row in replays(held_out(), policy, specialist, tiers=tiers):
         led.add(row)
     if not counts["used"]:
@@ -101,7 +102,8 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
         "remote": {"reached": led.remote},
         "overall": overall,
         "off_teacher": off,
-        "calls": calls,
+        "calls": {**calls, "by_provenance": led.by_provenance()},
+        "per_task": led.per_task(),
         "judge": {"rule": RULE, "lookahead": LOOKAHEAD, "lenient_actions": sorted(judge.lenient), "n": n,
                   "more_than_strict": more},
         "noise_floor": floor.figures(),

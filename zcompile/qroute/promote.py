@@ -1,4 +1,5 @@
-"""Promotion on shadow evidence: re-gate a specialist on live receipts of tasks it was never trained on."""
+"""Promotion on shadow evidence: re-gate a specialist on live receipts of tasks it was never trained on,
+counting tasks (each kind of output certified on the tasks it answered in, not on its answers)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from .. import stats
 from ..errors import ZcError
 from ..outdir import new_file
 from ..receipts import ReadStats, expand, read
-from ..router.shadow import committed, label_of, record_right
+from ..receipts.candidates import call_provenance, provenance_of
+from ..receipts.judge import accepts
+from ..router.shadow import committed, label_of, receipt_arguments, record_right
 from .manifest import Gate, Manifest, encode, identity, seal_manifest
 from .metrics import risky_actions
 from .report import render
@@ -24,13 +27,31 @@ ALPHA = 0.05  # one-sided: the same bound the router's Monitor demotes on
 
 
 @dataclass
+class Kind:
+    """The live evidence of one kind of output (`kind_of`), task by task."""
+
+    kind: str
+    answered: int = 0
+    right: int = 0  # acceptable (`receipts.judge`): the teacher's next step, or a read it made later
+    strict: int = 0  # equal to the teacher's next step
+    tasks: int = 0  # tasks in which this kind answered
+    clean: int = 0  # of them, tasks where every answer of this kind was acceptable
+    illegal: int = 0
+    dangerous: int = 0
+    lower_bound: float = 0.0  # one-sided Clopper–Pearson over tasks: clean of tasks
+    tasks_needed: int = 0  # more clean tasks for the bound to reach the target
+    promoted: bool = False
+
+
+@dataclass
 class Evidence:
-    """What the shadow records of one specialist version say, judged against each receipt's label."""
+    """What the shadow records of one specialist version say, judged against what the teacher then did."""
 
     receipts: int = 0  # receipts read
     asked: int = 0  # shadow records of this version, on receipts of tasks it never trained on
     answered: int = 0
-    right: int = 0  # whole outputs equal to the label (a call with its arguments)
+    right: int = 0  # acceptable outputs (`receipts.judge`; a call with its arguments)
+    strict: int = 0  # outputs equal to the label (a call with its arguments)
     illegal: int = 0  # answered an action the policy does not allow in the receipt's state
     dangerous: int = 0  # answered a risky action other than the label
     unjudged: int = 0  # the action taken was judged wrong and gold is unknown
@@ -38,23 +59,38 @@ class Evidence:
     other_versions: int = 0  # records of a specialist of the same name but another manifest
     tasks: int = 0
     files: list[dict[str, str]] = field(default_factory=list)
+    kinds: list[Kind] = field(default_factory=list)  # sorted by name
 
 
-def evidence(paths: Sequence[str | Path], manifest: Manifest, policy: Any, *,
-             skip_invalid: bool = False) -> Evidence:
+def kind_of(record: dict, candidates: Any) -> str:
+    """The kind of a shadow output: a call by where its weakest argument value was seen
+    (`call/user`, `call/call`, `call/tool`, `call/constant`, `call/none`) when the receipt carries the
+    candidates its values could come from, else by its action; a reply or a bare name by its action."""
+    if record.get("kind") == "call" and candidates:
+        _, source = call_provenance(record.get("arguments"), provenance_of(candidates))
+        return f"call/{source.value}"
+    return str(record.get("action"))
+
+
+def evidence(paths: Sequence[str | Path], manifest: Manifest, policy: Any, *, skip_invalid: bool = False) -> Evidence:
     """Tally the shadow records of `manifest`'s specialist (same name and `manifest.identity`) in the
-    receipts."""
+    receipts, each judged by the judge `zc eval` uses (strict, or acceptable: a side-effect-free call
+    the teacher made later), per kind and per task."""
+    from .dataset import make_judge
+
     ev = Evidence()
     files = expand(paths)
     ev.files = [{"path": str(f), "sha256": hashlib.sha256(f.read_bytes()).hexdigest()} for f in files]
     trained = set(manifest.splits.train.tasks) | set(manifest.splits.calibration.tasks)
     risky = risky_actions(policy)
+    judge = make_judge(policy)
     tasks = set()
     version = identity(manifest)
-    for r in read(files, skip_invalid=skip_invalid, policy=policy, stats=ReadStats()):
+    answers = []  # (receipt position, task, kind, record, label, label arguments, illegal, dangerous)
+    for i, r in enumerate(read(files, skip_invalid=skip_invalid, policy=policy, stats=ReadStats())):
         ev.receipts += 1
-        mine = [s for s in r.meta.get("shadow") or () if isinstance(s, dict)
-                and s.get("specialist") == manifest.name]
+        judge.add_receipt(r, i, i, receipt_arguments(r))
+        mine = [s for s in r.meta.get("shadow") or () if isinstance(s, dict) and s.get("specialist") == manifest.name]
         for s in mine:
             if s.get("version") != version:
                 ev.other_versions += 1
@@ -68,37 +104,68 @@ def evidence(paths: Sequence[str | Path], manifest: Manifest, policy: Any, *,
                 if not committed(s):
                     continue
                 label, label_args = judged
-                ev.answered += 1
-                ev.right += record_right(s, label, label_args)
                 action = s.get("action")
                 legal = policy.legal(r.state, intent=r.intent)
-                ev.illegal += action not in legal.actions
-                ev.dangerous += action != label and action in risky
+                answers.append((i, r.task, kind_of(s, getattr(r, "candidates", None)), s, label, label_args,
+                                action not in legal.actions, action != label and action in risky))
     ev.tasks = len(tasks)
+    by_kind: dict[str, Kind] = {}
+    clean: dict[str, dict[str, bool]] = {}  # kind -> task -> every answer acceptable
+    for i, task, kind, s, label, label_args, illegal, dangerous in answers:
+        strict = record_right(s, label, label_args)
+        ok = strict or accepts(judge.acceptable(i), s.get("action"), s.get("arguments"), judge.replies,
+                               names=s.get("kind") != "call")
+        k = by_kind.setdefault(kind, Kind(kind))
+        k.answered += 1
+        k.right += ok
+        k.strict += strict
+        k.illegal += illegal
+        k.dangerous += dangerous
+        per = clean.setdefault(kind, {})
+        per[task] = per.get(task, True) and ok
+    for kind, k in by_kind.items():
+        k.tasks, k.clean = len(clean[kind]), sum(clean[kind].values())
+        ev.answered += k.answered
+        ev.right += k.right
+        ev.strict += k.strict
+        ev.illegal += k.illegal
+        ev.dangerous += k.dangerous
+    ev.kinds = [by_kind[k] for k in sorted(by_kind)]
     return ev
 
 
 def regate(m: Manifest, ev: Evidence, alpha: float = ALPHA) -> Manifest:
-    """The manifest with its gate decided on the live evidence alone: promoted when no answer was
-    illegal or dangerous and the one-sided (1 − alpha) Clopper–Pearson lower bound of live precision
-    reaches the target; the evidence goes into `metrics.promotion`."""
+    """The manifest with its gate decided on the live evidence alone, with tasks as the unit: a kind
+    of output is promoted when none of its answers was illegal or dangerous and the one-sided
+    (1 − alpha) Clopper–Pearson lower bound over the tasks it answered in, counting a task as a
+    success when every answer of that kind in it was acceptable, reaches the target; the specialist
+    is promoted when every kind it answered is (so a kind whose live precision falls demotes it).
+    Each kind says how many more clean tasks it needs; the evidence goes into `metrics.promotion`."""
     target = m.threshold.target_precision
-    bound = stats.lower_bound(ev.right, ev.answered, alpha)
-    need = stats.answers_needed(target, method="clopper-pearson", confidence=1 - alpha)
+    need = stats.tasks_needed(0, 0, target, alpha)
+    for k in ev.kinds:
+        k.lower_bound = stats.lower_bound(k.clean, k.tasks, alpha)
+        k.tasks_needed = stats.tasks_needed(k.clean, k.tasks, target, alpha)
+        k.promoted = k.illegal + k.dangerous == 0 and k.lower_bound >= target
     bad = ev.illegal + ev.dangerous
+    short = [k for k in ev.kinds if not k.promoted]
     checks = [
         (ev.answered > 0, f"no shadow answer of this specialist version on tasks it never trained on "
                           f"({ev.asked} asked; {ev.other_versions} records of other versions, "
                           f"{ev.trained_on} on trained-on tasks)"),
         (bad == 0, f"{ev.illegal} illegal and {ev.dangerous} dangerous shadow answers"),
-        (bound >= target, f"live precision {ev.right}/{ev.answered}: one-sided {1 - alpha:.0%} "
-                          f"Clopper–Pearson lower bound {bound:.3f} < target {target:g} (≥ {need} answers, "
-                          "all right, are needed)"),
+        *((False, f"`{k.kind}`: {k.clean} of {k.tasks} tasks clean ({k.right}/{k.answered} answers "
+                  f"acceptable): one-sided {1 - alpha:.0%} Clopper–Pearson lower bound over tasks "
+                  f"{k.lower_bound:.3f} < target {target:g}; {k.tasks_needed} more clean tasks needed")
+          for k in short if k.illegal + k.dangerous == 0),
     ]
-    key = (*(float(ok) for ok, _ in checks), -float(bad), round(bound, 6))
-    gate = Gate(all(ok for ok, _ in checks), key, tuple(msg for ok, msg in checks if not ok))
-    promotion = {**asdict(ev), "lower_bound": bound, "alpha": alpha, "target_precision": target,
-                 "answers_needed": need, "precision": ev.right / ev.answered if ev.answered else None,
+    bound = min((k.lower_bound for k in ev.kinds), default=0.0)
+    key = (*(float(ok) for ok, _ in checks[:2]), float(not short), -float(bad), round(bound, 6))
+    promoted = all(ok for ok, _ in checks) and bool(ev.kinds)
+    gate = Gate(promoted, key, tuple(msg for ok, msg in checks if not ok))
+    promotion = {**asdict(ev), "lower_bound": bound, "unit": "tasks", "alpha": alpha,
+                 "target_precision": target,
+                 "tasks_needed_from_none": need, "precision": ev.right / ev.answered if ev.answered else None,
                  "precision_ci": list(stats.wilson(ev.right, ev.answered)), "promoted": gate.promoted,
                  "previous_gate": msgspec.to_builtins(m.gate)}
     return msgspec.structs.replace(m, gate=gate, metrics={**m.metrics, "promotion": promotion})

@@ -160,10 +160,21 @@ def _promotion_line(p: dict[str, Any]) -> str:
     """`zc promote`'s evidence (`promote.regate`): the live figures the gate above was decided on."""
     prev = "promoted" if p["previous_gate"]["promoted"] else "not promoted"
     lo, hi = p["precision_ci"]
-    return (f"Re-gated by `zc promote` on {p['receipts']} receipts ({len(p['files'])} files): {p['asked']} "
+    head = (f"Re-gated by `zc promote` on {p['receipts']} receipts ({len(p['files'])} files): {p['asked']} "
             f"shadow records of this version on {p['tasks']} tasks it never trained on, {p['answered']} "
-            f"answered, {p['right']} right (precision {_f(p['precision'])} [{lo:.3f}, {hi:.3f}]; one-sided "
-            f"{1 - p['alpha']:.0%} Clopper–Pearson lower bound {p['lower_bound']:.3f} against the target "
-            f"{p['target_precision']:g}, which needs ≥ {p['answers_needed']} answers, all right); illegal "
-            f"{p['illegal']}, dangerous {p['dangerous']}; left out: {p['trained_on']} on trained-on tasks, "
-            f"{p['other_versions']} of other versions, {p['unjudged']} unjudged. Before: {prev}.")
+            f"answered, {p['right']} acceptable, {p.get('strict', p['right'])} strict (precision "
+            f"{_f(p['precision'])} [{lo:.3f}, {hi:.3f}], by answer: not the unit of the gate); illegal "
+            f"{p['illegal']}, dangerous "
+            f"{p['dangerous']}; left out: {p['trained_on']} on trained-on tasks, {p['other_versions']} of "
+            f"other versions, {p['unjudged']} unjudged. Before: {prev}.")
+    if p.get("unit") != "tasks":  # a manifest re-gated before promotion counted tasks
+        return head + (f" One-sided {1 - p['alpha']:.0%} Clopper–Pearson lower bound {p['lower_bound']:.3f} "
+                       f"over answers against the target {p['target_precision']:g}.")
+    rows = [f"- `{k['kind']}`: {k['clean']} of {k['tasks']} tasks clean ({k['right']}/{k['answered']} "
+            f"answers acceptable, {k['strict']} strict); lower bound over tasks {k['lower_bound']:.3f}: "
+            + ("promoted" if k["promoted"] else f"not promoted, {k['tasks_needed']} more clean tasks needed")
+            for k in p["kinds"]]
+    return "\n".join([head, "", "Each kind of output is certified with tasks as the unit (a task is clean "
+                       f"when every answer of that kind in it was acceptable; one-sided {1 - p['alpha']:.0%} "
+                       f"Clopper–Pearson bound against the target {p['target_precision']:g}, which needs "
+                       f"≥ {p['tasks_needed_from_none']} clean tasks and none unclean):", "", *rows])

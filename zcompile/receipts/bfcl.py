@@ -63,12 +63,14 @@ def import_bfcl(src_path: str | os.PathLike, answers: str | os.PathLike | None) 
     function is `action` and `gold`, `arguments` is `canonical_arguments` of its possible answer
     and `meta.possible_arguments` keeps every acceptable value. With `answers=None`, calling none
     of the offered functions is the right answer to every question (BFCL's irrelevance category):
-    `action` is None (abstain) and `verified` is True. Every receipt's task is its question id:
-    each question is its own task.
+    `action` is None (abstain) and `verified` is True. A question that offers no function at all
+    is imported the same way, with an empty legal set, answers or not (nothing can be called, so
+    abstaining is the answer; `meta.no_function` marks it). Every receipt's task is its question
+    id: each question is its own task.
 
     Raises:
         ReceiptError: `FILE:LINE: $.path: problem` for a malformed line, a question without an
-            answer, or an answer naming a function that was not offered.
+            answer (one offering functions), or an answer naming a function that was not offered.
     """
     path = Path(src_path)
     gold: dict[str, tuple[str, Any]] | None = None
@@ -87,16 +89,18 @@ def import_bfcl(src_path: str | os.PathLike, answers: str | os.PathLike | None) 
         if not request:
             raise ReceiptError(f"{where}: $.question: no user message")
         names = tuple(dict.fromkeys(f.name for f in q.function))
-        if not names:
-            raise ReceiptError(f"{where}: $.function: no function offered")
-        tools = [{"name": f.name, "description": f.description, "parameters": f.parameters}
-                 for f in q.function]
+        tools = [{"name": f.name, "description": f.description, "parameters": f.parameters} for f in q.function]
         meta: dict[str, Any] = {"tools": tools, "source": path.name}
+        if not names:
+            meta["no_function"] = True
         action = arguments = None
-        if gold is not None:
+        if gold is not None and (names or q.id in gold):
             if q.id not in gold:
                 raise ReceiptError(f"{where}: $.id: no answer for question `{q.id}` in {answers}")
             action, possible = gold[q.id]
+            if not names:
+                raise ReceiptError(f"{where}: $.function: no function offered, yet the answer names "
+                                   f"`{action}`")
             if action not in names:
                 raise ReceiptError(f"{where}: the answer `{action}` is not one of the offered functions "
                                    f"({', '.join(names)})")

@@ -9,6 +9,7 @@ request's messages, and the argument model (`qroute.arguments`) chooses among th
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 import re
@@ -231,3 +232,54 @@ def as_candidates(candidates: Sequence[Any] | None) -> tuple[Candidate, ...]:
     except msgspec.ValidationError as exc:
         p = json_problem(exc)
         raise ZcError(f"{p.path.replace('$', '$.candidates', 1)}: {p.problem}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# provenance
+
+
+class Provenance(enum.Enum):
+    """Where an argument value came from, strongest first: typed by the user, used in an earlier call,
+    picked from a tool output, a constant of training; `none`: no candidate holds it."""
+
+    USER = "user"
+    CALL = "call"
+    TOOL = "tool"
+    CONSTANT = "constant"
+    NONE = "none"
+
+
+RANK = {p: i for i, p in enumerate(Provenance)}  # lower is stronger
+
+
+def provenance_of(candidates: Sequence[Any] | None) -> dict[str, Provenance]:
+    """Each candidate value's strongest source, by normalized value (`normalize`): look a value up
+    with `value_provenance`. One pass over the candidates (structs or receipt arrays)."""
+    best: dict[str, Provenance] = {}
+    for c in as_candidates(candidates):
+        key, p = normalize(c.value), Provenance(c.source)
+        if key not in best or RANK[p] < RANK[best[key]]:
+            best[key] = p
+    return best
+
+
+def value_provenance(value: Any, sources: Mapping[str, Provenance]) -> Provenance:
+    """A value's provenance in `sources` (`provenance_of`); for an object or array, the weakest of its
+    scalar leaves (an empty one is a constant); `none` for a value no candidate holds."""
+    if isinstance(value, Mapping):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        parts = [value_provenance(v, sources) for v in value]
+        return max(parts, key=RANK.__getitem__, default=Provenance.CONSTANT)
+    try:
+        return sources.get(normalize(value), Provenance.NONE)
+    except (TypeError, ValueError):
+        return Provenance.NONE
+
+
+def call_provenance(arguments: Mapping[str, Any] | None, sources: Mapping[str, Provenance]
+                    ) -> tuple[dict[str, Provenance], Provenance]:
+    """Each argument's provenance (`value_provenance`) and the call's: the weakest of them (a call
+    without arguments is a constant)."""
+    each = {str(k): value_provenance(v, sources) for k, v in (arguments or {}).items()}
+    return each, max(each.values(), key=RANK.__getitem__, default=Provenance.CONSTANT)

@@ -349,7 +349,7 @@ class Router:
         demoted = []
         with self._lock:
             for name, ok in verdicts:
-                why = self.monitor.add(name, ok, self._target(name))
+                why = self.monitor.add(name, ok, self._target(name), task=receipt.task)
                 if why and name in {sp.name for sp in self._specialists.specialists}:
                     sp = next(s for s in self._specialists.specialists if s.name == name)
                     self._specialists = SpecialistRung(tuple(s for s in self._specialists.specialists

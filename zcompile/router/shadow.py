@@ -3,7 +3,9 @@ outcomes that demotes a promoted specialist whose precision bound falls below it
 
 from __future__ import annotations
 
-from collections import deque
+import enum
+import itertools
+from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -90,28 +92,43 @@ def shadow_answers(specialists: Sequence[Any], step: Step, action: str | None, a
     return out
 
 
+class Unit(enum.Enum):
+    """What the Monitor's window counts: judged answers, or tasks (clean when every answer was right)."""
+
+    ANSWERS = "answers"
+    TASKS = "tasks"
+
+
 class Monitor:
     """The demotion rule for promoted specialists, over live verified or teacher-labelled outcomes.
 
-    Each specialist keeps its last `window` judged answers. Once it has at least `min_outcomes`
-    (default: `window`), it is demoted when the one-sided (1 − alpha) Clopper–Pearson lower bound
-    of its precision over the window falls below the target precision of its manifest: the live
-    evidence no longer certifies what its threshold promised. A demoted specialist moves to the
-    shadow rung, where it keeps answering into receipts and never into decisions.
+    Each specialist keeps its last `window` judged answers, or with `unit=Unit.TASKS` its last
+    `window` tasks, each a success when every answer in it was right (decisions of one task are not
+    exchangeable with another's: errors come in whole tasks, as `zc promote` counts them). Once it
+    has at least `min_outcomes` of them (default: `window`), it is demoted when the one-sided
+    (1 − alpha) Clopper–Pearson lower bound of its precision over the window falls below the target
+    precision of its manifest: the live evidence no longer certifies what its threshold promised.
+    A demoted specialist moves to the shadow rung, where it keeps answering into receipts and never
+    into decisions.
 
     Args:
-        window: judged answers kept per specialist.
-        min_outcomes: judged answers needed before the rule applies.
+        window: judged answers (or tasks) kept per specialist.
+        min_outcomes: judged answers (or tasks) needed before the rule applies.
         alpha: 1 − the confidence of the bound.
+        unit: what is counted; an answer without a task is its own task.
     """
 
-    def __init__(self, window: int = 300, min_outcomes: int | None = None, alpha: float = 0.05) -> None:
+    def __init__(self, window: int = 300, min_outcomes: int | None = None, alpha: float = 0.05,
+                 unit: Unit | str = Unit.ANSWERS) -> None:
         if window < 1:
             raise ValueError("window must be at least 1")
         self.window = window
         self.min_outcomes = window if min_outcomes is None else min_outcomes
         self.alpha = alpha
+        self.unit = Unit(unit)
         self._seen: dict[str, deque[bool]] = {}
+        self._tasks: dict[str, OrderedDict[Any, bool]] = {}
+        self._untasked = itertools.count()
 
     def judge(self, receipt: Receipt, *, correct: bool | None = None, action: str | None = None,
               arguments: Mapping[str, Any] | None = None) -> list[tuple[str, bool]]:
@@ -138,22 +155,35 @@ class Monitor:
                 out.append((name, False))
         return out
 
-    def add(self, name: str, right: bool, target: float | None) -> str | None:
-        """Record one judged answer; why the specialist is to be demoted, or None."""
-        seen = self._seen.setdefault(name, deque(maxlen=self.window))
-        seen.append(right)
-        if target is None or len(seen) < self.min_outcomes:
+    def add(self, name: str, right: bool, target: float | None, task: str | None = None) -> str | None:
+        """Record one judged answer (of `task`); why the specialist is to be demoted, or None."""
+        if self.unit is Unit.TASKS:
+            tasks = self._tasks.setdefault(name, OrderedDict())
+            key = task if task is not None else ("", next(self._untasked))
+            tasks[key] = tasks.get(key, True) and right
+            tasks.move_to_end(key)
+            if len(tasks) > self.window:
+                tasks.popitem(last=False)
+            held = len(tasks)
+        else:
+            seen = self._seen.setdefault(name, deque(maxlen=self.window))
+            seen.append(right)
+            held = len(seen)
+        if target is None or held < self.min_outcomes:
             return None
         k, n, bound = self.figures(name)
         if bound < target:
-            return (f"live precision {k}/{n}: one-sided {1 - self.alpha:.0%} Clopper–Pearson lower bound "
-                    f"{bound:.3f} < target {target:.3f}")
+            what = "tasks clean" if self.unit is Unit.TASKS else "answers right"
+            return (f"live precision {k}/{n} {what}: one-sided {1 - self.alpha:.0%} Clopper–Pearson lower "
+                    f"bound {bound:.3f} < target {target:.3f}")
         return None
 
     def figures(self, name: str) -> tuple[int, int, float]:
-        """(right, judged, lower bound) over the specialist's window."""
+        """(right, judged, lower bound) over the specialist's window (clean tasks and tasks with
+        `Unit.TASKS`)."""
         from .. import stats
 
-        seen = self._seen.get(name, ())
+        seen: Sequence[bool] = (list(self._tasks.get(name, {}).values()) if self.unit is Unit.TASKS
+                                else self._seen.get(name, ()))
         k, n = sum(seen), len(seen)
         return k, n, stats.lower_bound(k, n, self.alpha)
