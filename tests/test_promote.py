@@ -18,8 +18,7 @@ from zcompile import stats
 from zcompile.cli import main
 from zcompile.errors import ZcError
 from zcompile.qroute import load_specialist, read_manifest
-from zcompile.qroute.manifest import encode
-from zcompile.qroute.manifest import identity
+from zcompile.qroute.manifest import encode, identity
 from zcompile.qroute.promote import Evidence, Kind, evidence, promote, regate
 from zcompile.receipts import Receipt, read, write_file
 from zcompile.router import Router

@@ -131,7 +131,8 @@ def reliability(confidence: np.ndarray, correct: np.ndarray, bins: int = 10) -> 
         if n:
             k = int(round(float(correct[m].sum())))
             out.append({"lo": float(edges[b]), "hi": float(edges[b + 1]), "n": n, "k": k,
-                        "confidence": float(confidence[m].mean()), "precision": k / n, "ci": list(wilson(k, n))})
+                        "confidence": float(confidence[m].mean()), "precision": k / n,
+                        "ci": list(wilson(k, n))})
     return out
 
 

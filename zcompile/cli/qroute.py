@@ -141,7 +141,8 @@ def distill_cmd(sources, policy_path, out, model, guarantee, folds, negatives, t
 @click.option("--skip-invalid", is_flag=True, help="Skip invalid receipt lines (counted) instead of "
                                                    "refusing.")
 @click.option("--tiers", "tiers_path", default=None, type=click.Path(dir_okay=False), metavar="F",
-              help="tiers.toml: replay with these LLM tiers on (default: off; what they leave goes to the teacher).")
+              help="tiers.toml: replay with these LLM tiers on (default: off; what they leave goes to the "
+                   "teacher).")
 def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, decisions_out, split,
              allow_trained, skip_invalid, tiers_path) -> None:
     """Replay receipts through the router (compiler, the specialist, tiers off unless --tiers): per-rung
@@ -183,9 +184,9 @@ def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, dec
         try:
             from ..qroute.dataset import Progress
 
-            rep = evals.run(policy, specialist_dir, [*sources, *more], split=split, allow_trained=allow_trained,
-                            skip_invalid=skip_invalid, tiers=tiers, progress=Report(bar=progress),
-                            decisions=decisions_out is not None)
+            rep = evals.run(policy, specialist_dir, [*sources, *more], split=split,
+                            allow_trained=allow_trained, skip_invalid=skip_invalid, tiers=tiers,
+                            progress=Progress(bar=progress), decisions=decisions_out is not None)
         finally:
             for tier in tiers.values():
                 tier.close()

@@ -66,7 +66,8 @@ def reply_verdict(r: Replay) -> tuple[bool, bool]:
     """(strict, acceptable) of the reply the specialist picked (handed on or not): the teacher
     replied with that action (the judge accepts a reply by its action alone)."""
     strict = r.best is not None and r.best == r.label
-    return strict, strict or (r.best is not None and accepts(r.acceptable, r.best, None, frozenset(), names=True))
+    return strict, strict or (r.best is not None and accepts(r.acceptable, r.best, None, frozenset(),
+                                                             names=True))
 
 
 def verdicts(r: Replay) -> tuple[bool | None, bool | None]:
@@ -517,7 +518,8 @@ def curve(rows: Iterable[Replay], tau: float, points: int = 50) -> dict[str, Any
 class Shadows:
     """Live agreement of each shadow specialist with the decision recorded in its receipts (`shadow.label_of`:
     gold when present, else the action taken; receipts judged wrong are left out): asked, answered,
-    coverage (answers include replies handed on to a text tier), agreement by name with its Wilson 95% interval and its one-sided Clopper–Pearson 95% lower
+    coverage (answers include replies handed on to a text tier), agreement by name with its Wilson 95%
+    interval and its one-sided Clopper–Pearson 95% lower
     bound, and answers right as whole outputs (`shadow.record_right`: a call with its arguments); and
     by task, the unit `zc promote` certifies on: tasks answered in, those where every answer was right
     as a whole output, and the one-sided Clopper–Pearson 95% lower bound over tasks."""

@@ -74,7 +74,8 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
                 floor.add(d, conversation_of(r))
                 yield d, receipt_arguments(r)
 
-    text_tier = next((t for t in policy.ir.tiers if getattr(t, "text", False)), None) if policy is not None else None
+    text_tier = (next((t for t in policy.ir.tiers if getattr(t, "text", False)), None)
+                 if policy is not None else None)
     calls_spec = getattr(m, "calls", None)
     led = metrics.Ledger(risky_actions(policy), m.threshold.tau, compiler=policy is not None, sample=sample,
                          keep_rows=decisions, text_tier=text_tier,

@@ -72,7 +72,8 @@ def kind_of(record: dict, candidates: Any) -> str:
     return str(record.get("action"))
 
 
-def evidence(paths: Sequence[str | Path], manifest: Manifest, policy: Any, *, skip_invalid: bool = False) -> Evidence:
+def evidence(paths: Sequence[str | Path], manifest: Manifest, policy: Any, *,
+             skip_invalid: bool = False) -> Evidence:
     """Tally the shadow records of `manifest`'s specialist (same name and `manifest.identity`) in the
     receipts, each judged by the judge `zc eval` uses (strict, or acceptable: a side-effect-free call
     the teacher made later), per kind and per task."""
@@ -90,7 +91,8 @@ def evidence(paths: Sequence[str | Path], manifest: Manifest, policy: Any, *, sk
     for i, r in enumerate(read(files, skip_invalid=skip_invalid, policy=policy, stats=ReadStats())):
         ev.receipts += 1
         judge.add_receipt(r, i, i, receipt_arguments(r))
-        mine = [s for s in r.meta.get("shadow") or () if isinstance(s, dict) and s.get("specialist") == manifest.name]
+        mine = [s for s in r.meta.get("shadow") or () if isinstance(s, dict)
+                and s.get("specialist") == manifest.name]
         for s in mine:
             if s.get("version") != version:
                 ev.other_versions += 1

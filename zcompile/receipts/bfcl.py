@@ -89,7 +89,8 @@ def import_bfcl(src_path: str | os.PathLike, answers: str | os.PathLike | None) 
         if not request:
             raise ReceiptError(f"{where}: $.question: no user message")
         names = tuple(dict.fromkeys(f.name for f in q.function))
-        tools = [{"name": f.name, "description": f.description, "parameters": f.parameters} for f in q.function]
+        tools = [{"name": f.name, "description": f.description, "parameters": f.parameters}
+                 for f in q.function]
         meta: dict[str, Any] = {"tools": tools, "source": path.name}
         if not names:
             meta["no_function"] = True
