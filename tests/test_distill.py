@@ -77,7 +77,9 @@ def receipts(tmp_path_factory):
 @pytest.fixture(scope="module", params=["logistic", "mlp", "gbt"])
 def trained(request, policy, receipts, tmp_path_factory):
     out = tmp_path_factory.mktemp("s") / f"toy_{request.param}"
-    return Q.distill([receipts], policy, out, Q.Settings(model=request.param, seed=3))
+    # 17 tasks out of the test split cannot certify 0.95 for a new task (tests/test_task_certificate.py):
+    # the toy machinery is certified by decision
+    return Q.distill([receipts], policy, out, Q.Settings(model=request.param, seed=3, unit="decision"))
 
 
 def test_split_is_by_task_chronological_and_sealed(policy, receipts):
@@ -405,7 +407,7 @@ def test_an_edited_manifest_is_refused(trained, policy, tmp_path, edit):
         Specialist(copy, policy)
 
 
-@pytest.mark.parametrize("version", [0, -1, 1, 2, 3, 6, 99, True, "5"])
+@pytest.mark.parametrize("version", [0, -1, 1, 2, 3, 7, 99, True, "5"])
 def test_manifest_versions_other_than_this_builds_are_refused(trained, policy, tmp_path, version):
     import shutil
 

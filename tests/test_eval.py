@@ -73,7 +73,8 @@ def setup(tmp_path_factory):
             s = rng.choice(STATES)
             rows.append(receipt(f"task-{t:02d}", i, s, teacher(s)))
     write_file(d / "train.jsonl", rows)
-    distill([d / "train.jsonl"], policy, d / "spec", Settings(model="logistic", target_precision=0.8))
+    distill([d / "train.jsonl"], policy, d / "spec", Settings(model="logistic", target_precision=0.8,
+                                                                         unit="decision"))
     return d, policy, Specialist(d / "spec", policy)
 
 

@@ -279,7 +279,7 @@ def test_pipeline_chooses_pairwise_tau_above_the_abstention_floor():
     assert fig["abstention_certified"] is True and fig["none_fits"] == 40
     th, fig = threshold(0.85, k=17)  # 5 decisions where none fits cannot certify 0.85
     assert (th.tau, th.n, th.calibration_answered, th.calibration_abstained) == (NEVER, 12, 0, 5)
-    assert "n = 12" in th.statement and fig["abstention_certified"] is False
+    assert "12 tasks, 12 decisions" in th.statement and fig["abstention_certified"] is False
 
 
 def test_gate_bounds_abstention_for_pairwise_specialists():

@@ -32,6 +32,10 @@ from .common import fail, load_policy, main, progress, read_json, timed_steps
               help="ltt: precision ≥ target with 95% confidence (Learn-then-Test); conformal: expected "
               "false-discovery rate ≤ 1 - target (conformal selection; needs fewer decisions, a weaker "
               "claim).")
+@click.option("--unit", type=click.Choice(["task", "decision"]), default="task", show_default=True,
+              help="The unit of evidence τ is certified on: task (tasks are exchangeable, decisions within "
+                   "one are not; the statement holds for new tasks) or decision (the older, weaker claim for "
+                   "new tasks).")
 @click.option("--folds", type=click.IntRange(2), default=5, show_default=True,
               help="Task-grouped folds of cross-fitting (tabular models): every train and calibration "
                    "decision gets an out-of-fold score, τ is chosen on all of them.")
@@ -40,6 +44,9 @@ from .common import fail, load_policy, main, progress, read_json, timed_steps
               "fitting, half at random and half the most similar to the right one.")
 @click.option("--target-precision", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
               show_default=True, help="Precision the abstention threshold must guarantee.")
+@click.option("--call-precision", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None,
+              help="Precision the thresholds of complete calls (and of risky calls) must guarantee, where "
+                   "the evidence supports less for calls than for replies [default: --target-precision].")
 @click.option("--target-abstention", type=click.FloatRange(0, 1, max_open=True), default=None,
               help="pairwise: share of the decisions where no offered action fits on which the specialist "
                    "must abstain (95% lower bound; 0 turns the bound off) [default: 0.85].")
@@ -75,9 +82,10 @@ from .common import fail, load_policy, main, progress, read_json, timed_steps
 @click.option("--max-decisions", type=click.IntRange(3), default=50_000, show_default=True,
               help="Decisions held in memory; beyond it a seeded task-stratified sample of each split is "
                    "used (the split and its seal still cover every task; the report says so).")
-def distill_cmd(sources, policy_path, out, model, guarantee, folds, negatives, target_precision,
-                target_abstention, min_coverage, seed, skip_invalid, epochs, max_steps, max_length, layers,
-                learning_rate, batch_size, ensemble, quantization, engine, max_decisions) -> None:
+def distill_cmd(sources, policy_path, out, model, guarantee, unit, folds, negatives, target_precision,
+                call_precision, target_abstention, min_coverage, seed, skip_invalid, epochs, max_steps,
+                max_length, layers, learning_rate, batch_size, ensemble, quantization, engine,
+                max_decisions) -> None:
     """Distil receipts into an ONNX specialist that answers with a certified confidence or abstains."""
     try:
         from ..qroute import Progress, Settings, distill
@@ -99,10 +107,11 @@ def distill_cmd(sources, policy_path, out, model, guarantee, folds, negatives, t
     if policy_path is None and model != "pairwise":
         click.echo("error: --policy is required (except for --model pairwise)", err=True)
         sys.exit(2)
-    settings = Settings(model=model, target_precision=target_precision, guarantee=guarantee,
-                        target_abstention=target_abstention, min_coverage=min_coverage, seed=seed,
-                        folds=folds, negatives=negatives, skip_invalid=skip_invalid, options=options,
-                        engine=engine, max_decisions=max_decisions)
+    settings = Settings(model=model, target_precision=target_precision, call_precision=call_precision,
+                        guarantee=guarantee, unit=unit, target_abstention=target_abstention,
+                        min_coverage=min_coverage, seed=seed, folds=folds, negatives=negatives,
+                        skip_invalid=skip_invalid, options=options, engine=engine,
+                        max_decisions=max_decisions)
     report = Progress(step=timed_steps(), bar=progress)
     try:
         policy = load_policy(policy_path) if policy_path else None

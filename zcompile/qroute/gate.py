@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import stats
 from .manifest import Gate, Threshold
 from .threshold import NEVER
 
@@ -31,8 +32,10 @@ def gate(metrics: dict[str, Any], threshold: Threshold, min_coverage: float, max
     never reach 0.95; the guarantee certified on the cross-fitted decisions promotes instead, and
     the test split can only refuse (the report says how many test answers a lower-bound check
     would need)."""
-    target = threshold.target_precision
     thresholds = [threshold, *(t for t in others if t is not None)]  # calls, risky calls, replies
+    # the answers mix the kinds: the test split refutes the lowest target among those answering
+    target = min((t.target_precision for t in thresholds if t.tau < NEVER),
+                 default=threshold.target_precision)
     bad = metrics["illegal_selected"] + metrics["dangerous_selected"]
     upper = metrics["precision_upper_one_sided"]
     p50_ms = metrics["latency_us"]["p50"] / 1000.0
@@ -43,6 +46,12 @@ def gate(metrics: dict[str, Any], threshold: Threshold, min_coverage: float, max
                           f"{metrics['answered']} answered right, one-sided 95% upper bound {upper:.3f} < "
                           f"{target:g}"),
     ]
+    calls = metrics.get("calls")  # complete calls on the test split, against the calls' own target
+    if calls and calls.get("answered") and threshold.tau < NEVER:
+        k, n, t = calls["correct"], calls["answered"], threshold.target_precision
+        up = stats.upper_bound(k, n)
+        checks.append((up >= t, f"the sealed test split refutes the calls' target: {k} of {n} complete calls "
+                                f"acceptable, one-sided 95% upper bound {up:.3f} < {t:g}"))
     if abstention is not None:
         a_target, a_ok = abstention
         checks.append((a_ok, f"abstention where no action fits is not certified ≥ {a_target:g}"))

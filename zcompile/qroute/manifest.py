@@ -15,10 +15,12 @@ from .features import FeatureSpec
 # 3: cross-fitted τ with a named guarantee (`Threshold.guarantee`, `.statement`, `.n`), `ArgumentModel`,
 # and `sha256` over the whole manifest (any edit is refused). 4: `Model.probes` (a tabular model's class
 # order is checked for every class). 5: `Model.text_probes` (a transformer's, by the rank order of its
-# classes). Versions 4 and 5 are read, except a version-4 transformer (it has no probes to check with);
-# a version 3 has none at all.
-MANIFEST_VERSION = 5
-READS = (4, 5)
+# classes). 6: thresholds certified with tasks as the unit (`Threshold.unit`, `.tasks`, `.tasks_answered`,
+# `.tasks_clean`, `.needs_tasks`) and calls calibrated by the grounding of their arguments
+# (`Calls.grounded`). Versions 4 to 6 are read, except a version-4 transformer (it has no probes to
+# check with); a version 3 has none at all.
+MANIFEST_VERSION = 6
+READS = (4, 5, 6)
 NEVER = 2.0  # a τ above every confidence: the specialist abstains on everything
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")  # a file in the specialist directory itself
 PROBE_POOL = 20_000  # training rows (evenly spaced) searched for each class's probe at distillation
@@ -101,7 +103,7 @@ class Threshold(msgspec.Struct, frozen=True):
     calibration_correct: int
     calibration_lower_bound: float  # one-sided Clopper–Pearson bound at τ (for reading; LTT certifies)
     guarantee: str = "ltt"  # ltt | conformal
-    statement: str = ""  # the guarantee in words, with its n
+    statement: str = ""  # the guarantee in words, with its n (and its tasks)
     n: int = 0  # decisions the threshold was chosen on
     source: str = "cross-fitted"  # cross-fitted (K folds over train + calibration) | calibration split
     # pairwise specialists: the figures above count decisions where an action fits; where none
@@ -110,6 +112,13 @@ class Threshold(msgspec.Struct, frozen=True):
     calibration_none_fits: int = 0
     calibration_abstained: int = 0
     calibration_abstention_lower_bound: float = 0.0
+    # the unit of evidence (version 6): `task` (tasks are exchangeable; a task is clean at τ when every
+    # decision of it answered at τ is right; `calibration_lower_bound` is then over tasks) or `decision`
+    unit: str = "decision"
+    tasks: int = 0  # tasks among the `n` decisions
+    tasks_answered: int = 0  # at τ
+    tasks_clean: int = 0  # at τ
+    needs_tasks: int = 0  # no τ qualified: clean answered tasks missing (0: one qualified)
 
 
 class Calls(msgspec.Struct, frozen=True):
@@ -129,6 +138,9 @@ class Calls(msgspec.Struct, frozen=True):
     risky_threshold: Threshold | None = None  # gates calls of risky actions, certified on those alone
     # the argument model (`arguments.ArgumentModelSpec` as data); None: no arguments learned
     arguments: Any = None
+    # version 6: a call's Platt scaling by the grounding of its arguments (`candidates.grounding`:
+    # typed, picked); a grounding absent here uses `calibration`
+    grounded: dict[str, Calibration] = {}
 
 
 class Gate(msgspec.Struct, frozen=True):
@@ -157,14 +169,29 @@ class Manifest(msgspec.Struct, frozen=True):
     sha256: str = ""  # of this manifest encoded with sha256 = "": any edit is refused on load
 
 
+# the fields each version added (JSON paths; `*` every threshold): an older manifest is written without them
+THRESHOLDS = (("threshold",), ("calls", "reply_threshold"), ("calls", "risky_threshold"))
+TASK_FIELDS = ("unit", "tasks", "tasks_answered", "tasks_clean", "needs_tasks")
+ADDED: dict[int, tuple[tuple[str, ...], ...]] = {
+    5: (("model", "text_probes"),),
+    6: (*((*t, f) for t in THRESHOLDS for f in TASK_FIELDS), ("calls", "grounded")),
+}
+
+
 def _json(m: Manifest) -> bytes:
-    """`m` as JSON, as its version writes it: a version 4 manifest has no `model.text_probes`, so
-    its seal and identity are what they were when it was written."""
+    """`m` as JSON, as its version writes it: without the fields later versions added (`ADDED`), so an
+    older manifest's seal and identity are what they were when it was written."""
     body = msgspec.json.encode(m)
-    if m.version >= 5:
+    gone = [path for v, paths in ADDED.items() if v > m.version for path in paths]
+    if not gone:
         return body
     raw = msgspec.json.decode(body)
-    del raw["model"]["text_probes"]
+    for *parents, leaf in gone:
+        node = raw
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(leaf, None)
     return msgspec.json.encode(raw)
 
 

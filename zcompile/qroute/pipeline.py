@@ -28,7 +28,7 @@ import numpy as np
 from .. import __version__, stats
 from ..errors import ZcError
 from ..outdir import staged
-from ..receipts.candidates import as_candidates
+from ..receipts.candidates import GROUNDINGS, as_candidates, grounding
 from ..receipts.judge import LOOKAHEAD, RULE, lenient_actions, strict
 from . import arguments as argmodel
 from . import dataset as D
@@ -42,9 +42,10 @@ from .metrics import answer_right, call_figures, evaluate, risky_actions
 from .recipes import AUTO, ClassifierRecipe, fit_in_threads, recipe
 from .report import render
 from .specialist import call_confidence
-from .threshold import DELTA, GUARANTEES, NEVER, abstention_floor, choose
+from .threshold import DELTA, GUARANTEES, NEVER, UNITS, abstention_floor, choose
 
 FOLDS = 5
+MIN_GROUNDED = 30  # out-of-fold complete calls a grounding needs for a Platt scaling of its own
 TARGET_ABSTENTION = 0.85  # pairwise default: abstain where no offered action fits
 
 
@@ -54,7 +55,9 @@ class Settings:
 
     model: str = "auto"
     target_precision: float = 0.95
+    call_precision: float | None = None  # the calls' own target (and risky calls'); None: target_precision
     guarantee: str = "ltt"
+    unit: str = "task"  # the unit of evidence τ is certified on: task or decision (`threshold.UNITS`)
     target_abstention: float | None = None  # pairwise only
     min_coverage: float = 0.0
     seed: int = 0
@@ -171,8 +174,12 @@ def _targets(parts: dict[str, list[D.LoggedDecision]], policy: Any, engine: Any,
 def _validate(s: Settings, policy: Any) -> None:
     if not 0 < s.target_precision < 1:
         raise ZcError(f"--target-precision must be between 0 and 1, got {s.target_precision}")
+    if s.call_precision is not None and not 0 < s.call_precision < 1:
+        raise ZcError(f"--call-precision must be between 0 and 1, got {s.call_precision}")
     if s.guarantee not in GUARANTEES:
         raise ZcError(f"unknown guarantee `{s.guarantee}` (choose {' or '.join(GUARANTEES)})")
+    if s.unit not in UNITS:
+        raise ZcError(f"unknown unit `{s.unit}` (choose {' or '.join(UNITS)})")
     if s.target_abstention is not None and not 0 <= s.target_abstention < 1:
         raise ZcError(f"--target-abstention must be at least 0 and below 1, got {s.target_abstention}")
     if s.folds < 2:
@@ -341,12 +348,12 @@ def _threshold(rec: Any, best: list[str | None], conf: np.ndarray, oof: Sequence
     a_target = s.target_abstention if s.target_abstention is not None else (
         TARGET_ABSTENTION if s.model == "pairwise" else 0.0)
     floor = abstention_floor(conf[~fits], a_target, delta) if a_target else 0.0
-    report.step(f"7/10 choosing τ: precision ≥ {s.target_precision:g} ({s.guarantee}, δ = {delta:.3g}, n = "
-                f"{len(oof)})"
+    report.step(f"7/10 choosing τ: precision ≥ {s.target_precision:g} ({s.guarantee} over {s.unit}s, δ = "
+                f"{delta:.3g}, n = {len(oof)})"
                 + (f", abstention ≥ {a_target:g} where no action fits" if a_target else ""))
     # no floor (no τ keeps abstention where none fits): no τ is tested, the evidence's n stays its own
     choice = choose(conf[fits], correct[fits], s.target_precision, s.guarantee, delta,
-                    np.inf if floor is None else floor)
+                    np.inf if floor is None else floor, _tasks(oof, s)[fits] if s.unit == "task" else None)
     n_none = int((~fits).sum())
     abstained = int((conf[~fits] < choice.tau).sum())
     th = _as_threshold(choice, s, delta, "cross-fitted" if rec.crossfit else "calibration split",
@@ -360,10 +367,22 @@ def _threshold(rec: Any, best: list[str | None], conf: np.ndarray, oof: Sequence
     return th, figures
 
 
-def _as_threshold(choice: Any, s: Settings, delta: float, source: str, **extra: Any) -> Threshold:
-    return Threshold(choice.tau, s.target_precision, delta, choice.answered, choice.correct,
-                     stats.lower_bound(choice.correct, choice.answered, delta), guarantee=choice.guarantee,
-                     statement=choice.statement, n=choice.n, source=source, **extra)
+def _tasks(decisions: Sequence[D.LoggedDecision], s: Settings) -> np.ndarray:
+    """Each decision's task (its unit of evidence)."""
+    return np.array([d.task for d in decisions], dtype=object)
+
+
+def _as_threshold(choice: Any, s: Settings, delta: float, source: str, target: float | None = None,
+                  **extra: Any) -> Threshold:
+    """The manifest's record of a `threshold.Choice` for `target` (default: the settings'); its lower bound
+    is over the choice's unit."""
+    k, n = ((choice.tasks_clean, choice.tasks_answered) if choice.unit == "task"
+            else (choice.correct, choice.answered))
+    return Threshold(choice.tau, s.target_precision if target is None else target, delta, choice.answered,
+                     choice.correct, stats.lower_bound(k, n, delta), guarantee=choice.guarantee,
+                     statement=choice.statement, n=choice.n, source=source, unit=choice.unit,
+                     tasks=choice.tasks, tasks_answered=choice.tasks_answered, tasks_clean=choice.tasks_clean,
+                     needs_tasks=choice.needs_tasks, **extra)
 
 
 def _call_thresholds(best: list[str | None], conf: np.ndarray, oof: list[D.LoggedDecision], sig: Signatures,
@@ -389,25 +408,34 @@ def _call_thresholds(best: list[str | None], conf: np.ndarray, oof: list[D.Logge
     is_call, is_reply = kind == "call", kind == "reply"
     is_risky = is_call & np.array([b in risky for b in best], dtype=bool)
     is_safe = is_call & ~is_risky
-    t, b = (fit_platt(np.log(np.clip(raw[is_call], 1e-12, 1.0)), correct[is_call]) if is_call.any()
-            else (1.0, 0.0))
-    call_conf = np.array([call_confidence(c, t, b) for c in raw])
+    grounded = np.array([grounding(a, as_candidates(d.candidates)) if k == "call" else ""
+                         for k, a, d in zip(kind, out.arguments, oof)])
+    log_raw = np.log(np.clip(raw, 1e-12, 1.0))
+    t, b = fit_platt(log_raw[is_call], correct[is_call]) if is_call.any() else (1.0, 0.0)
+    by_ground = {g: Calibration("platt", *fit_platt(log_raw[is_call & (grounded == g)],
+                                                    correct[is_call & (grounded == g)]))
+                 for g in GROUNDINGS if int((is_call & (grounded == g)).sum()) >= MIN_GROUNDED}
+    scale = [by_ground.get(g, Calibration("platt", t, b)) for g in grounded]
+    call_conf = np.array([call_confidence(c, k.temperature, k.bias) for c, k in zip(raw, scale)])
     delta = DELTA / (3 * n_candidates)
-    report.step(f"7/10 choosing τ for calls ({int(is_safe.sum())} complete out-of-fold), risky calls "
-                f"({int(is_risky.sum())}) and replies ({int(is_reply.sum())}): precision ≥ "
-                f"{s.target_precision:g} each ({s.guarantee}, δ = {delta:.3g})")
+    call_target = s.target_precision if s.call_precision is None else s.call_precision
+    report.step(f"7/10 choosing τ for calls ({int(is_safe.sum())} complete out-of-fold) and risky calls "
+                f"({int(is_risky.sum())}): precision ≥ {call_target:g}; replies ({int(is_reply.sum())}): "
+                f"precision ≥ {s.target_precision:g} ({s.guarantee} over {s.unit}s, δ = {delta:.3g} each)")
     source = "cross-fitted" if arguments.folds.min() >= 0 else "calibration split"
+    tasks = _tasks(oof, s)
 
-    def certify(mask: np.ndarray, c: np.ndarray) -> Threshold:
-        return _as_threshold(choose(c[mask], correct[mask], s.target_precision, s.guarantee, delta), s, delta,
-                             source)
+    def certify(mask: np.ndarray, c: np.ndarray, target: float) -> Threshold:
+        choice = choose(c[mask], correct[mask], target, s.guarantee, delta,
+                        tasks=tasks[mask] if s.unit == "task" else None)
+        return _as_threshold(choice, s, delta, source, target)
 
-    calls_th, risky_th, reply_th = certify(is_safe, call_conf), certify(is_risky, call_conf), certify(
-        is_reply, conf)
+    calls_th, risky_th = certify(is_safe, call_conf, call_target), certify(is_risky, call_conf, call_target)
+    reply_th = certify(is_reply, conf, s.target_precision)
     spec = arguments.final.spec() if arguments.final is not None else None
     calls = Calls(tuple(sorted(sig.replies)), {a: p for a, p in sig.params.items() if p is not None},
                   Calibration("platt", t, b), reply_th, tuple(sorted(risky)), risky_th,
-                  D.plain(spec) if spec is not None else None)
+                  D.plain(spec) if spec is not None else None, grounded=by_ground)
     answered = ((is_safe & (call_conf >= calls_th.tau)) | (is_risky & (call_conf >= risky_th.tau))
                 | (is_reply & (conf >= reply_th.tau)))
     figures = {"n": len(oof), "source": source, "answered": int(answered.sum()),
@@ -416,8 +444,43 @@ def _call_thresholds(best: list[str | None], conf: np.ndarray, oof: list[D.Logge
                "calls_complete": int(is_call.sum()), "risky_calls_complete": int(is_risky.sum()),
                "names_incomplete": int((kind == "name").sum()),
                "replies": int(is_reply.sum()), "ece": stats.ece(conf, correct.astype(float)),
-               "aurc": stats.aurc(np.where(is_reply, conf, call_conf), correct.astype(float))}
+               "aurc": stats.aurc(np.where(is_reply, conf, call_conf), correct.astype(float)),
+               "grounding": _grounding_figures(grounded, is_call, correct, answered),
+               "tasks": _task_figures(tasks, is_call, is_reply, correct, answered)}
     return calls_th, calls, figures
+
+
+def _grounding_figures(grounded: np.ndarray, is_call: np.ndarray, correct: np.ndarray,
+                       answered: np.ndarray) -> dict[str, Any]:
+    """Out-of-fold complete calls by the grounding of their arguments: how many, how many right, and
+    at τ how many answered and right."""
+    out: dict[str, Any] = {}
+    for g in GROUNDINGS:
+        m = is_call & (grounded == g)
+        if m.any():
+            k, n, ka, na = (int((m & correct).sum()), int(m.sum()), int((m & answered & correct).sum()),
+                            int((m & answered).sum()))
+            out[g] = {"calls": n, "correct": k, "precision_ci": list(stats.wilson(k, n)),
+                      "answered": na, "answered_correct": ka}
+    return out
+
+
+def _task_figures(tasks: np.ndarray, is_call: np.ndarray, is_reply: np.ndarray, correct: np.ndarray,
+                  answered: np.ndarray) -> dict[str, Any]:
+    """Out-of-fold answers at τ by task, for calls and for replies: tasks answered, tasks clean (every
+    answer right), and the worst task (lowest precision, then most answers) with its Wilson interval."""
+    out = {}
+    for what, mask in (("calls", is_call & answered), ("replies", is_reply & answered)):
+        per: dict[str, list[int]] = {}
+        for t, ok in zip(tasks[mask], correct[mask]):
+            per.setdefault(str(t), [0, 0])[0] += bool(ok)
+            per[str(t)][1] += 1
+        worst = min(per.items(), key=lambda kv: (kv[1][0] / kv[1][1], -kv[1][1], kv[0]), default=None)
+        out[what] = {"tasks_answered": len(per), "tasks_clean": sum(k == n for k, n in per.values()),
+                     "worst": None if worst is None else {
+                         "task": worst[0], "answered": worst[1][1], "correct": worst[1][0],
+                         "precision_ci": list(stats.wilson(worst[1][0], worst[1][1]))}}
+    return out
 
 
 def _test_figures(rec: Any, sp: Any, x: Any, test: list[D.LoggedDecision], cal: Calibration,

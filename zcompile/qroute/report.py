@@ -55,16 +55,42 @@ def threshold_line(m: Manifest) -> str:
 def _one_threshold(th) -> str:
     where = ("scored out of fold (K task-grouped folds over the train and calibration splits)"
              if th.source == "cross-fitted" else "held out from training (the calibration split)")
+    of = f"{th.n} decisions of {th.tasks} tasks" if th.unit == "task" else f"{th.n} decisions"
     if th.tau >= NEVER:
-        return (f"no τ qualifies, so none of these is answered. Tested on {th.n} decisions {where}: "
-                f"{th.statement}.")
-    text = (f"τ = {th.tau:.4f}, certified: {th.statement}, on {th.n} decisions {where}. At τ "
-            f"{th.calibration_correct} of {th.calibration_answered} answered right (one-sided "
-            f"{1 - th.alpha:.1%} Clopper–Pearson bound {th.calibration_lower_bound:.3f}).")
+        return f"no τ qualifies, so none of these is answered. Tested on {of} {where}: {th.statement}."
+    if th.unit == "task":
+        at = (f"{th.calibration_correct} of {th.calibration_answered} answered right, {th.tasks_clean} of "
+              f"{th.tasks_answered} answered tasks clean (one-sided {1 - th.alpha:.1%} Clopper–Pearson bound "
+              f"over tasks {th.calibration_lower_bound:.3f})")
+    else:
+        at = (f"{th.calibration_correct} of {th.calibration_answered} answered right (one-sided "
+              f"{1 - th.alpha:.1%} Clopper–Pearson bound {th.calibration_lower_bound:.3f})")
+    text = f"τ = {th.tau:.4f}, certified: {th.statement}, on {of} {where}. At τ {at}."
     if th.calibration_none_fits and th.target_abstention:
         text += (f" Where no action fits: {th.calibration_abstained} of {th.calibration_none_fits} abstained "
                  f"(bound {th.calibration_abstention_lower_bound:.3f}, target {th.target_abstention:g}).")
     return text
+
+
+def out_of_fold_lines(m: Manifest) -> list[str]:
+    """The out-of-fold calls by the grounding of their arguments, and the answers at τ by task (worst
+    named)."""
+    oof = m.metrics.get("calibration", {})
+    lines = []
+    if oof.get("grounding"):
+        parts = [f"{g} {f['correct']} of {f['calls']} acceptable ({f['answered_correct']} of {f['answered']} "
+                 "at τ)"
+                 for g, f in oof["grounding"].items()]
+        lines.append("Out-of-fold complete calls by the grounding of their arguments (typed: every value in "
+                     "the user's words; picked: some value taken from a tool output, an earlier call or a "
+                     "constant; bare: none): " + "; ".join(parts) + ".")
+    for what, f in oof.get("tasks", {}).items():
+        w = f["worst"]
+        if w is not None:
+            lines.append(f"Out-of-fold {what} at τ by task: {f['tasks_clean']} of {f['tasks_answered']} "
+                         f"answered tasks clean; the worst, `{w['task']}`, {w['correct']} of {w['answered']} "
+                         f"right [{w['precision_ci'][0]:.3f}, {w['precision_ci'][1]:.3f}].")
+    return [*lines, ""] if lines else []
 
 
 def render(m: Manifest) -> str:
@@ -77,7 +103,7 @@ def render(m: Manifest) -> str:
     lines = [
         f"# {title} `{m.name}`" + (f" for policy `{m.policy_name}`" if m.policy_name else ""), "",
         f"**Verdict: {verdict(m)}.**", "",
-        _model_line(m), "", threshold_line(m), "",
+        _model_line(m), "", threshold_line(m), "", *out_of_fold_lines(m),
         "## Data", "", "| split | tasks | decisions |", "|---|---:|---:|",
         *(f"| {k} | {len(s.tasks)} | {s.decisions} |" for k, s in
           (("train", m.splits.train), ("calibration", m.splits.calibration), ("test", m.splits.test))),

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import ZcError
 from ..inputs import path_kind, read_file
-from ..receipts.candidates import as_candidates
+from ..receipts.candidates import as_candidates, grounding
 from .features import Featurizer
 from .manifest import NEVER, Manifest, check_against, check_session, check_text_probes, decode
 
@@ -41,6 +41,7 @@ class Answer:
     best: str | None  # the top legal action, answered or not
     arguments: dict | None = None
     kind: str = "call"
+    grounding: str | None = None  # a proposed call's: typed | picked | bare (`receipts.candidates.grounding`)
 
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -236,6 +237,8 @@ class Specialist:
         self._replies = frozenset(m.calls.replies) if m.calls is not None else frozenset()
         self._risky = frozenset(m.calls.risky) if m.calls is not None else frozenset()
         self._arguments = None
+        # the call calibrations: one per grounding of the arguments, and the pooled one for the others
+        self._scalings = (m.calls.calibration, *m.calls.grounded.values()) if m.calls is not None else ()
         if m.calls is not None and m.calls.arguments is not None:
             from .arguments import ArgumentModelSpec, ArgumentScorer
 
@@ -352,16 +355,20 @@ class Specialist:
         tau = self.tau
         if best in self._risky:
             tau = calls.risky_threshold.tau if calls.risky_threshold is not None else NEVER
-        t, b = calls.calibration.temperature, calls.calibration.bias
         arguments: dict | None = {}
+        ground = "bare"
         if params.get("properties"):
             if self._arguments is None or not candidates:
                 return Answer(None, c, best, None, "name")
-            if (ceiling := call_confidence(c, t, b)) < tau:
+            # the most any grounding could make of certain arguments: below τ, none are proposed
+            if (ceiling := max(call_confidence(c, k.temperature, k.bias) for k in self._scalings)) < tau:
                 return Answer(None, ceiling, best, None, "call")
-            prop = self._arguments.propose(best, params, as_candidates(candidates))
+            given = as_candidates(candidates)
+            prop = self._arguments.propose(best, params, given)
             if prop.arguments is None:
                 return Answer(None, c, best, None, "name")
             arguments, c = prop.arguments, c * prop.confidence
-        conf = call_confidence(c, t, b)
-        return Answer(best if conf >= tau else None, conf, best, arguments, "call")
+            ground = grounding(arguments, given)
+        k = calls.grounded.get(ground, calls.calibration)
+        conf = call_confidence(c, k.temperature, k.bias)
+        return Answer(best if conf >= tau else None, conf, best, arguments, "call", ground)

@@ -13,7 +13,7 @@ import enum
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, Literal
 
@@ -283,3 +283,32 @@ def call_provenance(arguments: Mapping[str, Any] | None, sources: Mapping[str, P
     without arguments is a constant)."""
     each = {str(k): value_provenance(v, sources) for k, v in (arguments or {}).items()}
     return each, max(each.values(), key=RANK.__getitem__, default=Provenance.CONSTANT)
+
+
+Grounding = Literal["bare", "typed", "picked"]
+GROUNDINGS: tuple[Grounding, ...] = ("bare", "typed", "picked")
+
+
+def grounding(arguments: Mapping[str, Any] | None, candidates: Sequence[Any] | None) -> Grounding:
+    """What kind of evidence a call's arguments are: `bare` (no argument values), `typed` (every scalar
+    value of them is in the user's own words: its `call_provenance` is `user`), `picked` (some value
+    came only from a tool output, an earlier call, a training constant or nowhere)."""
+    if not any(_scalars(arguments or {})):
+        return "bare"
+    _, weakest = call_provenance(arguments, provenance_of(candidates))
+    return "typed" if weakest is Provenance.USER else "picked"
+
+
+def _scalars(value: Any, depth: int = 0) -> Iterator[Any]:
+    """The scalar leaves of a JSON value (None left out), at most `MAX_DEPTH` deep."""
+    if isinstance(value, Mapping):
+        items: Iterable[Any] = value.values()
+    elif isinstance(value, list | tuple):
+        items = value
+    else:
+        if value is not None:
+            yield value
+        return
+    if depth < MAX_DEPTH:
+        for v in items:
+            yield from _scalars(v, depth + 1)

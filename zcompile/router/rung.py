@@ -294,7 +294,9 @@ def ask(sp: Any, step: Step) -> Answer:
     if raw.action is None:
         best = raw.best if step.allows(raw.best) else None
         return abstain("below_threshold", "below threshold", action=best, confidence=conf, model=sp.name)
-    return settle(step, raw.action, getattr(raw, "arguments", None), confidence=conf, model=sp.name)
+    ground = getattr(raw, "grounding", None)  # a call's arguments: typed by the user, or picked
+    return settle(step, raw.action, getattr(raw, "arguments", None), confidence=conf, model=sp.name,
+                  detail=f"arguments {ground}" if ground and ground != "bare" else "")
 
 
 # ---- tiers that speak the older `propose` protocol ------------------------------------------------
