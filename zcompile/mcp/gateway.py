@@ -27,7 +27,8 @@ from ..receipts import Receipt, ReceiptWriter
 from ..receipts.io import is_receipts_file
 from ..receipts.chat import default_extract, extractor_name
 from ..runtime import Policy
-from .session import SESSION_META, Extract, KeyError_, Session, Sessions, StateKeySpec, key_of, result_text
+from .session import (SESSION_META, USER_META, Extract, KeyError_, Session, Sessions, StateKeySpec, key_of,
+                      result_text, user_message)
 from .upstream import ServerSpec, Upstream, UpstreamError
 
 _log = logging.getLogger("zcompile.mcp")
@@ -158,6 +159,17 @@ class McpGateway:
             raise MCPError(INVALID_PARAMS, str(exc)) from None
         return self.sessions.get(key)
 
+    @staticmethod
+    async def _user(session: Session, ctx: Any) -> None:
+        """Take the request's user message (`_meta[USER_META]`) into its session, in turn with its calls."""
+        try:
+            said = user_message(_meta(ctx))
+        except KeyError_ as exc:
+            raise MCPError(INVALID_PARAMS, str(exc)) from None
+        if said is not None:
+            async with session.lock:
+                session.user(*said)
+
     def _legal(self, session: Session) -> tuple[dict[str, Any], tuple[str, ...]]:
         try:
             state = session.state()
@@ -168,6 +180,7 @@ class McpGateway:
     async def _list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         started = time.perf_counter()
         session = self._session(ctx)
+        await self._user(session, ctx)
         tools = await self._tools()
         try:
             state, legal = self._legal(session)
@@ -189,6 +202,7 @@ class McpGateway:
         started = time.perf_counter()
         name, args = params.name, dict(params.arguments or {})
         session = self._session(ctx)
+        await self._user(session, ctx)
         tools = await self._tools()
         if name not in tools:
             self._receipt(session, ctx, "tools/call", {}, None, started, name=name, args=args,
@@ -374,10 +388,11 @@ def _cursor_offset(cursor: str | None, digest: str, n: int) -> int:
 
 def _forwarded_meta(meta: dict[str, Any] | None) -> dict[str, Any] | None:
     """The request's `_meta` for the server: the trace context and the caller's own keys, not the
-    protocol envelope (the gateway's client writes its own) nor zc's session key."""
+    protocol envelope (the gateway's client writes its own) nor zc's session key and user message."""
     if not meta:
         return None
-    out = {k: v for k, v in meta.items() if not k.startswith("io.modelcontextprotocol/") and k not in (SESSION_META, "progressToken")}
+    own = (SESSION_META, USER_META, "progressToken")
+    out = {k: v for k, v in meta.items() if not k.startswith("io.modelcontextprotocol/") and k not in own}
     return out or None
 
 
