@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from .features import FeatureSpec
+from .novelty import Novelty, problem as novelty_problem
 
 # 3: cross-fitted τ with a named guarantee (`Threshold.guarantee`, `.statement`, `.n`), `ArgumentModel`,
 # and `sha256` over the whole manifest (any edit is refused). 4: `Model.probes` (a tabular model's class
@@ -151,12 +152,20 @@ class Manifest(msgspec.Struct, frozen=True):
     seed: int
     calls: Calls | None = None  # complete calls and replies (classifiers with a policy)
     sha256: str = ""  # of this manifest encoded with sha256 = "": any edit is refused on load
+    # the novelty model and its cut (tabular specialists; None: none, and the key is not written)
+    novelty: Novelty | None = None
+
+
+_NO_NOVELTY = b',"novelty":null}'
 
 
 def _json(m: Manifest) -> bytes:
-    """`m` as JSON, as its version writes it: a version 4 manifest has no `model.text_probes`, so
-    its seal and identity are what they were when it was written."""
+    """`m` as JSON, as its version writes it: a version 4 manifest has no `model.text_probes`, and
+    a manifest without a novelty model no `novelty` key, so its seal and identity are what they were
+    when it was written."""
     body = msgspec.json.encode(m)
+    if body.endswith(_NO_NOVELTY):
+        body = body[:-len(_NO_NOVELTY)] + b"}"
     if m.version >= 5:
         return body
     raw = msgspec.json.decode(body)
@@ -285,6 +294,8 @@ def validate(m: Manifest) -> str | None:
         problem = _probes_problem(m.model) if text is None else _text_probes_problem(m.model)
         if problem:
             return problem
+    if m.novelty is not None and (problem := novelty_problem(m.novelty, f.dim)):
+        return problem
     c = m.calls
     if c is not None:
         problem = (_calibration(c.calibration, "$.calls.calibration")
