@@ -38,7 +38,7 @@ def test_the_cut_is_stated_with_its_n_and_keeps_the_held_out_share(toy):
     assert nov.tasks == len(m.splits.train.tasks) + len(m.splits.calibration.tasks)
     assert nov.kept / nov.n >= N.KEEP
     assert f"keeps {nov.kept} of {nov.n} held-out decisions" in nov.statement
-    assert len(nov.reference) == nov.n and len(nov.mean) == m.features.dim
+    assert nov.rows == nov.n and nov.dim == m.features.dim and nov.k == N.COMPONENTS
     assert "Novelty (abstain with cause `novel`)" in distilled.report_text
     assert m.metrics["novelty"]["test_n"] == m.splits.test.decisions
 
@@ -92,7 +92,9 @@ def test_scores_one_and_many_agree_and_a_bad_model_is_named():
     assert s.one(rows[3]) < s.one(rows[3] + 50.0)  # moved far away: more novel
     assert model.n == 200 and 198 <= model.kept == int((oof <= model.cut).sum()) < 200  # ⌈0.99 · 201⌉ = 199
     assert N.problem(model, 12) is None
-    assert N.problem(model, 13) == "$.novelty.mean: 12 numbers for 13 features"
+    assert N.problem(model, 13) == "$.novelty.dim: 12 features where the specialist reads 13"
+    cut_short = msgspec.structs.replace(model, reference=model.reference[:-8])
+    assert N.problem(cut_short, 12).startswith("$.novelty.reference: not base64 of 800 float32 numbers")
     bad = msgspec.structs.replace(model, cut=float("nan"))
     assert "$.novelty.cut" in N.problem(bad, 12)
     few, _ = N.fit(rows[:50], np.arange(50) % 2, ["t"] * 50)
@@ -101,5 +103,6 @@ def test_scores_one_and_many_agree_and_a_bad_model_is_named():
 
 def test_a_manifest_with_a_broken_novelty_model_is_refused(toy):
     m = toy[2].manifest
-    short = msgspec.structs.replace(m.novelty, mean=m.novelty.mean[:-1])
-    assert validate(msgspec.structs.replace(m, novelty=short)).startswith("$.novelty.mean")
+    nan = N.packed(np.full(m.novelty.dim, np.nan))
+    broken = msgspec.structs.replace(m.novelty, mean=nan)
+    assert validate(msgspec.structs.replace(m, novelty=broken)) == "$.novelty.mean: a number is not finite"

@@ -13,11 +13,13 @@ that of a decision of a task never seen, as a deployed specialist meets them; th
 smallest score that keeps `KEEP` of them (the ⌈KEEP·(n + 1)⌉-th smallest). The test split is never
 read. Past the cut, the specialist abstains with cause `novel`, whatever its confidence.
 
-Training (`fit`) and decision time (`Scorer`) use numpy only.
+Training (`fit`) and decision time (`Scorer`) use numpy only. The stored arrays are float32
+(base64 in the manifest): one line each, where a million-byte list of numbers would not be.
 """
 
 from __future__ import annotations
 
+import base64
 import math
 from collections.abc import Sequence
 
@@ -27,16 +29,20 @@ import numpy as np
 VERSION = 1
 COMPONENTS = 16  # principal directions kept
 KEEP = 0.99  # share of held-out decisions the cut keeps
-DIGITS = 7  # significant digits stored (float32 precision: the stored model is read as float32)
 
 
 class Novelty(msgspec.Struct, frozen=True):
     """The novelty model and its cut, as the manifest stores it (`Manifest.novelty`)."""
 
     version: int
-    mean: tuple[float, ...]  # the training rows' mean (one per feature)
-    components: tuple[tuple[float, ...], ...]  # k principal directions, each one per feature
-    reference: tuple[tuple[float, ...], ...]  # every training row, projected (k numbers each)
+    dim: int  # features
+    k: int  # principal directions
+    rows: int  # reference rows
+    # base64 of little-endian float32 arrays: the training rows' mean (dim), the k principal
+    # directions (k × dim) and every training row projected on them (rows × k)
+    mean: str
+    components: str
+    reference: str
     cut: float | None  # abstain past it; None: too few held-out decisions to choose one (never abstains)
     keep: float  # the share of held-out decisions the cut was chosen to keep
     n: int  # held-out (out-of-fold) decisions it was chosen on
@@ -46,12 +52,20 @@ class Novelty(msgspec.Struct, frozen=True):
     statement: str = ""
 
 
-def _round(a: np.ndarray) -> tuple:
-    """Nested tuples of Python floats with DIGITS significant digits (short, and the same on any CPU
-    for all but values on a rounding boundary)."""
-    if a.ndim == 1:
-        return tuple(float(f"{v:.{DIGITS}g}") for v in a.tolist())
-    return tuple(_round(row) for row in a)
+def packed(a: np.ndarray) -> str:
+    """An array as base64 of its little-endian float32 values."""
+    return base64.b64encode(np.ascontiguousarray(a, "<f4").tobytes()).decode()
+
+
+def unpacked(text: str, shape: tuple[int, ...]) -> np.ndarray | None:
+    """`packed` read back as float64 of `shape` (None when it is not base64 of that many float32)."""
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except ValueError:
+        return None
+    if len(raw) != 4 * math.prod(shape):
+        return None
+    return np.frombuffer(raw, "<f4").astype(np.float64).reshape(shape)
 
 
 def _basis(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -78,7 +92,8 @@ class Scorer:
 
     @classmethod
     def of(cls, model: Novelty) -> Scorer:
-        return cls(np.array(model.mean), np.array(model.components), np.array(model.reference))
+        """The scorer of a stored model (checked by `problem` when its manifest was read)."""
+        return cls(*(unpacked(text, shape) for text, shape in _arrays(model)))
 
     def one(self, x: np.ndarray) -> float:
         """The novelty of one feature row (module docstring)."""
@@ -129,9 +144,8 @@ def fit(rows: np.ndarray, folds: np.ndarray, tasks: Sequence[str], keep: float =
                      f"target {keep:g}) of {len(by_task)} tasks, each scored by a model fit without its "
                      f"task's fold; the worst task keeps {worst:.3f} of its decisions")
     mean, c = _basis(rows, k)
-    projected = _round((rows - mean) @ c.T) if len(c) else ()
-    model = Novelty(VERSION, _round(mean), _round(c) if len(c) else (), projected, cut, keep, n, len(by_task),
-                    kept, round(worst, 6), statement)
+    model = Novelty(VERSION, rows.shape[1], len(c), n, packed(mean), packed(c), packed((rows - mean) @ c.T),
+                    cut, keep, n, len(by_task), kept, round(worst, 6), statement)
     return model, scores
 
 
@@ -139,16 +153,22 @@ def problem(model: Novelty, dim: int) -> str | None:
     """The first value of a stored novelty model that scoring cannot use, as `$.novelty.path: problem`."""
     if model.version != VERSION:
         return f"$.novelty.version: {model.version} is not read by this zc (it reads {VERSION})"
-    if len(model.mean) != dim:
-        return f"$.novelty.mean: {len(model.mean)} numbers for {dim} features"
-    if any(len(c) != dim for c in model.components):
-        return f"$.novelty.components: a direction is not {dim} numbers long"
-    k = len(model.components)
-    if any(len(r) != k for r in model.reference):
-        return f"$.novelty.reference: a row is not {k} numbers long (one per direction)"
+    if model.dim != dim:
+        return f"$.novelty.dim: {model.dim} features where the specialist reads {dim}"
+    if model.k < 0 or model.rows < 0:
+        return "$.novelty: k and rows must be at least 0"
+    for (text, shape), name in zip(_arrays(model), ("mean", "components", "reference"), strict=True):
+        a = unpacked(text, shape)
+        if a is None:
+            size = " × ".join(map(str, shape))
+            return f"$.novelty.{name}: not base64 of {math.prod(shape)} float32 numbers ({size})"
+        if not np.isfinite(a).all():
+            return f"$.novelty.{name}: a number is not finite"
     if model.cut is not None and not (math.isfinite(model.cut) and model.cut >= 0):
         return f"$.novelty.cut: {model.cut!r} is not a distance (a finite number >= 0)"
-    flat = [*model.mean, *(v for c in model.components for v in c), *(v for r in model.reference for v in r)]
-    if not all(map(math.isfinite, flat)):
-        return "$.novelty: a number is not finite"
     return None
+
+
+def _arrays(model: Novelty) -> list[tuple[str, tuple[int, ...]]]:
+    return [(model.mean, (model.dim,)), (model.components, (model.k, model.dim)),
+            (model.reference, (model.rows, model.k))]
