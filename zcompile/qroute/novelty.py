@@ -82,13 +82,14 @@ def _basis(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class Scorer:
-    """Decision time: the novelty of feature rows under a stored model (float64 arithmetic)."""
+    """Decision time: the novelty of feature rows under a stored model (float32 arithmetic, as
+    stored: half the memory a decision reads beside the model's)."""
 
     def __init__(self, mean: np.ndarray, components: np.ndarray, reference: np.ndarray) -> None:
-        self.mean = np.asarray(mean, np.float64)
-        self.c = np.asarray(components, np.float64).reshape(-1, self.mean.shape[0])
-        self.r = np.asarray(reference, np.float64).reshape(-1, self.c.shape[0])
-        self.r2 = (self.r ** 2).sum(axis=1)
+        self.mean = np.asarray(mean, np.float32)
+        self.c = np.ascontiguousarray(np.asarray(components, np.float32).reshape(-1, self.mean.shape[0]))
+        self.r = np.ascontiguousarray(np.asarray(reference, np.float32).reshape(-1, self.c.shape[0]))
+        self.r2 = (self.r.astype(np.float64) ** 2).sum(axis=1).astype(np.float32)
 
     @classmethod
     def of(cls, model: Novelty) -> Scorer:
@@ -97,14 +98,14 @@ class Scorer:
 
     def one(self, x: np.ndarray) -> float:
         """The novelty of one feature row (module docstring)."""
-        d = x.astype(np.float64) - self.mean
+        d = x - self.mean
         p = self.c @ d
         near = float((self.r2 - 2.0 * (self.r @ p)).min()) if len(self.r) else float(p @ p)
         return math.sqrt(max(0.0, near + float(d @ d)))
 
     def many(self, x: np.ndarray) -> np.ndarray:
         """The novelty of each row of x (n, D)."""
-        d = x.astype(np.float64) - self.mean
+        d = x.astype(np.float32) - self.mean
         p = d @ self.c.T
         near = (self.r2[None, :] - 2.0 * (p @ self.r.T)).min(axis=1) if len(self.r) else (p ** 2).sum(axis=1)
         return np.sqrt(np.maximum(0.0, near + (d ** 2).sum(axis=1)))
