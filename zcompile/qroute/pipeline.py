@@ -206,7 +206,7 @@ def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.Decision]], policy
     else:
         report.step("   the features computed for the candidate before (the same scaling, the same rows)")
     model, oof_raw, oof, folds = _train(rec, parts, x, s, report)
-    novelty = _novelty(rec, x, folds, pool, report)
+    novelty = _novelty(rec, x, folds, pool, report, shared)
     with_calls = policy is not None and isinstance(rec, ClassifierRecipe) and sig.any
     arguments = None
     if with_calls:
@@ -251,14 +251,17 @@ def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.Decision]], policy
 
 
 def _novelty(rec: Any, x: dict[str, Any], folds: np.ndarray, pool: list[D.Decision],
-             report: D.Report) -> N.Novelty | None:
+             report: D.Report, shared: dict[Any, Any]) -> N.Novelty | None:
     """The novelty model of a cross-fitted tabular recipe, its cut chosen on the out-of-fold rows of
-    train + calibration (`qroute.novelty`: the test split is not read); None for other recipes."""
+    train + calibration (`qroute.novelty`: the test split is not read); None for other recipes.
+    Candidates with the same feature spec and folds share it (`shared`)."""
     if not (isinstance(rec, TabularRecipe) and rec.crossfit):
         return None
-    model, _ = N.fit(_concat(x["train"], x["calibration"]), folds, [d.task for d in pool])
-    report.step(f"   {model.statement}")
-    return model
+    key = ("novelty", msgspec.msgpack.encode(rec.spec), folds.tobytes())
+    if key not in shared:
+        shared[key], _ = N.fit(_concat(x["train"], x["calibration"]), folds, [d.task for d in pool])
+        report.step(f"   {shared[key].statement}")
+    return shared[key]
 
 
 def _novel(sp: Any, x: np.ndarray) -> np.ndarray:
