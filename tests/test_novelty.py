@@ -92,7 +92,7 @@ def test_scores_one_and_many_agree_and_a_bad_model_is_named():
     assert s.one(rows[3]) < s.one(rows[3] + 50.0)  # moved far away: more novel
     assert model.n == 200 and 198 <= model.kept == int((oof <= model.cut).sum()) < 200  # ⌈0.99 · 201⌉ = 199
     assert N.problem(model, 12) is None
-    assert N.problem(model, 13) == "$.novelty.dim: 12 features where the specialist reads 13"
+    assert N.problem(model, 13) == "$.novelty.dim: 12 features where $.features has 13"
     cut_short = msgspec.structs.replace(model, reference=model.reference[:-8])
     assert N.problem(cut_short, 12).startswith("$.novelty.reference: not base64 of 800 float32 numbers")
     bad = msgspec.structs.replace(model, cut=float("nan"))

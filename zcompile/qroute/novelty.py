@@ -155,7 +155,7 @@ def problem(model: Novelty, dim: int) -> str | None:
     if model.version != VERSION:
         return f"$.novelty.version: {model.version} is not read by this zc (it reads {VERSION})"
     if model.dim != dim:
-        return f"$.novelty.dim: {model.dim} features where the specialist reads {dim}"
+        return f"$.novelty.dim: {model.dim} features where $.features has {dim}"
     if model.k < 0 or model.rows < 0:
         return "$.novelty: k and rows must be at least 0"
     for (text, shape), name in zip(_arrays(model), ("mean", "components", "reference"), strict=True):
