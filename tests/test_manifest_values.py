@@ -21,6 +21,7 @@ from zcompile.qroute.manifest import Manifest, seal_manifest
 
 ROOT = Path(__file__).parents[1]
 SHIPPED = ROOT / "specialists" / "airline_chat"
+WIDTH = msgspec.json.decode((SHIPPED / "manifest.json").read_bytes(), type=Manifest).features.dim
 BAD_NUMBERS = (0.0, -0.0, -1.0, -1e-300, math.nan, math.inf, -math.inf)
 
 
@@ -192,8 +193,8 @@ def test_probes_a_distillation_does_not_write_are_refused(tmp_path, shipped):
         ((), r"0 probes for 15 classes"),
         ((msgspec.structs.replace(first, row={**first.row, -1: 1.0}),) + probes[1:],
          r"probes\[0\]\.row\.-1: not a feature index with a finite value"),
-        ((msgspec.structs.replace(first, row={**first.row, 528: 1.0}),) + probes[1:],
-         r"probes\[0\]\.row\.528: outside the 528 features"),
+        ((msgspec.structs.replace(first, row={**first.row, WIDTH: 1.0}),) + probes[1:],
+         rf"probes\[0\]\.row\.{WIDTH}: outside the {WIDTH} features"),
         ((msgspec.structs.replace(first, probabilities={k: v for k, v in first.probabilities.items()
                                                         if k != c}),)
          + probes[1:], r"probes\[0\]\.probabilities: the classes differ"),
@@ -226,11 +227,12 @@ def _onnx_model(width, classes: int, symbolic: bool = False) -> bytes:
 
 
 @pytest.mark.parametrize("width, classes, symbolic, words", [
-    (10, 15, False, "the features are 528 wide"),
-    (528, 3, False, "the model gives 3 classes"),
-    (10, 15, True, "cannot score rows of the 528 features"),
-    (528, 4, True, "the model gives 4 classes"),
-    (528, 15, False, "where distillation recorded .*: not this specialist's model"),  # fits, scores otherwise
+    (10, 15, False, f"the features are {WIDTH} wide"),
+    (WIDTH, 3, False, "the model gives 3 classes"),
+    (10, 15, True, f"cannot score rows of the {WIDTH} features"),
+    (WIDTH, 4, True, "the model gives 4 classes"),
+    # fits, scores otherwise
+    (WIDTH, 15, False, "where distillation recorded .*: not this specialist's model"),
 ])
 def test_another_model_behind_a_re_sealed_manifest_is_refused(tmp_path, policy, shipped, width, classes,
                                                               symbolic, words):

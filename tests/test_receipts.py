@@ -333,6 +333,7 @@ CONVERSATION = {
 
 NO_SHAPES = {"mentioned": dict.fromkeys(SHAPES, False), "reused": dict.fromkeys(SHAPES, False),
              "unused": dict.fromkeys(SHAPES, False)}
+NO_CUES = dict.fromkeys(("create", "change", "cancel", "existing", "lookup", "question", "affirm"), False)
 
 
 def test_default_extract_every_field():
@@ -340,18 +341,20 @@ def test_default_extract_every_field():
     assert default_extract(msgs, 2, CONVERSATION) == {
         "prev": {"role": "user"},
         "last": {"tool_error": False, "user_text": "I want to cancel."}, "recent": {}, **NO_SHAPES,
+        "request": {**NO_CUES, "cancel": True},
         "turn": 0, "user_turns": 1, "tool_calls": 0, "calls_since_user": 0, "history": []}
     assert default_extract(msgs, 6, CONVERSATION) == {
         "prev": {"role": "tool"},
         "last": {"tool": "get_user_details", "tool_error": True, "user_text": "mia_1", "result": "error",
                  "tool_text": "Error: user not found", "assistant_text": "Your user id?"},
-        "recent": {"action1": "get_user_details", "action2": "respond"}, **NO_SHAPES,
+        "recent": {"action1": "get_user_details", "action2": "respond"}, **NO_SHAPES, "request": NO_CUES,
         "turn": 2, "user_turns": 2, "tool_calls": 1, "calls_since_user": 1, "history": ["get_user_details"]}
     assert default_extract(msgs, 10, CONVERSATION) == {
         "prev": {"role": "tool"},
         "last": {"tool": "get_reservation_details", "tool_error": True, "user_text": "mia_1",
                  "result": "error", "tool_text": "{\"error\": \"x\"}", "assistant_text": "Your user id?"},
         "recent": {"action1": "get_reservation_details", "action2": "get_user_details"}, **NO_SHAPES,
+        "request": NO_CUES,
         "turn": 4, "user_turns": 2, "tool_calls": 3, "calls_since_user": 3,
         "history": ["get_user_details", "get_reservation_details"]}
     assert default_extract(msgs, 14, CONVERSATION) == {
@@ -359,6 +362,7 @@ def test_default_extract_every_field():
         "last": {"tool": "cancel_reservation", "tool_error": False, "user_text": "yes", "result": "text",
                  "tool_text": "z" * 2000, "assistant_text": "Cancel ABC, yes?"},
         "recent": {"action1": "cancel_reservation", "action2": "respond"}, **NO_SHAPES,
+        "request": {**NO_CUES, "affirm": True},
         "turn": 6, "user_turns": 3, "tool_calls": 4, "calls_since_user": 1,
         "history": ["get_user_details", "get_reservation_details", "cancel_reservation"]}
 

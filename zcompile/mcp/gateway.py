@@ -30,6 +30,7 @@ from ..receipts.io import is_receipts_file
 from ..runtime import Policy
 from .session import (
     SESSION_META,
+    USER_META,
     Extract,
     MissingStateKey,
     Session,
@@ -37,6 +38,7 @@ from .session import (
     StateKeySpec,
     key_of,
     result_text,
+    user_message,
 )
 from .upstream import ServerSpec, Upstream, UpstreamError
 
@@ -170,6 +172,17 @@ class McpGateway:
             raise MCPError(INVALID_PARAMS, str(exc)) from None
         return self.sessions.get(key)
 
+    @staticmethod
+    async def _user(session: Session, ctx: Any) -> None:
+        """Take the request's user message (`_meta[USER_META]`) into its session, in turn with its calls."""
+        try:
+            said = user_message(_meta(ctx))
+        except MissingStateKey as exc:
+            raise MCPError(INVALID_PARAMS, str(exc)) from None
+        if said is not None:
+            async with session.lock:
+                session.user(*said)
+
     def _legal(self, session: Session) -> tuple[dict[str, Any], tuple[str, ...]]:
         try:
             state = session.state()
@@ -181,6 +194,7 @@ class McpGateway:
                           | None) -> types.ListToolsResult:
         started = time.perf_counter()
         session = self._session(ctx)
+        await self._user(session, ctx)
         tools = await self._tools()
         try:
             state, legal = self._legal(session)
@@ -203,6 +217,7 @@ class McpGateway:
         started = time.perf_counter()
         name, args = params.name, dict(params.arguments or {})
         session = self._session(ctx)
+        await self._user(session, ctx)
         tools = await self._tools()
         if name not in tools:
             self._receipt(session, ctx, "tools/call", {}, None, started, name=name, args=args,
@@ -389,11 +404,11 @@ def _cursor_offset(cursor: str | None, digest: str, n: int) -> int:
 
 def _forwarded_meta(meta: dict[str, Any] | None) -> dict[str, Any] | None:
     """The request's `_meta` for the server: the trace context and the caller's own keys, not the
-    protocol envelope (the gateway's client writes its own) nor zc's session key."""
+    protocol envelope (the gateway's client writes its own) nor zc's session key and user message."""
     if not meta:
         return None
-    out = {k: v for k, v in meta.items() if not k.startswith("io.modelcontextprotocol/")
-           and k not in (SESSION_META, "progressToken")}
+    own = (SESSION_META, USER_META, "progressToken")
+    out = {k: v for k, v in meta.items() if not k.startswith("io.modelcontextprotocol/") and k not in own}
     return out or None
 
 

@@ -16,6 +16,7 @@ from ..receipts.chat import ChatSummary, decision_state, default_extract
 
 Extract = Callable[[list[dict], int, dict], dict]
 SESSION_META = "io.zcompile/session"  # the default `_meta` key naming a session under 2026-07-28
+USER_META = "io.zcompile/user"  # `_meta` key: the agent's latest user message, {"turn": N, "text": …}
 MAX_SESSIONS = 10_000  # state keys kept at once; the least recently used is forgotten past it
 
 
@@ -112,6 +113,7 @@ class Session:
         self.task = "mcp-" + (key if key.startswith("stdio-")
                               else hashlib.sha256(key.encode()).hexdigest()[:16])
         self.messages: list[dict[str, Any]] = []  # for a custom extractor, which reads the transcript
+        self.user_turns = 0  # user messages taken from `_meta[USER_META]`
         self.summary = ChatSummary() if extract is default_extract else None  # O(1) per call, same state
         self.lock = anyio.Lock()  # one call at a time per key: the state advances in order
         self.listeners: Any = None  # 2026-07-28: this key's subscriptions/listen fan-out (gateway.py)
@@ -126,6 +128,19 @@ class Session:
                                      "$.messages")
         return merge(derived, self.context)
 
+    def user(self, turn: int, text: str) -> None:
+        """The agent's user message number `turn` (1, 2, …): taken into the state when it is newer
+        than the last one taken (a request of the same turn repeats it), as a chat `user` message."""
+        if turn > self.user_turns:
+            self.user_turns = turn
+            self._add({"role": "user", "content": text})
+
+    def _add(self, m: dict[str, Any]) -> None:
+        if self.summary is not None:
+            self.summary.add(m)  # the summary is the whole state: no transcript kept
+        else:
+            self.messages.append(m)
+
     def record(self, action: str, arguments: Mapping[str, Any], text: str) -> None:
         """A call the server answered with success: the state advances by it."""
         call_id = f"call_{len(self.messages) // 2}"
@@ -133,11 +148,22 @@ class Session:
             "id": call_id, "type": "function",
             "function": {"name": action, "arguments": msgspec.json.encode(dict(arguments)).decode()}}]}
         reply = {"role": "tool", "tool_call_id": call_id, "content": text}
-        for m in (call, reply):
-            if self.summary is not None:
-                self.summary.add(m)  # the summary is the whole state: no transcript kept
-            else:
-                self.messages.append(m)
+        self._add(call)
+        self._add(reply)
+
+
+def user_message(meta: Mapping[str, Any] | None) -> tuple[int, str] | None:
+    """(turn, text) of a request's `_meta[USER_META]` (None when it has none); MissingStateKey naming the
+    key when it is not `{"turn": N >= 1, "text": "…"}`."""
+    value = (meta or {}).get(USER_META)
+    if value is None:
+        return None
+    turn = value.get("turn") if isinstance(value, Mapping) else None
+    text = value.get("text") if isinstance(value, Mapping) else None
+    if not (isinstance(turn, int) and not isinstance(turn, bool) and turn >= 1 and isinstance(text, str)):
+        raise MissingStateKey(f'`_meta["{USER_META}"]`: expected {{"turn": N (1 or more), '
+                        '"text": "the user\'s message"}')
+    return turn, text
 
 
 class Sessions:

@@ -11,14 +11,16 @@ from typing import Any
 import msgspec
 
 from .features import FeatureSpec
+from .novelty import Novelty
+from .novelty import problem as novelty_problem
 
 # 3: cross-fitted τ with a named guarantee (`Threshold.guarantee`, `.statement`, `.n`), `ArgumentModel`,
 # and `sha256` over the whole manifest (any edit is refused). 4: `Model.probes` (a tabular model's class
 # order is checked for every class). 5: `Model.text_probes` (a transformer's, by the rank order of its
 # classes). 6: thresholds certified with tasks as the unit (`Threshold.unit`, `.tasks`, `.tasks_answered`,
 # `.tasks_clean`, `.needs_tasks`) and calls calibrated by the grounding of their arguments
-# (`Calls.grounded`). Versions 4 to 6 are read, except a version-4 transformer (it has no probes to
-# check with); a version 3 has none at all.
+# (`Calls.grounded`), and the novelty model with its cut (`novelty`). Versions 4 to 6 are read,
+# except a version-4 transformer (it has no probes to check with); a version 3 has none at all.
 MANIFEST_VERSION = 6
 READS = (4, 5, 6)
 NEVER = 2.0  # a τ above every confidence: the specialist abstains on everything
@@ -167,6 +169,8 @@ class Manifest(msgspec.Struct, frozen=True):
     seed: int
     calls: Calls | None = None  # complete calls and replies (classifiers with a policy)
     sha256: str = ""  # of this manifest encoded with sha256 = "": any edit is refused on load
+    # version 6: the novelty model and its cut (tabular specialists; None: none)
+    novelty: Novelty | None = None
 
 
 # the fields each version added (JSON paths; `*` every threshold): an older manifest is written without them
@@ -174,7 +178,7 @@ THRESHOLDS = (("threshold",), ("calls", "reply_threshold"), ("calls", "risky_thr
 TASK_FIELDS = ("unit", "tasks", "tasks_answered", "tasks_clean", "needs_tasks")
 ADDED: dict[int, tuple[tuple[str, ...], ...]] = {
     5: (("model", "text_probes"),),
-    6: (*((*t, f) for t in THRESHOLDS for f in TASK_FIELDS), ("calls", "grounded")),
+    6: (*((*t, f) for t in THRESHOLDS for f in TASK_FIELDS), ("calls", "grounded"), ("novelty",)),
 }
 
 
@@ -317,6 +321,8 @@ def validate(m: Manifest) -> str | None:
         problem = _probes_problem(m.model) if text is None else _text_probes_problem(m.model)
         if problem:
             return problem
+    if m.novelty is not None and (problem := novelty_problem(m.novelty, f.dim)):
+        return problem
     c = m.calls
     if c is not None:
         problem = (_calibration(c.calibration, "$.calls.calibration")

@@ -34,12 +34,13 @@ from . import arguments as argmodel
 from . import dataset as D
 from . import engine as E
 from . import features as F
+from . import novelty as N
 from .calibrate import fit_platt
 from .calls import Signatures, argument_examples, call_outputs, fit_arguments
 from .gate import gate, selection_key
 from .manifest import MANIFEST_VERSION, Calibration, Calls, Gate, Manifest, Model, Threshold, decode, encode
 from .metrics import answer_right, call_figures, evaluate, risky_actions
-from .recipes import AUTO, ClassifierRecipe, fit_in_threads, recipe
+from .recipes import AUTO, ClassifierRecipe, TabularRecipe, fit_in_threads, recipe
 from .report import render
 from .specialist import call_confidence
 from .threshold import DELTA, GUARANTEES, NEVER, UNITS, abstention_floor, choose
@@ -220,6 +221,7 @@ def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.LoggedDecision]], 
     else:
         report.step("   the features computed for the candidate before (the same scaling, the same rows)")
     model, oof_raw, oof, folds = _train(rec, parts, x, s, report)
+    novelty = _novelty(rec, x, folds, pool, report, shared)
     with_calls = policy is not None and isinstance(rec, ClassifierRecipe) and sig.any
     arguments = None
     if with_calls:
@@ -247,10 +249,14 @@ def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.LoggedDecision]], 
                                                          risky_actions(policy), s,
                                                           n_candidates, report)
     report.step("8/10 evaluating on the sealed test split")
-    manifest = Manifest(**pre | dict(model=exported, calibration=cal, threshold=threshold, calls=calls))
+    manifest = Manifest(**pre | dict(model=exported, calibration=cal, threshold=threshold, calls=calls,
+                                     novelty=novelty))
     (cdir / "manifest.json").write_bytes(encode(manifest))
     sp = rec.specialist(cdir, policy)
     metrics = _test_figures(rec, sp, x["test"], parts["test"], cal, threshold, sig, policy, calls is not None)
+    if novelty is not None:
+        metrics["novelty"] = {"cut": novelty.cut, "test_novel": int(_novel(sp, x["test"]).sum()),
+                              "test_n": len(parts["test"])}
     metrics["latency_us"] = latency(lambda d: rec.ask(sp, d), test, *rec.latency_sample)
     metrics["parity"] = parity
     metrics["calibration"] = oof_figures
@@ -259,6 +265,27 @@ def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.LoggedDecision]], 
         metrics["argument_sample"] = {"kept": kept, "n": n, "candidates": candidates,
                                       "limit": argmodel.MAX_ROWS, "seed": s.seed}
     return Candidate(kind, cdir, msgspec.structs.replace(manifest, metrics=D.plain(metrics)), oof_figures)
+
+
+def _novelty(rec: Any, x: dict[str, Any], folds: np.ndarray, pool: list[D.LoggedDecision],
+             report: D.Progress, shared: dict[Any, Any]) -> N.Novelty | None:
+    """The novelty model of a cross-fitted tabular recipe, its cut chosen on the out-of-fold rows of
+    train + calibration (`qroute.novelty`: the test split is not read); None for other recipes.
+    Candidates with the same feature spec and folds share it (`shared`)."""
+    if not (isinstance(rec, TabularRecipe) and rec.crossfit):
+        return None
+    key = ("novelty", msgspec.msgpack.encode(rec.spec), folds.tobytes())
+    if key not in shared:
+        shared[key], _ = N.fit(_concat(x["train"], x["calibration"]), folds, [d.task for d in pool])
+        report.step(f"   {shared[key].statement}")
+    return shared[key]
+
+
+def _novel(sp: Any, x: np.ndarray) -> np.ndarray:
+    """Which feature rows are past the specialist's novelty cut (none without a model or cut)."""
+    if getattr(sp, "novelty", None) is None or sp.novelty_cut is None or not len(x):
+        return np.zeros(len(x), bool)
+    return sp.novelty.many(x) > sp.novelty_cut
 
 
 def _train(rec: Any, parts: dict[str, list[D.LoggedDecision]], x: dict[str, Any], s: Settings,
@@ -489,7 +516,7 @@ def _test_figures(rec: Any, sp: Any, x: Any, test: list[D.LoggedDecision], cal: 
     best, conf, full = rec.confidence(rec.exported(sp, x), test, cal)
     labels = rec.labels(test) if full is not None else None
     if not with_calls:
-        answered = (conf >= threshold.tau) & (conf > 0)
+        answered = (conf >= threshold.tau) & (conf > 0) & ~_novel(sp, x)
         return evaluate(best, conf, rec.correct(best, test), test, answered, risky_actions(policy), full,
                         labels)
     answers = [sp.decide(d.state, d.legal, d.candidates) for d in test]

@@ -93,6 +93,16 @@ def out_of_fold_lines(m: Manifest) -> list[str]:
     return [*lines, ""] if lines else []
 
 
+def _novelty_lines(m: Manifest) -> list[str]:
+    """The novelty cut in words, and how many test decisions were past it (nothing without a model)."""
+    if m.novelty is None:
+        return []
+    seen = m.metrics.get("novelty") or {}
+    test = (f" On the sealed test split {seen['test_novel']} of {seen['test_n']} decisions were past it."
+            if "test_n" in seen else "")
+    return [f"Novelty (abstain with cause `novel`): {m.novelty.statement}.{test}", ""]
+
+
 def render(m: Manifest) -> str:
     """The report of any recipe's distillation."""
     t = m.metrics
@@ -103,7 +113,7 @@ def render(m: Manifest) -> str:
     lines = [
         f"# {title} `{m.name}`" + (f" for policy `{m.policy_name}`" if m.policy_name else ""), "",
         f"**Verdict: {verdict(m)}.**", "",
-        _model_line(m), "", threshold_line(m), "", *out_of_fold_lines(m),
+        _model_line(m), "", threshold_line(m), "", *out_of_fold_lines(m), *_novelty_lines(m),
         "## Data", "", "| split | tasks | decisions |", "|---|---:|---:|",
         *(f"| {k} | {len(s.tasks)} | {s.decisions} |" for k, s in
           (("train", m.splits.train), ("calibration", m.splits.calibration), ("test", m.splits.test))),

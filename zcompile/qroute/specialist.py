@@ -11,7 +11,7 @@ import math
 import operator
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from ..inputs import path_kind, read_file
 from ..receipts.candidates import as_candidates, grounding
 from .features import Featurizer
 from .manifest import NEVER, Manifest, check_against, check_session, check_text_probes, decode
+from .novelty import Scorer
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +35,9 @@ class Answer:
     writes text), or `name` (the best action needs arguments the specialist could not complete: it
     abstains). `confidence` is the output's calibrated confidence (for a call: name and arguments
     as a whole; for a call that could not reach τ even with certain arguments, which are then not
-    proposed, that ceiling)."""
+    proposed, that ceiling). `novelty` is the state's distance from the training rows (`novelty`;
+    None without a novelty model); `novel`: it is past the manifest's cut, and the specialist
+    abstains (`action` None) whatever its confidence."""
 
     action: str | None
     confidence: float
@@ -42,6 +45,8 @@ class Answer:
     arguments: dict | None = None
     kind: str = "call"
     grounding: str | None = None  # a proposed call's: typed | picked | bare (`receipts.candidates.grounding`)
+    novelty: float | None = None
+    novel: bool = False
 
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -236,6 +241,9 @@ class Specialist:
         self.name = m.name
         self._replies = frozenset(m.calls.replies) if m.calls is not None else frozenset()
         self._risky = frozenset(m.calls.risky) if m.calls is not None else frozenset()
+        novelty = m.novelty if self.renderer is None else None
+        self.novelty = Scorer.of(novelty) if novelty is not None else None
+        self.novelty_cut = novelty.cut if novelty is not None else None
         self._arguments = None
         # the call calibrations: one per grounding of the arguments, and the pooled one for the others
         self._scalings = (m.calls.calibration, *m.calls.grounded.values()) if m.calls is not None else ()
@@ -312,6 +320,8 @@ class Specialist:
             return Answer(None, 0.0, None, None, "name")
         if self.renderer is None:
             row = self._session.run(self._outputs, {self._input: x[None, :]})[0][0].tolist()
+            if self.novelty is not None:
+                return self.unfamiliar(self.choose(row, names, candidates), self.novelty.one(x))
         else:
             ids = self.tokenizer.encode(text).ids
             feed = {"input_ids": np.array([ids], np.int64), "attention_mask": np.ones((1, len(
@@ -319,6 +329,13 @@ class Specialist:
                     "token_type_ids": np.zeros((1, len(ids)), np.int64)}
             row = softmax(self._session.run(self._outputs, {k: feed[k] for k in self._inputs})[0])[0].tolist()
         return self.choose(row, names, candidates)
+
+    def unfamiliar(self, answer: Answer, novelty: float) -> Answer:
+        """`answer` with the state's novelty; past the cut, an abstention (`novel`) keeping its best."""
+        cut = self.novelty_cut
+        if cut is not None and novelty > cut:
+            return replace(answer, action=None, arguments=None, novelty=novelty, novel=True)
+        return replace(answer, novelty=novelty)
 
     def choose(self, row: Sequence[float], names: Sequence[str], candidates: Sequence[Any]
                | None = None) -> Answer:

@@ -18,14 +18,16 @@ from ..errors import ZcError, did_you_mean, json_problem
 from .candidates import WINDOW, extract_candidates
 from .format import Receipt, ReceiptError
 from .io import decoded_lines
+from .request import request_features
 
 __all__ = ["EXTRACT_VERSION", "RESPOND", "SHAPES", "TOOL_TEXT_LIMIT", "ChatMessage", "ChatSummary",
            "AssistantTurn", "call_arguments", "decision", "decision_state", "default_extract",
            "extractor_name", "import_chat", "load_extractor"]
 
-# 1: roles, last texts, counts, history; 2: + last.result, recent.*, mentioned.*, reused.*;
-EXTRACT_VERSION = 3
-# 3: + unused.* (an identifier the user gave that no call used yet), calls_since_user
+EXTRACT_VERSION = 4  # 1: roles, last texts, counts, history;
+# 2: + last.result, recent.*, mentioned.*, reused.*;
+# 3: + unused.* (an identifier the user gave that no call used yet), calls_since_user;
+# 4: + request.* (cues of what the last user message asks for: receipts.request, its REQUEST_VERSION 1)
 RESPOND = "respond"  # the action of an assistant message without a tool call (a text reply)
 TOOL_TEXT_LIMIT = 2000  # characters of the last tool message kept in `last.tool_text`
 MAX_ARGUMENT_DEPTH = 64  # arguments nested deeper are refused (kept as unknown), so receipts stay readable
@@ -147,6 +149,7 @@ class ChatSummary:
         self.given: dict[str, set[str]] = {arg: set() for arg in SHAPES}  # ... in any user message so far
         self.used: dict[str, set[str]] = {arg: set() for arg in SHAPES}  # argument -> values passed
         self.since_user = 0  # tool calls since the last user message
+        self.request = request_features(None)  # the last user message's cues (receipts.request)
 
     def add(self, m: dict) -> None:
         """Take one more message into the summary."""
@@ -171,6 +174,7 @@ class ChatSummary:
         elif role == "user":
             self.user_turns += 1
             self.user_text = _text(m.get("content"))
+            self.request = request_features(self.user_text)
             self.mentions = {arg: set(rx.findall(self.user_text)) for arg, rx in _SHAPE_RE.items()}
             for arg, values in self.mentions.items():
                 self.given[arg] |= values
@@ -194,6 +198,7 @@ class ChatSummary:
         state["reused"] = {arg: not self.mentions.get(arg, set()).isdisjoint(self.used[arg])
                            for arg in SHAPES}
         state["unused"] = {arg: bool(self.given[arg] - self.used[arg]) for arg in SHAPES}
+        state["request"] = dict(self.request)
         state.update(turn=self.turn, user_turns=self.user_turns, tool_calls=self.tool_calls,
                      calls_since_user=self.since_user, history=list(self.history))
         return state
@@ -212,7 +217,8 @@ def default_extract(messages: list[dict], index: int, conversation: dict) -> dic
     `unused.<argument>` (a value of its shape is in some user message so far and was not passed as
     that argument by any earlier call: `unused.user_id` is "the user gave an id not looked up yet");
     `turn`, `user_turns`, `tool_calls`, `calls_since_user` (tool calls since the last user
-    message: the lookups made for the current request), `history`.
+    message: the lookups made for the current request), `history`; `request.<cue>` for each of
+    `receipts.request.REQUEST_FIELDS` (what the last user message asks for: `request_features`).
 
     Args:
         messages: the conversation's messages as dicts (`role`, `content`, `tool_calls`, …).

@@ -7,7 +7,8 @@ tier. Given a `Step` (the validated decision) and a time budget it returns an `A
 - `name`: a bare action name, for an action whose signature has arguments or is not declared (the
   harness still has to find the arguments, so it is never counted as a complete call);
 - `reply`: a text reply (`text`), for an action tagged `reply`; only rungs that write text give it;
-- `abstain`: no answer, with its `cause` (`CAUSES`) and `detail`.
+- `abstain`: no answer, with its `cause` (`CAUSES`: `novel` is a specialist's state past its novelty
+  cut, unlike anything it was trained on) and `detail`.
 
 Every answer a rung proposes goes through `settle`, which applies these rules in one place.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 import msgspec
@@ -24,7 +25,7 @@ import msgspec
 from ..tools import REPLY_TAG, policy_tools
 
 KINDS = ("call", "name", "reply", "abstain")
-CAUSES = ("below_threshold", "declined", "timeout", "illegal", "error", "skipped", "handed_on")
+CAUSES = ("below_threshold", "novel", "declined", "timeout", "illegal", "error", "skipped", "handed_on")
 SPECIALIST = "specialist"  # the rung name of the specialists in a policy's routes
 
 
@@ -44,6 +45,8 @@ class Answer:
         detail: the cause in words, or a note on an answer.
         latency_ms: wall-clock time of the rung.
         model: the model (or specialist) that answered.
+        novelty: a specialist's distance of the state from its training data (None: not measured);
+            past the specialist's cut it abstains with cause `novel`.
     """
 
     kind: str
@@ -56,6 +59,7 @@ class Answer:
     detail: str = ""
     latency_ms: float = 0.0
     model: str | None = None
+    novelty: float | None = None
 
     @property
     def answered(self) -> bool:
@@ -71,7 +75,7 @@ class Answer:
         """answered | abstained | timeout | illegal | error | skipped | handed_on (as receipts say)."""
         if self.answered:
             return "answered"
-        return "abstained" if self.cause in ("below_threshold", "declined") else str(self.cause)
+        return "abstained" if self.cause in ("below_threshold", "novel", "declined") else str(self.cause)
 
     @property
     def tier(self) -> str:
@@ -94,6 +98,8 @@ class Answer:
             out["cause"] = self.cause
         if self.model is not None:
             out["model"] = self.model
+        if self.novelty is not None:
+            out["novelty"] = self.novelty
         if self.detail:
             out["detail"] = self.detail
         return out
@@ -107,7 +113,7 @@ def abstain(cause: str, detail: str = "", *, action: str | None = None, confiden
 def stamped(a: Answer, rung: str, latency_ms: float) -> Answer:
     """`a` with the rung's name and latency (dataclasses.replace, without its cost)."""
     return Answer(a.kind, rung, a.action, a.arguments, a.text, a.confidence, a.cause, a.detail, latency_ms,
-                  a.model)
+                  a.model, a.novelty)
 
 
 class Catalog:
@@ -291,12 +297,19 @@ def ask(sp: Any, step: Step) -> Answer:
         raw = (sp.decide(step.state, given, step.candidates) if step.candidates
                else sp.decide(step.state, given))
     conf = float(raw.confidence) if raw.confidence is not None else None
+    novelty = getattr(raw, "novelty", None)
     if raw.action is None:
         best = raw.best if step.allows(raw.best) else None
-        return abstain("below_threshold", "below threshold", action=best, confidence=conf, model=sp.name)
-    ground = getattr(raw, "grounding", None)  # a call's arguments: typed by the user, or picked
-    return settle(step, raw.action, getattr(raw, "arguments", None), confidence=conf, model=sp.name,
-                  detail=f"arguments {ground}" if ground and ground != "bare" else "")
+        if getattr(raw, "novel", False):
+            why = f"novelty {novelty:.4g} past the specialist's cut: unlike its training data"
+            ans = abstain("novel", why, action=best, confidence=conf, model=sp.name)
+        else:
+            ans = abstain("below_threshold", "below threshold", action=best, confidence=conf, model=sp.name)
+    else:
+        ground = getattr(raw, "grounding", None)  # a call's arguments: typed by the user, or picked
+        ans = settle(step, raw.action, getattr(raw, "arguments", None), confidence=conf, model=sp.name,
+                     detail=f"arguments {ground}" if ground and ground != "bare" else "")
+    return ans if novelty is None else replace(ans, novelty=float(novelty))
 
 
 # ---- tiers that speak the older `propose` protocol ------------------------------------------------
