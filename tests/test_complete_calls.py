@@ -59,7 +59,8 @@ def policy():
 @pytest.fixture(scope="module")
 def trained(policy, tmp_path_factory):
     receipts = make_receipts(tmp_path_factory.mktemp("r") / "r.jsonl")
-    return Q.distill([receipts], policy, tmp_path_factory.mktemp("s") / "desk", Q.Settings(model="logistic"))
+    return Q.distill([receipts], policy, tmp_path_factory.mktemp("s") / "desk",
+                     Q.Settings(model="logistic", unit="decision"))
 
 
 def test_whole_calls_are_learned_certified_and_counted_apart(trained):
@@ -82,7 +83,7 @@ def test_above_the_row_limit_the_argument_model_trains_on_a_sample(policy, tmp_p
     monkeypatch.setattr(arguments, "MAX_ROWS", 400)
     receipts = make_receipts(tmp_path / "r.jsonl")
     steps = []
-    res = Q.distill([receipts], policy, tmp_path / "desk", Q.Settings(model="logistic"),
+    res = Q.distill([receipts], policy, tmp_path / "desk", Q.Settings(model="logistic", unit="decision"),
                     report=Q.Progress(step=steps.append))
     sample = res.manifest.metrics["argument_sample"]
     assert sample["limit"] == 400 and 0 < sample["kept"] < sample["n"] and sample["candidates"] > 400, sample

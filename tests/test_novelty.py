@@ -26,7 +26,8 @@ def toy(tmp_path_factory):
     policy = zcompile.compile_text(POLICY, "toy.zc")
     receipts = make_receipts(tmp_path_factory.mktemp("r") / "r.jsonl")
     out = tmp_path_factory.mktemp("s") / "toy"
-    return policy, receipts, Q.distill([receipts], policy, out, Q.Settings(model="logistic", seed=3))
+    return policy, receipts, Q.distill([receipts], policy, out,
+                                       Q.Settings(model="logistic", seed=3, unit="decision"))
 
 
 def test_the_cut_is_stated_with_its_n_and_keeps_the_held_out_share(toy):
@@ -76,7 +77,8 @@ def test_the_cut_never_reads_the_test_split(toy, tmp_path):
         lines.append(json.dumps(r))
     other = tmp_path / "r.jsonl"
     other.write_text("\n".join(lines) + "\n")
-    again = Q.distill([other], policy, tmp_path / "toy", Q.Settings(model="logistic", seed=3)).manifest
+    again = Q.distill([other], policy, tmp_path / "toy",
+                      Q.Settings(model="logistic", seed=3, unit="decision")).manifest
     assert again.splits.test.tasks == distilled.manifest.splits.test.tasks
     assert again.novelty == distilled.manifest.novelty
     assert again.metrics["novelty"]["test_novel"] == again.splits.test.decisions  # and there, each is novel

@@ -18,7 +18,7 @@ from zcompile import stats
 from zcompile.cli import main
 from zcompile.errors import ZcError
 from zcompile.qroute import load_specialist, read_manifest
-from zcompile.qroute.manifest import encode, identity
+from zcompile.qroute.manifest import encode, identity, seal_manifest
 from zcompile.qroute.promote import Evidence, Kind, evidence, promote, regate
 from zcompile.receipts import Receipt, read, write_file
 from zcompile.router import Router
@@ -79,9 +79,15 @@ def live(policy, path: Path, windows: int, relabel=None) -> Path:
     return path
 
 
-def copy(tmp_path: Path) -> Path:
+def copy(tmp_path: Path, call_target: float | None = None) -> Path:
+    """The shipped specialist copied; with `call_target`, its calls' threshold stating that precision
+    (sealed again)."""
     d = tmp_path / "sp"
     shutil.copytree(SHIPPED, d)
+    if call_target is not None:
+        m = read_manifest(d)
+        th = msgspec.structs.replace(m.threshold, target_precision=call_target)
+        (d / "manifest.json").write_bytes(encode(seal_manifest(msgspec.structs.replace(m, threshold=th))))
     return d
 
 
@@ -95,17 +101,19 @@ def test_one_window_is_too_small_to_promote(policy, tmp_path):
     assert p["unit"] == "tasks" and ev.tasks == len(before.splits.test.tasks) == 5
     for k in ev.kinds:  # one-sided Clopper–Pearson over the tasks each kind answered in
         assert k.lower_bound == pytest.approx(stats.lower_bound(k.clean, k.tasks)) and k.tasks <= 5
-        assert k.tasks_needed == stats.tasks_needed(k.clean, k.tasks, 0.95) > 0 and not k.promoted
+        assert k.target == (before.calls.reply_threshold.target_precision if k.kind in before.calls.replies
+                            else before.threshold.target_precision)  # calls at 0.90, replies at 0.95
+        assert k.tasks_needed == stats.tasks_needed(k.clean, k.tasks, k.target) > 0 and not k.promoted
     assert {k.kind for k in ev.kinds} >= {"call/user", "respond"}  # the receipts carry candidates
     user = next(k for k in ev.kinds if k.kind == "call/user")
-    assert (user.clean, user.tasks, user.tasks_needed) == (4, 4, 55)  # docs/router.md prints these
+    assert (user.clean, user.tasks, user.tasks_needed) == (2, 2, 27)  # docs/router.md prints these
     assert p["lower_bound"] == min(k.lower_bound for k in ev.kinds) and not m.gate.promoted
     assert any("tasks clean" in r and "more clean tasks needed" in r for r in m.gate.reasons)
     assert p["previous_gate"]["promoted"] is True
     on_disk = read_manifest(d)  # re-sealed: it loads, and says what promote decided
     assert on_disk.sha256 == m.sha256 and encode(on_disk) == encode(m) and not on_disk.gate.promoted
     report = (d / "report.md").read_text()
-    assert "## Promotion on shadow evidence" in report and "- `respond`: 5 of 5 tasks clean" in report
+    assert "## Promotion on shadow evidence" in report and "- `respond` (target 0.95): 5 of 5 tasks clean" in report
     with pytest.raises(ZcError, match="not promoted"):
         Router(policy, specialists=d)
     # a loaded one: the caller's choice
@@ -135,8 +143,9 @@ def shadow_receipts(path: Path, m, tasks: dict[str, list[bool]], *, candidates: 
 
 def test_promotion_counts_tasks_not_answers(policy, tmp_path):
     """100 right answers from 3 tasks are 3 clean tasks: far from 0.95 (56 more needed); 59 clean tasks
-    promote; one unclean task among 60 demotes; without candidates a call's kind is its action."""
-    d = copy(tmp_path)
+    promote; one unclean task among 60 demotes; without candidates a call's kind is its action. (The
+    calls' threshold made to state 0.95; the shipped one states 0.90.)"""
+    d = copy(tmp_path, call_target=0.95)
     m0 = read_manifest(d)
     many = shadow_receipts(tmp_path / "many.jsonl", m0,
                            {"t0": [True] * 34, "t1": [True] * 33, "t2": [True] * 33})
@@ -154,7 +163,7 @@ def test_promotion_counts_tasks_not_answers(policy, tmp_path):
     assert Router(policy, specialists=d).specialists  # the directory now earns its rung
     out = CliRunner().invoke(main, ["promote", str(d), "--policy", str(ROOT / "policies" / "airline_chat.zc"),
                                     "--receipts", str(tmp_path / "clean.jsonl"), "--dry-run"])
-    assert out.exit_code == 0 and "call/user: 59 of 59 tasks clean" in out.output
+    assert out.exit_code == 0 and "call/user (target 0.95): 59 of 59 tasks clean" in out.output
     assert "would be promoted" in out.output
     # one wrong answer in a 60th task: 59 of 60 clean, the bound falls below the target: demoted
     one_bad = shadow_receipts(tmp_path / "one_bad.jsonl", m0, {**clean, "bad": [True, False]})

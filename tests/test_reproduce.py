@@ -27,9 +27,18 @@ POLICY = ROOT / "policies" / "airline_chat.zc"
 BLAS = "from threadpoolctl import threadpool_info; import numpy; print(threadpool_info()[0]['architecture'])"
 
 
+# `make distill`'s options (the Makefile is checked to say them)
+FLAGS = ["--guarantee", "conformal", "--call-precision", "0.9"]
+SETTINGS = Settings(guarantee="conformal", call_precision=0.9)
+
+
 @pytest.fixture(scope="module")
 def policy():
     return zcompile.compile_file(POLICY)
+
+
+def test_the_makefile_distils_with_these_options():
+    assert " ".join(FLAGS) in (ROOT / "Makefile").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +48,7 @@ def rebuilt(policy, tmp_path_factory):
     cwd = os.getcwd()
     os.chdir(ROOT)  # the manifest records the receipts' path as given: `receipts/` as in the Makefile
     try:
-        distill(["receipts/"], policy, out, Settings(guarantee="conformal"), name="airline_chat")
+        distill(["receipts/"], policy, out, SETTINGS, name="airline_chat")
     finally:
         os.chdir(cwd)
     return out
@@ -75,8 +84,7 @@ def test_another_cpus_blas_kernels_rebuild_it_too(rebuilt, tmp_path):
     assert run.returncode == 0, run.stderr
     out = built / "specialists" / "airline_chat"
     run = subprocess.run([*zc, "distill", "--from", "receipts/", "--policy", str(built / "airline_chat.zcp"),
-                          "--guarantee", "conformal", "-o", str(out)], env=env, cwd=ROOT, capture_output=True,
-                         text=True)
+                          *FLAGS, "-o", str(out)], env=env, cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]
     assert differences(out, rebuilt) == []
     check = subprocess.run([sys.executable, "-m", "zcompile.qroute.reproduce", str(out), str(SHIPPED),

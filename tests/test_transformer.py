@@ -85,7 +85,7 @@ def policy():
 def trained(policy, tmp_path_factory):
     receipts = make_receipts(tmp_path_factory.mktemp("r") / "r.jsonl")
     out = tmp_path_factory.mktemp("s") / "helpdesk_tf"
-    return Q.distill([receipts], policy, out, Q.Settings(model="transformer", seed=0,
+    return Q.distill([receipts], policy, out, Q.Settings(model="transformer", seed=0, unit="decision",
                      options={"max_steps": 40, "max_length": 32, "batch_size": 8}))
 
 

@@ -237,15 +237,14 @@ def promote_cmd(specialist_dir, policy_path, sources, dry_run, skip_invalid) -> 
                         skip_invalid=skip_invalid)
     except ZcError as exc:
         fail(exc)
-    p = m.metrics["promotion"]
     click.echo(f"{m.name}: {ev.answered} of {ev.asked} shadow records answered on {ev.tasks} unseen tasks, "
                f"{ev.right} acceptable, {ev.strict} strict; illegal {ev.illegal}, dangerous {ev.dangerous}; "
-               f"target {p['target_precision']:g} over tasks (one-sided 95% Clopper–Pearson: "
-               f"≥ {p['tasks_needed_from_none']} clean tasks, none unclean)")
+               "each kind against its target over tasks (one-sided 95% Clopper–Pearson)")
     for k in ev.kinds:
         bad = "" if k.illegal + k.dangerous == 0 else \
             f" and no illegal ({k.illegal}) or dangerous ({k.dangerous}) answer"
-        click.echo(f"  {k.kind}: {k.clean} of {k.tasks} tasks clean ({k.right}/{k.answered} answers "
+        click.echo(f"  {k.kind} (target {k.target:g}): {k.clean} of {k.tasks} tasks clean ({k.right}/"
+                   f"{k.answered} answers "
                    f"acceptable), lower bound {k.lower_bound:.3f}: "
                    + ("promoted" if k.promoted else f"needs {k.tasks_needed} more clean tasks{bad}"))
     click.echo(("would be " if dry_run else "") + ("promoted" if m.gate.promoted else

@@ -21,7 +21,8 @@ class DecisionRow(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False
     name), or a reply the specialist handed on (right when the teacher replied); None when the
     decision fell through to the teacher. `provenance` names where each argument value of an
     answered call was seen before (`receipts.candidates.Provenance`), `source` the call's weakest.
-    `novelty` is None until the specialist reports a distance to its training data."""
+    `novelty` is the state's distance to the specialist's training data (None without a novelty
+    model or when the specialist was not asked)."""
 
     version: int = VERSION
     id: str

@@ -51,7 +51,7 @@ class Replay:
     provenance: dict[str, Provenance] | None = None  # of each argument of an answered call
     source: Provenance | None = None  # of the answered call: the weakest of its arguments'
     asked_kind: str = ""  # what the specialist's best is: call | reply | name ("" when not consulted)
-    novelty: float | None = None  # the specialist's distance to its training data (none reported yet)
+    novelty: float | None = None  # the specialist's distance to its training data (None: no novelty model)
 
     @property
     def complete(self) -> bool:
@@ -259,6 +259,7 @@ def _row(d: Any, dec: Any, catalog: Catalog, risky: frozenset[str], recorded: An
         each,
         source,
         asked_kind,
+        sp.novelty if consulted else None,
     )
 
 

@@ -94,7 +94,7 @@ class Scorer:
     @classmethod
     def of(cls, model: Novelty) -> Scorer:
         """The scorer of a stored model (checked by `problem` when its manifest was read)."""
-        arrays = [unpacked(text, shape) for text, shape in _arrays(model)]
+        arrays = [unpacked(text, shape) for text, shape in stored_arrays(model).values()]
         if any(a is None for a in arrays):
             raise ValueError("novelty: an array is not what its shape says (unchecked model)")
         return cls(*(a for a in arrays if a is not None))
@@ -161,7 +161,7 @@ def problem(model: Novelty, dim: int) -> str | None:
         return f"$.novelty.dim: {model.dim} features where $.features has {dim}"
     if model.k < 0 or model.rows < 0:
         return "$.novelty: k and rows must be at least 0"
-    for (text, shape), name in zip(_arrays(model), ("mean", "components", "reference"), strict=True):
+    for name, (text, shape) in stored_arrays(model).items():
         a = unpacked(text, shape)
         if a is None:
             size = " × ".join(map(str, shape))
@@ -173,6 +173,7 @@ def problem(model: Novelty, dim: int) -> str | None:
     return None
 
 
-def _arrays(model: Novelty) -> list[tuple[str, tuple[int, ...]]]:
-    return [(model.mean, (model.dim,)), (model.components, (model.k, model.dim)),
-            (model.reference, (model.rows, model.k))]
+def stored_arrays(model: Novelty) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Each stored array of `model` by field name: its base64 text and its shape."""
+    return {"mean": (model.mean, (model.dim,)), "components": (model.components, (model.k, model.dim)),
+            "reference": (model.reference, (model.rows, model.k))}

@@ -40,6 +40,7 @@ class Kind:
     dangerous: int = 0
     lower_bound: float = 0.0  # one-sided Clopper–Pearson over tasks: clean of tasks
     tasks_needed: int = 0  # more clean tasks for the bound to reach the target
+    target: float = 0.0  # the precision its threshold states (`target_of`)
     promoted: bool = False
 
 
@@ -136,6 +137,14 @@ def evidence(paths: Sequence[str | Path], manifest: Manifest, policy: Any, *,
     return ev
 
 
+def target_of(m: Manifest, kind: str) -> float:
+    """The precision the manifest states for a kind of output: a reply's is its reply threshold's,
+    any other kind's (calls, names) the main threshold's."""
+    if m.calls is not None and kind in m.calls.replies:
+        return m.calls.reply_threshold.target_precision
+    return m.threshold.target_precision
+
+
 def regate(m: Manifest, ev: Evidence, alpha: float = ALPHA) -> Manifest:
     """The manifest with its gate decided on the live evidence alone, with tasks as the unit: a kind
     of output is promoted when none of its answers was illegal or dangerous and the one-sided
@@ -146,9 +155,10 @@ def regate(m: Manifest, ev: Evidence, alpha: float = ALPHA) -> Manifest:
     target = m.threshold.target_precision
     need = stats.tasks_needed(0, 0, target, alpha)
     for k in ev.kinds:
+        k.target = target_of(m, k.kind)
         k.lower_bound = stats.lower_bound(k.clean, k.tasks, alpha)
-        k.tasks_needed = stats.tasks_needed(k.clean, k.tasks, target, alpha)
-        k.promoted = k.illegal + k.dangerous == 0 and k.lower_bound >= target
+        k.tasks_needed = stats.tasks_needed(k.clean, k.tasks, k.target, alpha)
+        k.promoted = k.illegal + k.dangerous == 0 and k.lower_bound >= k.target
     bad = ev.illegal + ev.dangerous
     short = [k for k in ev.kinds if not k.promoted]
     checks = [
@@ -158,7 +168,7 @@ def regate(m: Manifest, ev: Evidence, alpha: float = ALPHA) -> Manifest:
         (bad == 0, f"{ev.illegal} illegal and {ev.dangerous} dangerous shadow answers"),
         *((False, f"`{k.kind}`: {k.clean} of {k.tasks} tasks clean ({k.right}/{k.answered} answers "
                   f"acceptable): one-sided {1 - alpha:.0%} Clopper–Pearson lower bound over tasks "
-                  f"{k.lower_bound:.3f} < target {target:g}; {k.tasks_needed} more clean tasks needed")
+                  f"{k.lower_bound:.3f} < target {k.target:g}; {k.tasks_needed} more clean tasks needed")
           for k in short if k.illegal + k.dangerous == 0),
     ]
     bound = min((k.lower_bound for k in ev.kinds), default=0.0)

@@ -206,11 +206,13 @@ def _promotion_line(p: dict[str, Any]) -> str:
     if p.get("unit") != "tasks":  # a manifest re-gated before promotion counted tasks
         return head + (f" One-sided {1 - p['alpha']:.0%} Clopper–Pearson lower bound {p['lower_bound']:.3f} "
                        f"over answers against the target {p['target_precision']:g}.")
-    rows = [f"- `{k['kind']}`: {k['clean']} of {k['tasks']} tasks clean ({k['right']}/{k['answered']} "
-            f"answers acceptable, {k['strict']} strict); lower bound over tasks {k['lower_bound']:.3f}: "
+    rows = [f"- `{k['kind']}` (target {k.get('target') or p['target_precision']:g}): {k['clean']} of "
+            f"{k['tasks']} tasks clean ({k['right']}/{k['answered']} answers acceptable, {k['strict']} "
+            f"strict); lower bound over tasks {k['lower_bound']:.3f}: "
             + ("promoted" if k["promoted"] else f"not promoted, {k['tasks_needed']} more clean tasks needed")
             for k in p["kinds"]]
     return "\n".join([head, "", "Each kind of output is certified with tasks as the unit (a task is clean "
                        f"when every answer of that kind in it was acceptable; one-sided {1 - p['alpha']:.0%} "
-                       f"Clopper–Pearson bound against the target {p['target_precision']:g}, which needs "
-                       f"≥ {p['tasks_needed_from_none']} clean tasks and none unclean):", "", *rows])
+                       "Clopper–Pearson bound against the kind's target: calls the precision their threshold "
+                       "states, replies their own; at 0.95 it needs ≥ 59 clean tasks and none unclean):", "",
+                       *rows])

@@ -32,6 +32,7 @@ import msgspec
 
 from ..errors import ZcError
 from .manifest import Manifest, decode, encode
+from .novelty import stored_arrays, unpacked
 from .report import render
 
 MEASURED = ("$.model.params.train_seconds", "$.metrics.latency_us", "$.gate.key[-1]")
@@ -82,6 +83,18 @@ def _paths(a: Any, b: Any, exact: bool = True, where: str = "$") -> list[str]:
     return [] if _equal(a, b, exact) else [where]
 
 
+def _readable(m: Manifest) -> Any:
+    """The manifest as JSON values, its novelty arrays (base64 float32) read as numbers, so that they
+    too compare within the tolerance."""
+    raw = msgspec.to_builtins(m)
+    if m.novelty is not None:
+        for key, (text, shape) in stored_arrays(m.novelty).items():
+            values = unpacked(text, shape)
+            if values is not None:
+                raw["novelty"][key] = values.ravel().tolist()
+    return raw
+
+
 def _listed(paths: list[str], most: int = 12) -> str:
     return ", ".join(paths[:most]) + (f" (+{len(paths) - most} more)" if len(paths) > most else "")
 
@@ -105,8 +118,7 @@ def differences(rebuilt: str | Path, shipped: str | Path, *, exact: bool = False
             out.append(f"{name}: the bytes differ")
     timed = with_times_of(a, b)
     if encode(timed) != (shipped / "manifest.json").read_bytes():
-        plain = msgspec.to_builtins
-        paths = [p for p in _paths(plain(timed), plain(b), exact) if p != "$.sha256"]
+        paths = [p for p in _paths(_readable(timed), _readable(b), exact) if p != "$.sha256"]
         if paths:
             out.append("manifest.json: " + _listed(paths))
         elif exact:
@@ -127,7 +139,7 @@ def decisions(specialist: str | Path, receipts: Sequence[str | Path], policy: An
 
     rep = report(receipts, policy, load(specialist, policy), decisions=True)
     keys = ("id", "rung", "action", "arguments", "kind", "handed_on")
-    return [{k: row[k] for k in keys} for row in rep["decisions"]]
+    return [{k: getattr(row, k) for k in keys} for row in rep["decisions"]]
 
 
 def same_decisions(rebuilt: str | Path, shipped: str | Path, receipts: Sequence[str | Path],
