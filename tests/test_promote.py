@@ -113,7 +113,8 @@ def test_one_window_is_too_small_to_promote(policy, tmp_path):
     on_disk = read_manifest(d)  # re-sealed: it loads, and says what promote decided
     assert on_disk.sha256 == m.sha256 and encode(on_disk) == encode(m) and not on_disk.gate.promoted
     report = (d / "report.md").read_text()
-    assert "## Promotion on shadow evidence" in report and "- `respond` (target 0.95): 5 of 5 tasks clean" in report
+    assert "## Promotion on shadow evidence" in report and ("- `respond` (target 0.95): 5 of 5 tasks "
+                                                            "clean") in report
     with pytest.raises(ZcError, match="not promoted"):
         Router(policy, specialists=d)
     # a loaded one: the caller's choice

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from .. import stats
+from ..receipts.candidates import GROUNDINGS
 from ..receipts.judge import accepts, strict
 from .dataset import LoggedDecision
 
@@ -116,3 +117,36 @@ def call_figures(answers: Sequence[Any], decisions: Sequence[LoggedDecision], si
             | {"strict": _share(call_strict + reply_ok, off, len(decisions))},
             "names_incomplete": sum(1 for a in answers if a.kind == "name" and a.best is not None),
             "teacher_calls_removed": len(call_ans)}
+
+
+def grounding_figures(grounded: np.ndarray, is_call: np.ndarray, correct: np.ndarray,
+                       answered: np.ndarray) -> dict[str, Any]:
+    """Out-of-fold complete calls by the grounding of their arguments: how many, how many right, and
+    at τ how many answered and right."""
+    out: dict[str, Any] = {}
+    for g in GROUNDINGS:
+        m = is_call & (grounded == g)
+        if m.any():
+            k, n, ka, na = (int((m & correct).sum()), int(m.sum()), int((m & answered & correct).sum()),
+                            int((m & answered).sum()))
+            out[g] = {"calls": n, "correct": k, "precision_ci": list(stats.wilson(k, n)),
+                      "answered": na, "answered_correct": ka}
+    return out
+
+
+def task_figures(tasks: np.ndarray, is_call: np.ndarray, is_reply: np.ndarray, correct: np.ndarray,
+                  answered: np.ndarray) -> dict[str, Any]:
+    """Out-of-fold answers at τ by task, for calls and for replies: tasks answered, tasks clean (every
+    answer right), and the worst task (lowest precision, then most answers) with its Wilson interval."""
+    out = {}
+    for what, mask in (("calls", is_call & answered), ("replies", is_reply & answered)):
+        per: dict[str, list[int]] = {}
+        for t, ok in zip(tasks[mask], correct[mask]):
+            per.setdefault(str(t), [0, 0])[0] += bool(ok)
+            per[str(t)][1] += 1
+        worst = min(per.items(), key=lambda kv: (kv[1][0] / kv[1][1], -kv[1][1], kv[0]), default=None)
+        out[what] = {"tasks_answered": len(per), "tasks_clean": sum(k == n for k, n in per.values()),
+                     "worst": None if worst is None else {
+                         "task": worst[0], "answered": worst[1][1], "correct": worst[1][0],
+                         "precision_ci": list(stats.wilson(worst[1][0], worst[1][1]))}}
+    return out

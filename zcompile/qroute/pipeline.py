@@ -39,7 +39,7 @@ from .calibrate import fit_platt
 from .calls import Signatures, argument_examples, call_outputs, fit_arguments
 from .gate import gate, selection_key
 from .manifest import MANIFEST_VERSION, Calibration, Calls, Gate, Manifest, Model, Threshold, decode, encode
-from .metrics import answer_right, call_figures, evaluate, risky_actions
+from .metrics import answer_right, call_figures, evaluate, grounding_figures, risky_actions, task_figures
 from .recipes import AUTO, ClassifierRecipe, TabularRecipe, fit_in_threads, recipe
 from .report import render
 from .specialist import call_confidence
@@ -472,42 +472,9 @@ def _call_thresholds(best: list[str | None], conf: np.ndarray, oof: list[D.Logge
                "names_incomplete": int((kind == "name").sum()),
                "replies": int(is_reply.sum()), "ece": stats.ece(conf, correct.astype(float)),
                "aurc": stats.aurc(np.where(is_reply, conf, call_conf), correct.astype(float)),
-               "grounding": _grounding_figures(grounded, is_call, correct, answered),
-               "tasks": _task_figures(tasks, is_call, is_reply, correct, answered)}
+               "grounding": grounding_figures(grounded, is_call, correct, answered),
+               "tasks": task_figures(tasks, is_call, is_reply, correct, answered)}
     return calls_th, calls, figures
-
-
-def _grounding_figures(grounded: np.ndarray, is_call: np.ndarray, correct: np.ndarray,
-                       answered: np.ndarray) -> dict[str, Any]:
-    """Out-of-fold complete calls by the grounding of their arguments: how many, how many right, and
-    at τ how many answered and right."""
-    out: dict[str, Any] = {}
-    for g in GROUNDINGS:
-        m = is_call & (grounded == g)
-        if m.any():
-            k, n, ka, na = (int((m & correct).sum()), int(m.sum()), int((m & answered & correct).sum()),
-                            int((m & answered).sum()))
-            out[g] = {"calls": n, "correct": k, "precision_ci": list(stats.wilson(k, n)),
-                      "answered": na, "answered_correct": ka}
-    return out
-
-
-def _task_figures(tasks: np.ndarray, is_call: np.ndarray, is_reply: np.ndarray, correct: np.ndarray,
-                  answered: np.ndarray) -> dict[str, Any]:
-    """Out-of-fold answers at τ by task, for calls and for replies: tasks answered, tasks clean (every
-    answer right), and the worst task (lowest precision, then most answers) with its Wilson interval."""
-    out = {}
-    for what, mask in (("calls", is_call & answered), ("replies", is_reply & answered)):
-        per: dict[str, list[int]] = {}
-        for t, ok in zip(tasks[mask], correct[mask]):
-            per.setdefault(str(t), [0, 0])[0] += bool(ok)
-            per[str(t)][1] += 1
-        worst = min(per.items(), key=lambda kv: (kv[1][0] / kv[1][1], -kv[1][1], kv[0]), default=None)
-        out[what] = {"tasks_answered": len(per), "tasks_clean": sum(k == n for k, n in per.values()),
-                     "worst": None if worst is None else {
-                         "task": worst[0], "answered": worst[1][1], "correct": worst[1][0],
-                         "precision_ci": list(stats.wilson(worst[1][0], worst[1][1]))}}
-    return out
 
 
 def _test_figures(rec: Any, sp: Any, x: Any, test: list[D.LoggedDecision], cal: Calibration,
