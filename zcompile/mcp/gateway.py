@@ -54,7 +54,8 @@ class McpGateway:
         deny: how a blocked call is answered: `result` (isError with the reasons), `error` (a
             JSON-RPC error, code POLICY_DENIED, reasons in `data`) or `opaque` (isError, no reason).
         log_only: judge and record, but list every tool and forward every call.
-        state_key: how a 2026-07-28 request names its session (`meta:KEY`, `header:NAME`, `auth`).
+        state_key: how a 2026-07-28 request names its session (`auto`, `meta:KEY`, `header:NAME`,
+            `auth`, `instance`).
         timeout_s: the bound on each server call (and on connecting).
         page_size: tools per `tools/list` page (0: one page).
         list_ttl_ms: the `ttlMs` of a list (its `cacheScope` is always `private`).
@@ -63,7 +64,7 @@ class McpGateway:
 
     def __init__(self, policy: Policy, servers: Sequence[ServerSpec], *, extract: Extract = default_extract,
                  context: Mapping[str, Any] | None = None, receipts: str | Path | None = None,
-                 deny: str = "result", log_only: bool = False, state_key: str = f"meta:{SESSION_META}",
+                 deny: str = "result", log_only: bool = False, state_key: str = "auto",
                  timeout_s: float = 30.0, page_size: int = 0, list_ttl_ms: int = 0,
                  intent: str | None = None) -> None:
         if deny not in DENY_MODES:
@@ -99,6 +100,37 @@ class McpGateway:
                               get_tool_input_schema=self._input_schema,
                               instructions=f"tools judged by zc policy `{policy.name}`")
         self.server.middleware.append(_params_checked)
+        self.server.middleware.append(self._counted)
+        self._inflight = 0
+        self._idle: anyio.Event | None = None  # set when the last request in flight ends (drained)
+
+    async def _counted(self, ctx: Any, call_next: Any) -> Any:
+        """Count the requests in flight, for a drain at shutdown."""
+        self._inflight += 1
+        try:
+            return await call_next(ctx)
+        finally:
+            self._inflight -= 1
+            if not self._inflight and self._idle is not None:
+                self._idle.set()
+
+    async def drained(self) -> None:
+        """Return once no request is in flight."""
+        while self._inflight:
+            self._idle = anyio.Event()
+            await self._idle.wait()
+
+    def key_announcement(self, *, authenticated: bool) -> str:
+        """What the HTTP door keys 2026-07-28 state by, said at start-up (docs/mcp.md, "State keys")."""
+        kind = self.key_spec.kind
+        if kind == "auto" and authenticated:
+            return "2026-07-28 state keyed by the bearer token's principal (one state per agent credential)"
+        if kind in ("auto", "instance"):
+            named = (f', or by _meta["{SESSION_META}"] when a request names its session'
+                     if kind == "auto" else "")
+            return ("2026-07-28 requests share this gateway's one agent state" + named +
+                    "; serve one agent per gateway, or add --auth-* to key state by the token")
+        return f"2026-07-28 state keyed by {self.key_spec.describe()}; a request without it is refused"
 
     def close(self) -> None:
         if self._writer is not None:
