@@ -538,3 +538,41 @@ def test_the_gateway_derives_the_importers_state_facts(client, stub, served, tmp
         client.chat.completions.create(model="any", messages=messages[:turn], tools=TOOLS)
         got = receipts_of(served)
         assert len(got) == before + 1 and got[-1].state == want, turn
+
+
+USAGE = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}  # the stub's, per reply
+ZERO = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+
+
+def usage_of(u) -> dict:
+    return {k: getattr(u, k) for k in ZERO}
+
+
+@pytest.mark.parametrize("include", [True, False])
+def test_a_stream_ends_with_the_upstreams_usage_when_asked(client, stub, served, include):
+    stub.content = "Let me look that up for you."
+    chunks = list(client.chat.completions.create(model="any", messages=START, tools=TOOLS, stream=True,
+                                                 stream_options={"include_usage": include}))
+    # forwarded, and the usage asked for whatever the harness said: the receipt counts the tokens
+    assert stub.requests[-1]["stream_options"] == {"include_usage": True}
+    with_usage = [c for c in chunks if c.usage is not None]
+    if include:  # one last chunk, no choice, the usage (as OpenAI sends it)
+        assert with_usage == [chunks[-1]] and chunks[-1].choices == [] and usage_of(chunks[-1].usage) == USAGE
+    else:
+        assert with_usage == []
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == stub.content
+    assert receipts_of(served)[-1].meta["gateway"]["usage"] == USAGE
+
+
+def test_usage_sums_the_reask_and_a_local_answer_has_zero(client, stub, desk):
+    stub.script = [{"answer": "get_user_details", "arguments": {"user": "mia"}},  # refused, re-asked
+                   {"answer": "get_user_details", "arguments": {"user_id": "mia_li_3668"}}]
+    r = client.chat.completions.create(model="any", messages=START, tools=TOOLS)
+    assert r.model_extra["x_zc"]["upstream_requests"] == 2
+    assert usage_of(r.usage) == {k: 2 * v for k, v in USAGE.items()}
+    local = OpenAI(base_url=desk.base_url, api_key="unused", max_retries=0)
+    r = local.chat.completions.create(model="any", messages=START, tools=DESK_TOOLS)
+    assert r.model_extra["x_zc"]["rung"] == "compiler" and usage_of(r.usage) == ZERO
+    chunks = list(local.chat.completions.create(model="any", messages=START, tools=DESK_TOOLS, stream=True,
+                                                stream_options={"include_usage": True}))
+    assert chunks[-1].choices == [] and usage_of(chunks[-1].usage) == ZERO

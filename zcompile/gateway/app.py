@@ -120,7 +120,7 @@ class Gateway:
         ex = CURRENT.get()
         if ex is not None:
             r = msgspec.structs.replace(r, meta={**r.meta, **ex.meta, "gateway": {
-                **ex.meta.get("gateway", {}), "upstream_requests": ex.sent,
+                **ex.meta.get("gateway", {}), "upstream_requests": ex.sent, "usage": ex.usage,
                 "blocked": ex.blocked, **({"failure": ex.failure, "detail": ex.detail} if ex.failure else {})}})
             ex.receipt = r
         if self._writer is not None:
@@ -152,7 +152,7 @@ class Gateway:
         kept = [tool_name(t) for t in offered]
         undeclared = [n for n in names if n not in self.policy.actions]
         illegal = [n for n in names if n in self.policy.actions and n not in kept]
-        ex = Exchange(forwarded(req, offered))
+        ex = Exchange(forwarded(req, offered), stream_options=req.stream_options if req.stream else None)
         if sink is not None:
             def pass_on(text: str) -> None:
                 if ex.passed == text:  # the first text: the role first
@@ -173,9 +173,10 @@ class Gateway:
                 "legal": list(legal.actions), "offered": kept, "offer": sorted(can),
                 "stripped": {"undeclared": undeclared, "illegal": illegal},
                 "blocked": ex.blocked, "upstream_requests": ex.sent, "fallback": d.tier in ("fallback", "none")}
-        done = functools.partial(replies.completion, self.model, x_zc=x_zc, cid=cid, created=created)
+        done = functools.partial(replies.completion, self.model, x_zc=x_zc, cid=cid, created=created,
+                                 usage=ex.usage)  # the upstream's tokens for this request, if it was asked
         if d.tier == self.upstream_tier and ex.message is not None:  # the upstream's own judged reply
-            return 200, done(ex.message, usage=ex.reply.get("usage")), ex.passed
+            return 200, done(ex.message), ex.passed
         if d.tier in ("fallback", "none") and not ex.blocked and any(
                 a.cause == "skipped" and a.detail == DEADLINE for a in d.rungs):  # out of time, not refused
             return 504, replies.error_body(504, "no decision within the request's deadline (queued for a "
@@ -227,12 +228,13 @@ async def _settled(task: asyncio.Future) -> tuple[int, dict[str, Any], str]:
         return 500, replies.error_body(500, f"internal error: {type(exc).__name__}: {exc}", code="internal_error"), ""
 
 
-def _respond(result: tuple[int, dict[str, Any], str], started: float, stream: bool) -> Response:
+def _respond(result: tuple[int, dict[str, Any], str], started: float, req: ChatRequest) -> Response:
     status, body, _ = result
     headers = _headers(body)
     headers["x-zc-latency-ms"] = f"{(time.perf_counter() - started) * 1000:.3f}"
-    if status == 200 and stream:
-        return StreamingResponse(iter(replies.chunks(body)), media_type="text/event-stream",
+    if status == 200 and req.stream:
+        return StreamingResponse(iter(replies.chunks(body, include_usage=req.include_usage)),
+                                 media_type="text/event-stream",
                                  headers={**headers, "cache-control": "no-cache"})
     return JSONResponse(body, status_code=status, headers=headers)
 
@@ -255,7 +257,7 @@ def create_app(gateway: Gateway) -> Starlette:
             return _error(408, f"the request body did not arrive within the deadline ({gateway.timeout_ms:g} ms)",
                           "body_timeout")
         if not req.stream:
-            return _respond(await _settled(_decision(req, None, started)), started, False)
+            return _respond(await _settled(_decision(req, None, started)), started, req)
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[bytes] = asyncio.Queue()
         task = _decision(req, lambda b: loop.call_soon_threadsafe(events.put_nowait, b), started)
@@ -263,8 +265,9 @@ def create_app(gateway: Gateway) -> Starlette:
         await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
         if not getter.done():  # decided before any text streamed: answer whole (errors keep their status)
             getter.cancel()
-            return _respond(await _settled(task), started, True)
-        return StreamingResponse(_through(getter.result(), events, task), media_type="text/event-stream",
+            return _respond(await _settled(task), started, req)
+        return StreamingResponse(_through(getter.result(), events, task, req.include_usage),
+                                 media_type="text/event-stream",
                                  headers={"x-zc-rung": gateway.upstream_tier, "cache-control": "no-cache"})
 
     def _decision(req: ChatRequest, sink: Callable[[bytes], None] | None, started: float) -> asyncio.Future:
@@ -275,7 +278,7 @@ def create_app(gateway: Gateway) -> Starlette:
         # that it leaves its receipt (one that answers nothing: see Gateway.decide)
         return asyncio.ensure_future(asyncio.wait_for(asyncio.shield(work), gateway.give_up_s))
 
-    async def _through(first: bytes, events: asyncio.Queue, task: asyncio.Future):
+    async def _through(first: bytes, events: asyncio.Queue, task: asyncio.Future, include_usage: bool):
         """A stream that began with the upstream's text: the rest of it, then the judged end."""
         yield first
         while True:
@@ -288,7 +291,8 @@ def create_app(gateway: Gateway) -> Starlette:
         while not events.empty():
             yield events.get_nowait()
         status, body, passed = await _settled(task)
-        for chunk in (replies.chunks(body, passed) if status == 200 else replies.error_event(body)):
+        ends = replies.chunks(body, passed, include_usage) if status == 200 else replies.error_event(body)
+        for chunk in ends:
             yield chunk
 
     async def models(request: Request) -> Response:
