@@ -171,9 +171,10 @@ def test_a_legal_call_the_harness_did_not_offer_never_reaches_it(client, stub, s
 def test_forced_tool_choice_is_kept_and_bounds_the_answer(client, stub):
     choice = {"type": "function", "function": {"name": "get_user_details"}}
     stub.answer, stub.arguments = "get_reservation_details", {"reservation_id": "ABC123"}
-    r = client.chat.completions.create(model="any", messages=START, tools=TOOLS, tool_choice=choice)
+    with pytest.raises(openai.UnprocessableEntityError) as err:  # a forced tool is never answered with text
+        client.chat.completions.create(model="any", messages=START, tools=TOOLS, tool_choice=choice)
     assert stub.requests[0]["tool_choice"] == choice
-    assert r.choices[0].message.tool_calls is None and r.model_extra["x_zc"]["blocked"]
+    assert err.value.body["code"] == "no_tool_call" and err.value.response.json()["x_zc"]["blocked"]
     stub.reset()  # forcing a tool that is not legal here: "auto" upstream, any offered legal call
     stub.answer, stub.arguments = "get_user_details", {"user_id": "mia_li_3668"}
     r = client.chat.completions.create(model="any", messages=START, tools=TOOLS, tool_choice={
@@ -576,3 +577,45 @@ def test_usage_sums_the_reask_and_a_local_answer_has_zero(client, stub, desk):
     chunks = list(local.chat.completions.create(model="any", messages=START, tools=DESK_TOOLS, stream=True,
                                                 stream_options={"include_usage": True}))
     assert chunks[-1].choices == [] and usage_of(chunks[-1].usage) == ZERO
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_required_tool_choice_never_gets_text(client, stub, served, stream):
+    """The upstream answers text to `tool_choice: "required"`; the fallback (`respond`) is no tool:
+    an OpenAI error the client raises, never text."""
+    stub.content = "I would rather chat."
+    before = len(receipts_of(served))
+    with pytest.raises(openai.UnprocessableEntityError) as err:
+        out = client.chat.completions.create(model="any", messages=START, tools=TOOLS, tool_choice="required",
+                                             stream=stream)
+        list(out) if stream else out
+    body = err.value.body
+    assert body["code"] == "no_tool_call" and err.value.response.headers["x-zc-rung"] == "fallback"
+    assert err.value.response.json()["x_zc"]["rung"] == "fallback"
+    assert len(stub.requests) == 2  # asked, re-asked (a text reply is not what the harness can take)
+    assert len(receipts_of(served)) == before + 1
+
+
+ESCALATING = """policy escalating
+state { prev.role: enum(system, user, assistant, tool)? }
+action lookup(id: text) tags(read)
+action escalate()       tags(control)
+action respond          tags(control, reply)
+fallback escalate
+tier remote
+route default: use remote
+"""
+
+
+def test_required_tool_choice_gets_the_fallback_tool_as_a_call(stub, tmp_path):
+    policy = zcompile.compile_text(ESCALATING, "escalating.zc")
+    gw = Gateway(policy, stub.base_url, "stub-model", receipts=tmp_path / "r.jsonl", timeout_ms=DEADLINE_MS)
+    stub.reset()
+    stub.content = "Just text."
+    with Running(gw) as srv:
+        client = OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
+        r = client.chat.completions.create(model="any", messages=START, tool_choice="required",
+                                           tools=[tool("lookup", id="string"), tool("escalate")])
+    gw.close()
+    assert calls_of(r.choices[0].message) == [("escalate", {})] and r.choices[0].finish_reason == "tool_calls"
+    assert r.model_extra["x_zc"]["rung"] == "fallback" and r.choices[0].message.content is None

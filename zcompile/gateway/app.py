@@ -191,7 +191,13 @@ class Gateway:
             status = 504 if ex.failure == "timeout" else 502
             return status, replies.error_body(status, f"upstream {ex.failure}: {ex.detail}",
                                               code=f"upstream_{ex.failure}", x_zc=x_zc), ex.passed
-        x_zc["fallback"] = True  # nothing acceptable: the policy's fallback, as a documented reply
+        x_zc["fallback"], x_zc["rung"] = True, "fallback"  # nothing acceptable: the policy's fallback
+        if not can & self.router.catalog.replies:  # tool_choice required a call: never text
+            fb = self.policy.ir.fallback
+            return 422, replies.error_body(
+                422, f"tool_choice requires a tool call, and no call the policy allows was proposed; the "
+                     f"policy's fallback `{fb}` is not a tool this request offered, legal now, without "
+                     "arguments", code="no_tool_call", param="tool_choice", x_zc=x_zc), ex.passed
         return 200, done({"content": replies.FALLBACK_TEXT}), ex.passed
 
 
