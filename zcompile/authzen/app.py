@@ -1,5 +1,6 @@
 """The ASGI app of `zc pdp`: the AuthZEN Authorization API 1.0 over HTTP (the discovery document,
-evaluation, evaluations and the three searches), `X-Request-ID` echoed, errors as the spec's text."""
+evaluation, evaluations and the three searches), `X-Request-ID` echoed, errors as the spec's
+"error message string", sent as a JSON string."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ..gateway.body import read_body
@@ -48,7 +49,9 @@ def create_app(pdp: PDP, *, pdp_url: str | None = None, api_key: str | None = No
     searches = pdp.searches
 
     def text(status: int, message: str, headers: dict[str, str]) -> Response:
-        return PlainTextResponse(message, status_code=status, headers=headers)
+        """An error: the specification's "error message string", as a JSON string (application/json)."""
+        return Response(msgspec.json.encode(message), status_code=status, media_type="application/json",
+                        headers=headers)
 
     def authorised(request: Request) -> bool:
         if api_key is None:
