@@ -619,3 +619,67 @@ def test_required_tool_choice_gets_the_fallback_tool_as_a_call(stub, tmp_path):
     gw.close()
     assert calls_of(r.choices[0].message) == [("escalate", {})] and r.choices[0].finish_reason == "tool_calls"
     assert r.model_extra["x_zc"]["rung"] == "fallback" and r.choices[0].message.content is None
+
+
+KEYS = {"team-a": "sk-zc-team-a-0123456789", "team-b": "sk-zc-team-b-9876543210"}
+
+
+def test_client_keys_401_as_openai_error_and_the_key_name_in_the_receipt(airline, stub, tmp_path,
+                                                                         monkeypatch):
+    monkeypatch.setenv("ZC_TEST_UPSTREAM_KEY", "sk-upstream-secret-000")
+    gw = Gateway(airline, stub.base_url, "stub-model", receipts=tmp_path / "r.jsonl", timeout_ms=DEADLINE_MS,
+                 api_key_env="ZC_TEST_UPSTREAM_KEY", client_keys=KEYS)
+    stub.reset()
+    stub.answer, stub.arguments = "get_user_details", {"user_id": "mia_li_3668"}
+    with Running(gw) as srv:
+        none = httpx.post(f"{srv.base_url}/chat/completions", json={"model": "m", "messages": START})
+        assert none.status_code == 401 and none.json()["error"]["code"] == "invalid_api_key"
+        assert none.headers["www-authenticate"] == "Bearer"
+        for key in ("sk-wrong-key-0000000000", "sk-upstream-secret-000"):
+            bad = OpenAI(base_url=srv.base_url, api_key=key, max_retries=0)
+            with pytest.raises(openai.AuthenticationError) as err:
+                bad.chat.completions.create(model="any", messages=START, tools=TOOLS)
+            assert err.value.body["code"] == "invalid_api_key"
+            assert "sk-upstream-secret" not in err.value.response.text
+            with pytest.raises(openai.AuthenticationError):
+                bad.models.list()
+        assert stub.requests == []  # nothing reached the upstream
+        good = OpenAI(base_url=srv.base_url, api_key=KEYS["team-b"], max_retries=0)
+        r = good.chat.completions.create(model="any", messages=START, tools=TOOLS)
+        assert calls_of(r.choices[0].message) == [("get_user_details", {"user_id": "mia_li_3668"})]
+        assert [m.id for m in good.models.list()] == ["stub-model"]
+    gw.close()
+    # the upstream got its own key, never the client's
+    assert stub.headers[-1]["Authorization"] == "Bearer sk-upstream-secret-000"
+    rs = list(read(tmp_path / "r.jsonl"))
+    assert [r.meta["gateway"]["client"] for r in rs] == ["team-b"]
+    assert "sk-zc-team-b" not in (tmp_path / "r.jsonl").read_text()
+
+
+def test_client_keys_from_a_file_and_the_environment(tmp_path, monkeypatch):
+    from zcompile.gateway import load_client_keys
+    from zcompile.errors import ZcError
+
+    f = tmp_path / "keys.txt"
+    f.write_text("# name key\nteam-a sk-zc-team-a-0123456789\n\n")
+    monkeypatch.setenv("ZC_TEST_CLIENT_KEY", "sk-zc-from-the-env-12345")
+    assert load_client_keys(str(f), ["ZC_TEST_CLIENT_KEY"]) == {
+        "team-a": "sk-zc-team-a-0123456789", "ZC_TEST_CLIENT_KEY": "sk-zc-from-the-env-12345"}
+    f.write_text("team-a sk-zc-team-a-0123456789\nteam-b\n")
+    with pytest.raises(ZcError, match=r"keys.txt:2: expected `NAME KEY`"):
+        load_client_keys(str(f))
+    f.write_text("team-a short\n")
+    with pytest.raises(ZcError, match=r"keys.txt:1: the key of `team-a` is shorter than 16"):
+        load_client_keys(str(f))
+
+
+def test_serve_refuses_a_network_address_without_client_keys(tmp_path):
+    from click.testing import CliRunner
+
+    from zcompile.cli import main
+
+    args = ["serve", "--policy", str(DESK), "--upstream", "http://127.0.0.1:9/v1", "--model", "m",
+            "--receipts", str(tmp_path / "r.jsonl"), "--host", "0.0.0.0"]
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 1 and "not a loopback address, and no client keys" in out.output
+    assert "Traceback" not in out.output

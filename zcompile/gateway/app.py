@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import hmac
 import json
 import logging
+import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -63,13 +65,16 @@ class Gateway:
         max_body_bytes: larger request bodies are refused (413).
         api_key_env: the environment variable holding the upstream's API key.
         workers: decisions run at once (each in a worker thread, upstream call included); more wait.
+        client_keys: the bearer keys a harness must present, by name (`load_client_keys`); None or
+            empty: no inbound authentication. The key's name goes in each receipt, never the key.
     """
 
     def __init__(self, policy: Policy, upstream: str, model: str, *, specialists: Any = None,
                  tiers: Mapping[str, Any] | None = None, upstream_tier: str | None = None,
                  extract: Callable[[list[dict], int, dict], dict] = default_extract,
                  receipts: str | Path | None = None, timeout_ms: float = TIMEOUT_MS,
-                 max_body_bytes: int = MAX_BODY_BYTES, api_key_env: str | None = None, workers: int = 64) -> None:
+                 max_body_bytes: int = MAX_BODY_BYTES, api_key_env: str | None = None, workers: int = 64,
+                 client_keys: Mapping[str, str] | None = None) -> None:
         respond = next((a for a in policy.ir.actions if a.name == RESPOND), None)
         if respond is None or REPLY_TAG not in respond.tags:
             raise ZcError(f"policy `{policy.name}` must declare `action {RESPOND} tags(control, {REPLY_TAG})`: "
@@ -77,6 +82,7 @@ class Gateway:
         if not timeout_ms > 0:
             raise ZcError(f"the request timeout must be > 0 ms, got {timeout_ms}")
         self.policy, self.model, self.upstream_url = policy, model, upstream
+        self.client_keys = dict(client_keys or {})
         self.extract, self.extractor = extract, extractor_name(extract)
         self.timeout_ms, self.max_body_bytes = float(timeout_ms), int(max_body_bytes)
         tiers = dict(tiers or {})
@@ -132,8 +138,19 @@ class Gateway:
         return self.timeout_ms / 1000 + GRACE_S
 
     # ---- one request -------------------------------------------------------------------------
+    def client(self, authorization: str | None) -> str | None:
+        """The name of the client key an `Authorization` header presents (None: none that matches)."""
+        scheme, _, key = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not key:
+            return None
+        found = None
+        for name, expected in self.client_keys.items():  # every key compared: no early exit to time
+            if hmac.compare_digest(key.strip().encode(), expected.encode()):
+                found = name
+        return found
+
     def decide(self, req: ChatRequest, sink: Callable[[bytes], None] | None = None,
-               started: float | None = None) -> tuple[int, dict[str, Any], str]:
+               started: float | None = None, client: str | None = None) -> tuple[int, dict[str, Any], str]:
         """(HTTP status, JSON body, the text already streamed) for one validated request; runs in a
         worker thread. `sink` (a streamed request) takes the SSE events of the upstream's text as it
         arrives, before the decision is complete. `started`: the request's arrival
@@ -161,7 +178,7 @@ class Gateway:
             ex.sink = pass_on
         ex.meta = {"conversation": req.task, "turn": len(req.messages), "extractor": self.extractor,
                    "gateway": {"offered": kept, "undeclared": undeclared, "illegal": illegal,
-                               "stream": req.stream}}
+                               "stream": req.stream, **({"client": client} if client is not None else {})}}
         CURRENT.set(ex)  # this decision's context: the upstream rung and the receipt sink read it
         schemas = [t.get("function", t) for t in offered]
         can = offer(req, kept, self.router.catalog.replies)
@@ -199,6 +216,42 @@ class Gateway:
                      f"policy's fallback `{fb}` is not a tool this request offered, legal now, without "
                      "arguments", code="no_tool_call", param="tool_choice", x_zc=x_zc), ex.passed
         return 200, done({"content": replies.FALLBACK_TEXT}), ex.passed
+
+
+def load_client_keys(path: str | None, env_vars: Sequence[str] = ()) -> dict[str, str]:
+    """Client keys by name: from a file (one `NAME KEY` a line; `#` comments and blank lines
+    skipped) and from environment variables (each named by its variable). ZcError naming the file
+    and line, or the variable, for anything else."""
+    keys: dict[str, str] = {}
+
+    def add(name: str, key: str, where: str) -> None:
+        if name in keys:
+            raise ZcError(f"{where}: the client key name `{name}` is given twice")
+        if len(key) < 16:
+            raise ZcError(f"{where}: the key of `{name}` is shorter than 16 characters")
+        if key in keys.values():
+            raise ZcError(f"{where}: the key of `{name}` is another client's key too")
+        keys[name] = key
+
+    if path is not None:
+        try:
+            lines = Path(path).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ZcError(f"{path}: cannot read the client keys: {exc}") from None
+        for i, line in enumerate(lines, 1):
+            text = line.strip()
+            if not text or text.startswith("#"):
+                continue
+            parts = text.split()
+            if len(parts) != 2:
+                raise ZcError(f"{path}:{i}: expected `NAME KEY` (two words), got {len(parts)}")
+            add(parts[0], parts[1], f"{path}:{i}")
+    for var in env_vars:
+        key = os.environ.get(var)
+        if not key:
+            raise ZcError(f"--client-key-env {var}: not set or empty")
+        add(var, key, f"--client-key-env {var}")
+    return keys
 
 
 def _headers(body: dict[str, Any]) -> dict[str, str]:
@@ -252,8 +305,21 @@ def _error(status: int, message: str, code: str, param: str | None = None) -> JS
 def create_app(gateway: Gateway) -> Starlette:
     """The Starlette app serving `gateway`: `POST /v1/chat/completions`, `GET /v1/models`, `GET /healthz`."""
 
+    def refused(request: Request) -> Response | None:
+        """401 (an OpenAI error) when client keys are set and the request presents none of them."""
+        if not gateway.client_keys or gateway.client(request.headers.get("authorization")) is not None:
+            return None
+        why = ("missing or unknown API key: send one of this gateway's client keys as "
+               "`Authorization: Bearer KEY`")
+        return JSONResponse(replies.error_body(401, why, code="invalid_api_key"), status_code=401,
+                            headers={"WWW-Authenticate": "Bearer"})
+
     async def chat(request: Request) -> Response:
         started = time.perf_counter()
+        denied = refused(request)
+        if denied is not None:
+            return denied
+        client = gateway.client(request.headers.get("authorization")) if gateway.client_keys else None
         try:
             body = await asyncio.wait_for(read_body(request, gateway.max_body_bytes), gateway.timeout_ms / 1000)
             req = parse(body)
@@ -263,10 +329,10 @@ def create_app(gateway: Gateway) -> Starlette:
             return _error(408, f"the request body did not arrive within the deadline ({gateway.timeout_ms:g} ms)",
                           "body_timeout")
         if not req.stream:
-            return _respond(await _settled(_decision(req, None, started)), started, req)
+            return _respond(await _settled(_decision(req, None, started, client)), started, req)
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[bytes] = asyncio.Queue()
-        task = _decision(req, lambda b: loop.call_soon_threadsafe(events.put_nowait, b), started)
+        task = _decision(req, lambda b: loop.call_soon_threadsafe(events.put_nowait, b), started, client)
         getter = asyncio.ensure_future(events.get())
         await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
         if not getter.done():  # decided before any text streamed: answer whole (errors keep their status)
@@ -276,10 +342,11 @@ def create_app(gateway: Gateway) -> Starlette:
                                  media_type="text/event-stream",
                                  headers={"x-zc-rung": gateway.upstream_tier, "cache-control": "no-cache"})
 
-    def _decision(req: ChatRequest, sink: Callable[[bytes], None] | None, started: float) -> asyncio.Future:
+    def _decision(req: ChatRequest, sink: Callable[[bytes], None] | None, started: float,
+                  client: str | None) -> asyncio.Future:
         context = contextvars.copy_context()  # each decision sets its own Exchange in its own copy
         work = asyncio.get_running_loop().run_in_executor(gateway.workers, context.run, gateway.decide, req, sink,
-                                                          started)
+                                                          started, client)
         # shielded: a decision still queued when the request answers 504 runs later all the same, so
         # that it leaves its receipt (one that answers nothing: see Gateway.decide)
         return asyncio.ensure_future(asyncio.wait_for(asyncio.shield(work), gateway.give_up_s))
@@ -302,6 +369,9 @@ def create_app(gateway: Gateway) -> Starlette:
             yield chunk
 
     async def models(request: Request) -> Response:
+        denied = refused(request)
+        if denied is not None:
+            return denied
         return JSONResponse({"object": "list", "data": [
             {"id": gateway.model, "object": "model", "created": 0, "owned_by": "zc"}]})
 
