@@ -119,6 +119,12 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
         pass
 
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name; `GET /models`, for readiness probes
+        if self.path.rstrip("/").endswith("/models"):
+            models = {"object": "list", "data": [{"id": "stub", "object": "model"}]}
+            return self._send(200, json.dumps(models).encode())
+        self._send(404, b'{"error": {"message": "not found"}}')
+
     def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
         stub = self.server.stub
         raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))

@@ -123,3 +123,24 @@ def test_a_named_session_keeps_its_own_state_under_the_default(tmp_path):
         stop(proc, signal.SIGTERM)
     assert "cancel" in own and "cancel" not in named
     assert {r.meta["mcp"]["key"] for r in read(tmp_path / "r.jsonl")} == {"instance", "meta"}
+
+
+def test_readiness_and_metrics_of_the_http_door(tmp_path):
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    port = free_port()
+    proc = start([*gateway_args(tmp_path), "--http", str(port)], port)
+    try:
+        ready = httpx.get(f"http://127.0.0.1:{port}/readyz")
+        anyio.run(sdk_session, Client(f"http://127.0.0.1:{port}/mcp"))
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    finally:
+        stop(proc, signal.SIGTERM)
+    assert ready.status_code == 200 and ready.json()["ready"] is True
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for f in text_string_to_metric_families(text) for s in f.samples}
+    assert got[("zc_blocked_calls_total", (("door", "mcp"), ("rule", "lookup_first")))] == 1
+    assert got[("zc_upstream_seconds_count", (("door", "mcp"),))] == 2  # the two calls forwarded
+    assert got[("zc_receipts_written_total", (("door", "mcp"),))] == len(list(read(tmp_path / "r.jsonl")))
+    assert got[("zc_requests_total", (("door", "mcp"), ("status", "200")))] >= 5

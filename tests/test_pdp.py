@@ -466,3 +466,12 @@ def test_an_empty_evaluations_array_is_one_evaluation(desk):
         desk.post("/access/v1/evaluation", json=OK).json()
     r = desk.post("/access/v1/evaluations", json={"evaluations": []})
     assert r.status_code == 400 and r.json() == "$.subject: required field is missing"
+
+
+def test_readiness_and_metrics(desk):
+    assert desk.get("/readyz").status_code == 200
+    desk.post("/access/v1/evaluation", json=OK)
+    desk.post("/access/v1/evaluation", json={})
+    text = desk.get("/metrics").text
+    assert 'zc_requests_total{door="pdp",status="200"} 1.0' in text
+    assert 'zc_requests_total{door="pdp",status="400"} 1.0' in text

@@ -683,3 +683,38 @@ def test_serve_refuses_a_network_address_without_client_keys(tmp_path):
     out = CliRunner().invoke(main, args)
     assert out.exit_code == 1 and "not a loopback address, and no client keys" in out.output
     assert "Traceback" not in out.output
+
+
+def test_readiness_and_prometheus_metrics(client, stub, served):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def samples() -> dict[tuple, float]:
+        text = httpx.get(served.origin + "/metrics").text
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for f in text_string_to_metric_families(text) for s in f.samples}
+
+    ready = httpx.get(served.origin + "/readyz")
+    assert ready.status_code == 200 and ready.json()["ready"] is True
+    before = samples()
+    stub.behaviour, stub.illegal_action = "illegal", "cancel_reservation"
+    stub.arguments = {"reservation_id": "X"}
+    client.chat.completions.create(model="any", messages=START, tools=TOOLS)  # refused twice: the fallback
+    stub.reset()
+    stub.behaviour = "http_error"
+    with pytest.raises(openai.APIStatusError):
+        client.chat.completions.create(model="any", messages=START, tools=TOOLS)
+    after = samples()
+
+    def grew(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted({"door": "serve", **labels}.items())))
+        return after.get(key, 0) - before.get(key, 0)
+    assert grew("zc_requests_total", status="200") == 1 and grew("zc_requests_total", status="502") == 1
+    assert grew("zc_answers_total", rung="fallback") == 2
+    rules = {dict(ls)["rule"] for (n, ls), v in after.items()
+             if n == "zc_blocked_calls_total" and v > before.get((n, ls), 0)}
+    blocked = receipts_of(served)[-2].meta["gateway"]["blocked"]  # the two refused calls, each by its rules
+    assert rules == {r for b in blocked for r in b["rules"]}
+    assert all(grew("zc_blocked_calls_total", rule=r) == sum(r in b["rules"] for b in blocked) for r in rules)
+    assert grew("zc_upstream_errors_total", kind="error") == 1
+    assert grew("zc_upstream_seconds_count") == 3 and grew("zc_request_seconds_count") == 2
+    assert grew("zc_receipts_written_total") == 2

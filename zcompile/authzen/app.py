@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from ..gateway.body import read_body
 from ..gateway.request import BadRequest
+from ..metrics import DoorMetrics, Instrumented
 from .model import BadInput, body_object
 from .pdp import PDP
 
@@ -34,8 +35,8 @@ ENDPOINTS = {"access_evaluation_endpoint": "/access/v1/evaluation",
 
 
 def create_app(pdp: PDP, *, pdp_url: str | None = None, api_key: str | None = None,
-               max_body_bytes: int = MAX_BODY_BYTES, timeout_s: float = TIMEOUT_S) -> Starlette:
-    """The Starlette app serving `pdp`.
+               max_body_bytes: int = MAX_BODY_BYTES, timeout_s: float = TIMEOUT_S) -> Instrumented:
+    """The ASGI app serving `pdp` (with `GET /readyz` and Prometheus `GET /metrics`).
 
     Args:
         pdp: the decision point.
@@ -107,8 +108,15 @@ def create_app(pdp: PDP, *, pdp_url: str | None = None, api_key: str | None = No
         rid = request.headers.get("x-request-id")
         return text(status, f"{request.method} {request.url.path}: {detail}", {"X-Request-ID": rid} if rid else {})
 
+    meter = DoorMetrics("pdp")
+
+    async def metrics(request: Request) -> Response:
+        body, ctype = meter.exposition()
+        return Response(body, media_type=ctype)
+
     routes = [Route("/.well-known/authzen-configuration", discovery, methods=["GET"]),
-              Route("/healthz", health, methods=["GET"]),
+              Route("/healthz", health, methods=["GET"]), Route("/readyz", health, methods=["GET"]),
+              Route("/metrics", metrics, methods=["GET"]),
               Route(ENDPOINTS["access_evaluation_endpoint"], endpoint(pdp.evaluate), methods=["POST"]),
               Route(ENDPOINTS["access_evaluations_endpoint"], endpoint(pdp.evaluate_many), methods=["POST"]),
               Route(ENDPOINTS["search_action_endpoint"], endpoint(pdp.search_action), methods=["POST"]),
@@ -116,4 +124,4 @@ def create_app(pdp: PDP, *, pdp_url: str | None = None, api_key: str | None = No
               # then); otherwise a 400 that says why
               Route(ENDPOINTS["search_resource_endpoint"], endpoint(pdp.search_resource, True), methods=["POST"]),
               Route(ENDPOINTS["search_subject_endpoint"], endpoint(pdp.search_subject, True), methods=["POST"])]
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+    return Instrumented(Starlette(routes=routes, exception_handlers={HTTPException: http_error}), meter)

@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..errors import ZcError
+from ..metrics import DoorMetrics, Instrumented
 from ..receipts import Receipt, ReceiptWriter
 from ..receipts.chat import RESPOND, default_extract, extractor_name
 from ..router import Router
@@ -110,6 +111,7 @@ class Gateway:
         self._writer = ReceiptWriter(receipts) if receipts is not None else None  # last: nothing left on errors
         self.receipts = Path(receipts) if receipts is not None else None
         self.workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="zc-serve")
+        self.metrics = DoorMetrics("serve")
 
     def close(self) -> None:
         self.workers.shutdown(wait=True)
@@ -131,6 +133,7 @@ class Gateway:
             ex.receipt = r
         if self._writer is not None:
             self._writer.append(r)
+            self.metrics.written()
 
     @property
     def give_up_s(self) -> float:
@@ -186,6 +189,12 @@ class Gateway:
             can = frozenset()  # the harness was already answered 504: record a decision that answers nothing
         d = self.router.decide(state, req.intent, task=req.task, tools=schemas or None, candidates=candidates,
                                offer=can, started=started)
+        m = self.metrics
+        m.answered("fallback" if d.tier == "none" else d.tier)
+        for b in ex.blocked:
+            m.refused(b.get("rules") or [])
+        for seconds, failure in ex.timings:
+            m.upstream(seconds, failure)
         x_zc = {"receipt": ex.receipt.id, "rung": d.tier, "kind": d.kind, "action": d.action,
                 "legal": list(legal.actions), "offered": kept, "offer": sorted(can),
                 "stripped": {"undeclared": undeclared, "illegal": illegal},
@@ -302,8 +311,9 @@ def _error(status: int, message: str, code: str, param: str | None = None) -> JS
     return JSONResponse(replies.error_body(status, message, code=code, param=param), status_code=status)
 
 
-def create_app(gateway: Gateway) -> Starlette:
-    """The Starlette app serving `gateway`: `POST /v1/chat/completions`, `GET /v1/models`, `GET /healthz`."""
+def create_app(gateway: Gateway) -> Instrumented:
+    """The ASGI app serving `gateway`: `POST /v1/chat/completions`, `GET /v1/models`, `GET /healthz`,
+    `GET /readyz`, `GET /metrics` (Prometheus)."""
 
     def refused(request: Request) -> Response | None:
         """401 (an OpenAI error) when client keys are set and the request presents none of them."""
@@ -388,7 +398,29 @@ def create_app(gateway: Gateway) -> Starlette:
         return _error(status, f"{request.method} {request.url.path}: {detail}", "not_found" if status == 404 else
                       "method_not_allowed" if status == 405 else "error")
 
+    async def ready(request: Request) -> Response:
+        """Ready when the upstream answers `GET /models` (any status below 500) within 2 s; the
+        specialists and tiers were loaded when the gateway was built."""
+        import httpx
+
+        try:
+            async with httpx.AsyncClient(timeout=2.0) as http:
+                r = await http.get(gateway.upstream_url.rstrip("/") + "/models")
+            upstream = "ok" if r.status_code < 500 else f"HTTP {r.status_code}"
+        except httpx.HTTPError as exc:
+            upstream = f"{type(exc).__name__}: {exc}"
+        ok = upstream == "ok"
+        return JSONResponse({"ready": ok, "upstream": upstream,
+                             "specialists": [sp.name for sp in gateway.router.specialists]},
+                            status_code=200 if ok else 503)
+
+    async def metrics(request: Request) -> Response:
+        body, ctype = gateway.metrics.exposition()
+        return Response(body, media_type=ctype)
+
     routes = [Route("/v1/chat/completions", chat, methods=["POST"]), Route("/chat/completions", chat, methods=["POST"]),
-              Route("/v1/models", models, methods=["GET"]), Route("/healthz", health, methods=["GET"])]
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+              Route("/v1/models", models, methods=["GET"]), Route("/healthz", health, methods=["GET"]),
+              Route("/readyz", ready, methods=["GET"]), Route("/metrics", metrics, methods=["GET"])]
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+    return Instrumented(app, gateway.metrics)
 

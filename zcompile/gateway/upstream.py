@@ -41,6 +41,7 @@ class Exchange:
     blocked: list[dict[str, Any]] = field(default_factory=list)
     sent: int = 0
     usage: dict[str, Any] = field(default_factory=dict)  # the upstream's token usage, summed over its replies
+    timings: list[tuple[float, str | None]] = field(default_factory=list)  # each request: seconds, failure
     failure: str | None = None
     detail: str = ""
     meta: dict[str, Any] = field(default_factory=dict)  # merged into the request's receipt (`meta.gateway`)
@@ -80,7 +81,9 @@ class UpstreamRung:
             relay = _relay(ex, step.allows(RESPOND)) if ex.sink is not None and attempt == 0 else None
             options = {**(ex.stream_options or {}), "include_usage": True}  # usage always counted
             streamed = dict(body, stream=True, stream_options=options)
+            t0 = time.perf_counter()
             outcome, reply, detail = self.tier.exchange(streamed if relay else body, deadline, relay)
+            ex.timings.append((time.perf_counter() - t0, None if outcome == "ok" else outcome))
             ex.sent += 1
             if isinstance(reply, list):
                 reply = assemble(reply)
@@ -229,7 +232,8 @@ def judge(step: Step, message: dict, model: str | None) -> tuple[Answer, list[di
                 ans = Answer("call", action=name, arguments=arguments or {}, model=model)
             else:  # every reason the policy gives
                 refused.append({"action": name, "arguments": arguments,
-                                "reasons": [r.message for r in verdict.reasons] or [ans.detail or "refused"]})
+                                "reasons": [r.message for r in verdict.reasons] or [ans.detail or "refused"],
+                                "rules": [r.rule for r in verdict.reasons]})
         first = first or ans
     return (first if first is not None else abstain("illegal", "no acceptable tool call", model=model)), refused
 

@@ -22,6 +22,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..errors import ZcError
+from ..metrics import DoorMetrics
 from ..outdir import refuse_foreign_file
 from ..receipts import Receipt, ReceiptWriter
 from ..receipts.io import is_receipts_file
@@ -94,6 +95,7 @@ class McpGateway:
         if receipts is not None:  # appended to, never a stranger's file
             refuse_foreign_file(Path(receipts), "receipts file", is_receipts_file)
         self._writer = ReceiptWriter(receipts) if receipts is not None else None
+        self.metrics = DoorMetrics("mcp")
         self.version = _version()
         self.server = _Server("zc-mcp", version=self.version, on_list_tools=self._list_tools,
                               on_call_tool=self._call_tool, on_subscriptions_listen=self._listen,
@@ -234,14 +236,19 @@ class McpGateway:
             except _Engine as exc:
                 self._receipt(session, ctx, "tools/call", {}, None, started, name=name, args=args, error=str(exc))
                 raise MCPError(INTERNAL_ERROR, f"zc: {exc}; the call was not forwarded") from None
+            if not verdict["allowed"]:
+                self.metrics.refused([r["rule"] for r in verdict["reasons"]])
             if not verdict["allowed"] and not self.log_only:
                 self._receipt(session, ctx, "tools/call", state, before, started, name=name, args=args,
                               verdict=verdict, server=up.spec.label())
                 return self._denied(name, verdict)
             meta = _meta(ctx)
+            sent = time.perf_counter()
             try:
                 result = await up.call(upstream_name, args, _forwarded_meta(meta))
+                self.metrics.upstream(time.perf_counter() - sent)
             except UpstreamError as exc:
+                self.metrics.upstream(time.perf_counter() - sent, exc.outcome)
                 self._receipt(session, ctx, "tools/call", state, before, started, name=name, args=args,
                               verdict=verdict, server=up.spec.label(), outcome=exc.outcome, error=exc.message)
                 raise MCPError(INTERNAL_ERROR, exc.message) from None
@@ -323,6 +330,7 @@ class McpGateway:
                     latency_ms=(time.perf_counter() - started) * 1000, meta={"mcp": m})
         try:
             self._writer.append(r)
+            self.metrics.written()
         except ZcError as exc:  # a receipt that cannot be written is logged, the answer still goes out
             _log.error("receipt not written: %s", exc)
 

@@ -141,8 +141,28 @@ def _request_id(errors: list[dict[str, Any]]) -> tuple[str | int | None, str | N
 
 
 def http_app(gateway: McpGateway, *, auth: Any = None, token_verifier: Any = None) -> Any:
-    """The Starlette app serving `/mcp` (both protocol revisions, the SDK's session manager)."""
-    return gateway.server.streamable_http_app(host=HOST, auth=auth, token_verifier=token_verifier)
+    """The app serving `/mcp` (both protocol revisions, the SDK's session manager), with
+    `GET /readyz` (every server connected) and Prometheus `GET /metrics`."""
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+
+    from ..metrics import Instrumented
+
+    app = gateway.server.streamable_http_app(host=HOST, auth=auth, token_verifier=token_verifier)
+
+    async def ready(request: Request) -> Response:
+        servers = {up.spec.label(): "ok" if up.client is not None else (up.failure or "not connected")
+                   for up in gateway.upstreams}
+        ok = all(v == "ok" for v in servers.values())
+        return JSONResponse({"ready": ok, "servers": servers}, status_code=200 if ok else 503)
+
+    async def metrics(request: Request) -> Response:
+        body, ctype = gateway.metrics.exposition()
+        return Response(body, media_type=ctype)
+
+    app.add_route("/readyz", ready, methods=["GET"])
+    app.add_route("/metrics", metrics, methods=["GET"])
+    return Instrumented(app, gateway.metrics)
 
 
 async def run_http(gateway: McpGateway, port: int, *, auth: Any = None, token_verifier: Any = None) -> None:
