@@ -18,14 +18,17 @@ class DoorMetrics:
         self.door = door
         self.registry = CollectorRegistry()
         r, d = self.registry, ["door"]
-        self.requests = Counter("zc_requests", "HTTP requests answered, by status", [*d, "status"], registry=r)
+        self.requests = Counter("zc_requests", "HTTP requests answered, by status", [*d, "status"],
+                                registry=r)
         self.latency = Histogram("zc_request_seconds", "Time to answer one HTTP request (the whole body)", d,
                                  registry=r)
         self.answers = Counter("zc_answers", "Decisions, by the rung that answered", [*d, "rung"], registry=r)
-        self.blocked = Counter("zc_blocked_calls", "Calls refused by the policy, by rule", [*d, "rule"], registry=r)
+        self.blocked = Counter("zc_blocked_calls", "Calls refused by the policy, by rule", [*d, "rule"],
+                               registry=r)
         self.upstream_errors = Counter("zc_upstream_errors", "Upstream failures, by kind", [*d, "kind"],
                                        registry=r)
-        self.upstream_latency = Histogram("zc_upstream_seconds", "Time of one upstream request", d, registry=r)
+        self.upstream_latency = Histogram("zc_upstream_seconds", "Time of one upstream request", d,
+                                          registry=r)
         self.receipts = Counter("zc_receipts_written", "Receipts appended", d, registry=r)
 
     def answered(self, rung: str) -> None:
