@@ -128,10 +128,10 @@ class McpGateway:
         if kind == "auto" and authenticated:
             return "2026-07-28 state keyed by the bearer token's principal (one state per agent credential)"
         if kind in ("auto", "instance"):
-            named = (f', or by _meta["{SESSION_META}"] when a request names its session'
-                     if kind == "auto" else "")
-            return ("2026-07-28 requests share this gateway's one agent state" + named +
-                    "; serve one agent per gateway, or add --auth-* to key state by the token")
+            named = (f'the requests that name no session (_meta["{SESSION_META}"])' if kind == "auto"
+                     else "2026-07-28 requests")
+            return (f"{named} share this gateway's one agent state; serve one agent per gateway, or add "
+                    "--auth-* to key state by the token")
         return f"2026-07-28 state keyed by {self.key_spec.describe()}; a request without it is refused"
 
     def close(self) -> None:
