@@ -657,8 +657,8 @@ def test_client_keys_401_as_openai_error_and_the_key_name_in_the_receipt(airline
 
 
 def test_client_keys_from_a_file_and_the_environment(tmp_path, monkeypatch):
-    from zcompile.gateway import load_client_keys
     from zcompile.errors import ZcError
+    from zcompile.gateway import load_client_keys
 
     f = tmp_path / "keys.txt"
     f.write_text("# name key\nteam-a sk-zc-team-a-0123456789\n\n")

@@ -14,7 +14,6 @@ import uvicorn
 
 from ..errors import ZcError
 
-
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 GRACE_S = 5  # in-flight requests have this long to finish after SIGTERM or SIGINT
 
