@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 ZC     := $(VENV)/bin/zc
 
-.PHONY: venv lint test docs demo distill bench tables clean
+.PHONY: venv test docs demo distill bench bench-litellm tables clean
 
 # one environment for everything the Makefile runs: the core, the tests and the docs site, training
 # (`distill`) and the transformer extra (torch pinned to the 2.13.0 CPU build by constraints.txt)
@@ -75,6 +75,11 @@ distill: venv
 	  -o build/specialists/airline_chat
 	$(PY) -m zcompile.qroute.reproduce build/specialists/airline_chat specialists/airline_chat \
 	  --receipts receipts/ --policy build/airline_chat.zcp
+
+# LiteLLM in a virtual environment of its own (its dependencies are not the project's)
+bench-litellm: venv
+	test -x build/litellm-venv/bin/litellm || (python3 -m venv build/litellm-venv && build/litellm-venv/bin/pip install -q 'litellm[proxy]')
+	$(PY) bench/litellm_bench.py --litellm build/litellm-venv/bin/litellm --write BENCHMARKS.md
 
 bench: venv
 	$(PY) bench/legal_bench.py --write BENCHMARKS.md

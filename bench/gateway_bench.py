@@ -57,14 +57,20 @@ def serve(policy: Path, upstream: str, out: Path, *extra: str) -> tuple[subproce
                              *extra],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
+    return started(proc, url + "/healthz", url + "/v1/chat/completions", f"zc serve --policy {policy}")
+
+
+def started(proc: subprocess.Popen, health: str, chat: str, what: str,
+            tries: int = 300) -> tuple[subprocess.Popen, str]:
+    """(proc, chat) once `health` answers 200; the process killed and the bench stopped if it never does."""
+    for _ in range(tries):
         try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                return proc, url + "/v1/chat/completions"
+            if httpx.get(health, timeout=1).status_code == 200:
+                return proc, chat
         except httpx.HTTPError:
             time.sleep(0.1)
     proc.kill()
-    raise SystemExit(f"zc serve --policy {policy} did not start")
+    raise SystemExit(f"{what} did not start")
 
 
 def main(argv: list[str] | None = None) -> int:

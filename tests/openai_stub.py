@@ -69,11 +69,15 @@ def _completion(body: dict, message: dict, finish: str = "stop") -> dict:
     return {"id": "chatcmpl-stub", "object": "chat.completion", "created": 0,
             "model": body.get("model", "stub"),
             "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+            "usage": dict(USAGE)}
 
 
-def _sse(done: dict) -> list[bytes]:
-    """A chat completion as the events of a stream."""
+USAGE = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}  # every reply's
+
+
+def _sse(done: dict, include_usage: bool = False) -> list[bytes]:
+    """A chat completion as the events of a stream (with `include_usage`, a last chunk with no
+    choice and the usage, as OpenAI sends it)."""
     head = {"id": done["id"], "object": "chat.completion.chunk", "created": 0, "model": done["model"]}
     message = done["choices"][0]["message"]
     deltas: list[dict] = [{"role": "assistant", "content": ""}]
@@ -90,6 +94,8 @@ def _sse(done: dict) -> list[bytes]:
     events = [{**head, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
     finish = done["choices"][0]["finish_reason"]
     events.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    if include_usage:
+        events.append({**head, "choices": [], "usage": done["usage"]})
     return [b"data: " + json.dumps(e).encode() + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
 
 
@@ -114,6 +120,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
         pass
+
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name; `GET /models`, for readiness probes
+        if self.path.rstrip("/").endswith("/models"):
+            models = {"object": "list", "data": [{"id": "stub", "object": "model"}]}
+            return self._send(200, json.dumps(models).encode())
+        self._send(404, b'{"error": {"message": "not found"}}')
 
     def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
         stub = self.server.stub
@@ -146,7 +158,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(200, json.dumps({"id": "chatcmpl-stub", "object": "chat.completion"}).encode())
         trickle_s = delay_ms / 1000.0 if behaviour == "trickle" else 0.0
         if body.get("stream") is True:
-            return self._stream(_sse(stub.reply(body, behaviour, turn)), cut=behaviour == "cut",
+            usage = (body.get("stream_options") or {}).get("include_usage") is True
+            return self._stream(_sse(stub.reply(body, behaviour, turn), usage), cut=behaviour == "cut",
                                 every_s=trickle_s)
         self._send(200, json.dumps(stub.reply(body, behaviour, turn)).encode(), trickle_s=trickle_s,
                    head_at_once=bool(turn["trickle_body"]))

@@ -154,7 +154,7 @@ def test_discovery_lists_what_the_mapping_answers(todo, search, serve):
     r = plain.post("/access/v1/search/subject", json={"subject": {"type": "identity"},
                                                       "action": {"name": "x"},
                                                        "resource": {"type": "tool", "id": "get_order"}})
-    assert r.status_code == 400 and r.text.startswith("$.subject.type: subject search answers only")
+    assert r.status_code == 400 and r.json().startswith("$.subject.type: subject search answers only")
 
 
 # ---- batches -------------------------------------------------------------------------------------
@@ -259,11 +259,12 @@ def test_page_tokens_are_bound_to_their_query(serve):
                     {**body, "context": {"level": 9}, "page": {"limit": 4, "token": token}},
                     {**body, "subject": {"type": "agent", "id": "b"}, "page": {"limit": 4, "token": token}}):
         r = client.post("/access/v1/search/action", json=changed)
-        assert r.status_code == 400 and r.text.startswith("$.page.token: the token belongs to another "
-                                                          "query"), r.text
+        assert r.status_code == 400, r.text
+        assert r.json().startswith("$.page.token: the token belongs to another query"), r.text
     for forged in ("x", token[:-2] + ("AA" if not token.endswith("AA") else "BB"), "é"):
         r = client.post("/access/v1/search/action", json={**body, "page": {"limit": 4, "token": forged}})
-        assert r.status_code == 400 and r.text.startswith("$.page.token: not a token this PDP issued"), forged
+        assert r.status_code == 400, forged
+        assert r.json().startswith("$.page.token: not a token this PDP issued"), forged
     other = serve(_wide(10))  # another server's key: its tokens are not this one's
     r = other.post("/access/v1/search/action", json={**body, "page": {"limit": 4, "token": token}})
     assert r.status_code == 400
@@ -349,11 +350,6 @@ OK = {"subject": SUB, "action": {"name": "get_order"}, "resource": {"type": "des
     ("evaluation", {**OK, "resource": {"type": "d", "id": "1", "properties": [1]}},
      "$.resource.properties: expected `object`, got `array`"),
     ("evaluation", {**OK, "context": [1]}, "$.context: expected an object, got an array"),
-    ("evaluation", {**OK, "context": {"order": {"status": "lost"}}},
-     '$.context.order.status: expected one of pending|processed|delivered|cancelled, got "lost"'),
-    ("evaluation", {**OK, "context": {"history": ["get_ordr"]}}, "$.context.history[0]: expected one of"),
-    ("evaluation", {**OK, "action": {"name": "get_order", "properties": {"x": 1}}, "context": {"order": 5}},
-     "$.context.order: expected `object`, got `int`"),
     ("evaluations", {**OK, "evaluations": {"1": OK}}, "$.evaluations: expected an array, got an object"),
     ("evaluations", {"evaluations": [OK, {"subject": SUB}]},
      "$.evaluations[1].action: required field is missing (in the evaluation or at the top level)"),
@@ -380,9 +376,24 @@ def test_bad_input_is_400_at_its_path(desk, path, body, where):
     r = desk.post(f"/access/v1/{path}", headers={"X-Request-ID": "bad-1", "content-type": "application/json"},
                   **kw)
     assert r.status_code == 400, r.text
-    assert r.text.startswith(where), r.text
-    assert r.headers["x-request-id"] == "bad-1" and r.headers["content-type"].startswith("text/plain")
+    assert r.json().startswith(where), r.text  # the spec's "error message string", as JSON
+    assert r.headers["x-request-id"] == "bad-1" and r.headers["content-type"] == "application/json"
     assert "Traceback" not in r.text
+
+
+@pytest.mark.parametrize("context, where", [
+    ({"order": {"status": "lost"}},
+     '$.context.order.status: expected one of pending|processed|delivered|cancelled, got "lost"'),
+    ({"history": ["get_ordr"]}, "$.context.history[0]: expected one of"),
+    ({"order": 5}, "$.context.order: expected `object`, got `int`"),
+])
+def test_a_state_the_policy_refuses_denies(desk, context, where):
+    """A request well formed by the specification whose state the policy refuses: denied (fail
+    closed) with the reason at its `$.path`, not a 400 (the spec's 400 is for its own model)."""
+    r = desk.post("/access/v1/evaluation", json={**OK, "context": context})
+    assert r.status_code == 200 and r.json()["decision"] is False
+    error = r.json()["context"]["error"]
+    assert error["status"] == 400 and error["message"].startswith(where)
 
 
 def test_transport_refusals(serve):
@@ -444,3 +455,46 @@ def test_a_trickled_body_gets_408(serve):
                           b"application/json\r\nX-Request-ID: slow\r\n", json.dumps(OK).encode())
     assert reply.startswith(b"HTTP/1.1 408") and sent < len(json.dumps(OK)), reply[:300]
     assert b"x-request-id: slow" in reply.lower() and b"the request body did not arrive within 0.3 s" in reply
+
+
+# the specification's own Action Search example (its section on the Action Search API), verbatim
+SPEC_ACTION_SEARCH = {"subject": {"type": "user", "id": "alice@example.com"},
+                      "resource": {"type": "account", "id": "123"},
+                      "context": {"time": "2024-10-26T01:22-07:00"}}
+
+
+def test_the_specs_own_action_search_example_is_answered(desk):
+    r = desk.post("/access/v1/search/action", json=SPEC_ACTION_SEARCH)
+    assert r.status_code == 200 and r.json()["results"] == []  # the desk's mapping needs a role it lacks
+    assert r.json()["context"]["error"]["message"].startswith("$.subject")
+    assert r.json()["page"] == {"next_token": "", "count": 0, "total": 0}
+
+
+def test_unknown_members_are_ignored_and_reported(desk):
+    """Receivers MUST ignore unknown fields (the specification); zc lists what it ignored."""
+    body = {**OK, "evaluations": [OK, {**OK, "action": {"name": "refund"}}, OK],
+            "options": {"evaluation_semantics": "deny_on_first_deny"}}  # misspelt: execute_all applies
+    r = desk.post("/access/v1/evaluations", json=body)
+    assert r.status_code == 200 and len(r.json()["evaluations"]) == 3
+    assert r.json()["context"]["zc"]["ignored"] == ["$.options.evaluation_semantics"]
+    search = {"subject": SUB, "action": {"name": "refund"}, "resource": {"type": "desk", "id": "1"}}
+    r = desk.post("/access/v1/search/action", json=search)
+    assert r.status_code == 200 and r.json()["context"]["zc"]["ignored"] == ["$.action"]
+    assert {"name": "get_order"} in r.json()["results"]  # the action key changed nothing
+
+
+def test_an_empty_evaluations_array_is_one_evaluation(desk):
+    """"If an `evaluations` array is NOT present or is empty", one evaluation (the specification)."""
+    assert desk.post("/access/v1/evaluations", json={**OK, "evaluations": []}).json() == \
+        desk.post("/access/v1/evaluation", json=OK).json()
+    r = desk.post("/access/v1/evaluations", json={"evaluations": []})
+    assert r.status_code == 400 and r.json() == "$.subject: required field is missing"
+
+
+def test_readiness_and_metrics(desk):
+    assert desk.get("/readyz").status_code == 200
+    desk.post("/access/v1/evaluation", json=OK)
+    desk.post("/access/v1/evaluation", json={})
+    text = desk.get("/metrics").text
+    assert 'zc_requests_total{door="pdp",status="200"} 1.0' in text
+    assert 'zc_requests_total{door="pdp",status="400"} 1.0' in text

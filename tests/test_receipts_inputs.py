@@ -523,3 +523,21 @@ def test_a_utf8_byte_order_mark_is_ignored(tmp_path, airline):
     path.write_bytes(encode(Receipt(id="a", task="t", state={}, tier="x")) + bom + b"{}\n")
     with pytest.raises(ReceiptError, match=r"r\.jsonl:2: \$: invalid JSON"):
         list(read(path))
+
+
+@pytest.mark.parametrize("where", ["line", "meta"])
+def test_a_receipt_nested_2000_deep_is_reported_once(tmp_path, where):
+    """`zc receipts check` names the line once on stderr, with its newline (issue 40, part 9)."""
+    import subprocess
+    import sys
+
+    deep = "[" * 2000 + "]" * 2000
+    line = ('{"a":' * 2000 + "1" + "}" * 2000 if where == "line"
+            else '{"id":"a","task":"t","state":{},"tier":"x","ts":1,"meta":{"x":' + deep + "}}")
+    f = tmp_path / "deep.jsonl"
+    f.write_text(line + "\n")
+    run = subprocess.run([sys.executable, "-m", "zcompile", "receipts", "check", str(f)], capture_output=True,
+                         text=True, cwd=ROOT, timeout=60)
+    assert run.returncode == 1
+    assert run.stderr.count("nested too deeply") == 1 and run.stderr.endswith("levels)\n"), run.stderr
+    assert "Traceback" not in run.stderr

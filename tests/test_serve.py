@@ -177,9 +177,10 @@ def test_a_legal_call_the_harness_did_not_offer_never_reaches_it(client, stub, s
 def test_forced_tool_choice_is_kept_and_bounds_the_answer(client, stub):
     choice = {"type": "function", "function": {"name": "get_user_details"}}
     stub.answer, stub.arguments = "get_reservation_details", {"reservation_id": "ABC123"}
-    r = client.chat.completions.create(model="any", messages=START, tools=TOOLS, tool_choice=choice)
+    with pytest.raises(openai.UnprocessableEntityError) as err:  # a forced tool is never answered with text
+        client.chat.completions.create(model="any", messages=START, tools=TOOLS, tool_choice=choice)
     assert stub.requests[0]["tool_choice"] == choice
-    assert r.choices[0].message.tool_calls is None and r.model_extra["x_zc"]["blocked"]
+    assert err.value.body["code"] == "no_tool_call" and err.value.response.json()["x_zc"]["blocked"]
     stub.reset()  # forcing a tool that is not legal here: "auto" upstream, any offered legal call
     stub.answer, stub.arguments = "get_user_details", {"user_id": "mia_li_3668"}
     r = client.chat.completions.create(model="any", messages=START, tools=TOOLS, tool_choice={
@@ -552,3 +553,182 @@ def test_the_gateway_derives_the_importers_state_facts(client, stub, served, tmp
         client.chat.completions.create(model="any", messages=messages[:turn], tools=TOOLS)
         got = receipts_of(served)
         assert len(got) == before + 1 and got[-1].state == want, turn
+
+
+USAGE = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}  # the stub's, per reply
+ZERO = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+
+
+def usage_of(u) -> dict:
+    return {k: getattr(u, k) for k in ZERO}
+
+
+@pytest.mark.parametrize("include", [True, False])
+def test_a_stream_ends_with_the_upstreams_usage_when_asked(client, stub, served, include):
+    stub.content = "Let me look that up for you."
+    chunks = list(client.chat.completions.create(model="any", messages=START, tools=TOOLS, stream=True,
+                                                 stream_options={"include_usage": include}))
+    # forwarded, and the usage asked for whatever the harness said: the receipt counts the tokens
+    assert stub.requests[-1]["stream_options"] == {"include_usage": True}
+    with_usage = [c for c in chunks if c.usage is not None]
+    if include:  # one last chunk, no choice, the usage (as OpenAI sends it)
+        assert with_usage == [chunks[-1]] and chunks[-1].choices == [] and usage_of(chunks[-1].usage) == USAGE
+    else:
+        assert with_usage == []
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == stub.content
+    assert receipts_of(served)[-1].meta["gateway"]["usage"] == USAGE
+
+
+def test_usage_sums_the_reask_and_a_local_answer_has_zero(client, stub, desk):
+    stub.script = [{"answer": "get_user_details", "arguments": {"user": "mia"}},  # refused, re-asked
+                   {"answer": "get_user_details", "arguments": {"user_id": "mia_li_3668"}}]
+    r = client.chat.completions.create(model="any", messages=START, tools=TOOLS)
+    assert r.model_extra["x_zc"]["upstream_requests"] == 2
+    assert usage_of(r.usage) == {k: 2 * v for k, v in USAGE.items()}
+    local = OpenAI(base_url=desk.base_url, api_key="unused", max_retries=0)
+    r = local.chat.completions.create(model="any", messages=START, tools=DESK_TOOLS)
+    assert r.model_extra["x_zc"]["rung"] == "compiler" and usage_of(r.usage) == ZERO
+    chunks = list(local.chat.completions.create(model="any", messages=START, tools=DESK_TOOLS, stream=True,
+                                                stream_options={"include_usage": True}))
+    assert chunks[-1].choices == [] and usage_of(chunks[-1].usage) == ZERO
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_required_tool_choice_never_gets_text(client, stub, served, stream):
+    """The upstream answers text to `tool_choice: "required"`; the fallback (`respond`) is no tool:
+    an OpenAI error the client raises, never text."""
+    stub.content = "I would rather chat."
+    before = len(receipts_of(served))
+    with pytest.raises(openai.UnprocessableEntityError) as err:
+        out = client.chat.completions.create(model="any", messages=START, tools=TOOLS, tool_choice="required",
+                                             stream=stream)
+        list(out) if stream else out
+    body = err.value.body
+    assert body["code"] == "no_tool_call" and err.value.response.headers["x-zc-rung"] == "fallback"
+    assert err.value.response.json()["x_zc"]["rung"] == "fallback"
+    assert len(stub.requests) == 2  # asked, re-asked (a text reply is not what the harness can take)
+    assert len(receipts_of(served)) == before + 1
+
+
+ESCALATING = """policy escalating
+state { prev.role: enum(system, user, assistant, tool)? }
+action lookup(id: text) tags(read)
+action escalate()       tags(control)
+action respond          tags(control, reply)
+fallback escalate
+tier remote
+route default: use remote
+"""
+
+
+def test_required_tool_choice_gets_the_fallback_tool_as_a_call(stub, tmp_path):
+    policy = zcompile.compile_text(ESCALATING, "escalating.zc")
+    gw = Gateway(policy, stub.base_url, "stub-model", receipts=tmp_path / "r.jsonl", timeout_ms=DEADLINE_MS)
+    stub.reset()
+    stub.content = "Just text."
+    with Running(gw) as srv:
+        client = OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
+        r = client.chat.completions.create(model="any", messages=START, tool_choice="required",
+                                           tools=[tool("lookup", id="string"), tool("escalate")])
+    gw.close()
+    assert calls_of(r.choices[0].message) == [("escalate", {})] and r.choices[0].finish_reason == "tool_calls"
+    assert r.model_extra["x_zc"]["rung"] == "fallback" and r.choices[0].message.content is None
+
+
+KEYS = {"team-a": "sk-zc-team-a-0123456789", "team-b": "sk-zc-team-b-9876543210"}
+
+
+def test_client_keys_401_as_openai_error_and_the_key_name_in_the_receipt(airline, stub, tmp_path,
+                                                                         monkeypatch):
+    monkeypatch.setenv("ZC_TEST_UPSTREAM_KEY", "sk-upstream-secret-000")
+    gw = Gateway(airline, stub.base_url, "stub-model", receipts=tmp_path / "r.jsonl", timeout_ms=DEADLINE_MS,
+                 api_key_env="ZC_TEST_UPSTREAM_KEY", client_keys=KEYS)
+    stub.reset()
+    stub.answer, stub.arguments = "get_user_details", {"user_id": "mia_li_3668"}
+    with Running(gw) as srv:
+        none = httpx.post(f"{srv.base_url}/chat/completions", json={"model": "m", "messages": START})
+        assert none.status_code == 401 and none.json()["error"]["code"] == "invalid_api_key"
+        assert none.headers["www-authenticate"] == "Bearer"
+        for key in ("sk-wrong-key-0000000000", "sk-upstream-secret-000"):
+            bad = OpenAI(base_url=srv.base_url, api_key=key, max_retries=0)
+            with pytest.raises(openai.AuthenticationError) as err:
+                bad.chat.completions.create(model="any", messages=START, tools=TOOLS)
+            assert err.value.body["code"] == "invalid_api_key"
+            assert "sk-upstream-secret" not in err.value.response.text
+            with pytest.raises(openai.AuthenticationError):
+                bad.models.list()
+        assert stub.requests == []  # nothing reached the upstream
+        good = OpenAI(base_url=srv.base_url, api_key=KEYS["team-b"], max_retries=0)
+        r = good.chat.completions.create(model="any", messages=START, tools=TOOLS)
+        assert calls_of(r.choices[0].message) == [("get_user_details", {"user_id": "mia_li_3668"})]
+        assert [m.id for m in good.models.list()] == ["stub-model"]
+    gw.close()
+    # the upstream got its own key, never the client's
+    assert stub.headers[-1]["Authorization"] == "Bearer sk-upstream-secret-000"
+    rs = list(read(tmp_path / "r.jsonl"))
+    assert [r.meta["gateway"]["client"] for r in rs] == ["team-b"]
+    assert "sk-zc-team-b" not in (tmp_path / "r.jsonl").read_text()
+
+
+def test_client_keys_from_a_file_and_the_environment(tmp_path, monkeypatch):
+    from zcompile.errors import ZcError
+    from zcompile.gateway import load_client_keys
+
+    f = tmp_path / "keys.txt"
+    f.write_text("# name key\nteam-a sk-zc-team-a-0123456789\n\n")
+    monkeypatch.setenv("ZC_TEST_CLIENT_KEY", "sk-zc-from-the-env-12345")
+    assert load_client_keys(str(f), ["ZC_TEST_CLIENT_KEY"]) == {
+        "team-a": "sk-zc-team-a-0123456789", "ZC_TEST_CLIENT_KEY": "sk-zc-from-the-env-12345"}
+    f.write_text("team-a sk-zc-team-a-0123456789\nteam-b\n")
+    with pytest.raises(ZcError, match=r"keys.txt:2: expected `NAME KEY`"):
+        load_client_keys(str(f))
+    f.write_text("team-a short\n")
+    with pytest.raises(ZcError, match=r"keys.txt:1: the key of `team-a` is shorter than 16"):
+        load_client_keys(str(f))
+
+
+def test_serve_refuses_a_network_address_without_client_keys(tmp_path):
+    from click.testing import CliRunner
+
+    from zcompile.cli import main
+
+    args = ["serve", "--policy", str(DESK), "--upstream", "http://127.0.0.1:9/v1", "--model", "m",
+            "--receipts", str(tmp_path / "r.jsonl"), "--host", "0.0.0.0"]
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 1 and "not a loopback address, and no client keys" in out.output
+    assert "Traceback" not in out.output
+
+
+def test_readiness_and_prometheus_metrics(client, stub, served):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def samples() -> dict[tuple, float]:
+        text = httpx.get(served.origin + "/metrics").text
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for f in text_string_to_metric_families(text) for s in f.samples}
+
+    ready = httpx.get(served.origin + "/readyz")
+    assert ready.status_code == 200 and ready.json()["ready"] is True
+    before = samples()
+    stub.behaviour, stub.illegal_action = "illegal", "cancel_reservation"
+    stub.arguments = {"reservation_id": "X"}
+    client.chat.completions.create(model="any", messages=START, tools=TOOLS)  # refused twice: the fallback
+    stub.reset()
+    stub.behaviour = "http_error"
+    with pytest.raises(openai.APIStatusError):
+        client.chat.completions.create(model="any", messages=START, tools=TOOLS)
+    after = samples()
+
+    def grew(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted({"door": "serve", **labels}.items())))
+        return after.get(key, 0) - before.get(key, 0)
+    assert grew("zc_requests_total", status="200") == 1 and grew("zc_requests_total", status="502") == 1
+    assert grew("zc_answers_total", rung="fallback") == 2
+    rules = {dict(ls)["rule"] for (n, ls), v in after.items()
+             if n == "zc_blocked_calls_total" and v > before.get((n, ls), 0)}
+    blocked = receipts_of(served)[-2].meta["gateway"]["blocked"]  # the two refused calls, each by its rules
+    assert rules == {r for b in blocked for r in b["rules"]}
+    assert all(grew("zc_blocked_calls_total", rule=r) == sum(r in b["rules"] for b in blocked) for r in rules)
+    assert grew("zc_upstream_errors_total", kind="error") == 1
+    assert grew("zc_upstream_seconds_count") == 3 and grew("zc_request_seconds_count") == 2
+    assert grew("zc_receipts_written_total") == 2

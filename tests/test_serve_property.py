@@ -138,6 +138,10 @@ def test_every_returned_call_passes_policy_check(setup, messages, first, second,
     legal = set(POLICY.legal(state).actions)
     tools = [_tool(n) for n in offer] or None
     extra = {"tool_choice": choice} if choice is not None and tools else {}
+    kept = [n for n in offer if n in legal]
+    requires_call = bool(extra) and (choice == "required" or (
+        isinstance(choice, dict) and choice["function"]["name"] in kept))
+    refused = False
     try:
         if stream:
             chunks = list(client.chat.completions.create(model="m", messages=messages, tools=tools,
@@ -148,10 +152,14 @@ def test_every_returned_call_passes_policy_check(setup, messages, first, second,
             r = client.chat.completions.create(model="m", messages=messages, tools=tools, **extra)
             calls = [t.function for t in r.choices[0].message.tool_calls or ()]
             x = r.model_extra["x_zc"]
-    except APIStatusError as exc:  # the stub never fails here: no error is acceptable
-        pytest.fail(f"{exc.status_code}: {exc.response.text}")
+    except APIStatusError as exc:  # the stub never fails here: only a required call nobody can make
+        if not (requires_call and exc.status_code == 422 and exc.body.get("code") == "no_tool_call"):
+            pytest.fail(f"{exc.status_code}: {exc.response.text}")
+        calls, x, refused = [], exc.response.json()["x_zc"], True
+        assert x["rung"] == "fallback"
     event(f"{'stream' if stream else 'whole'}: rung {x['rung']}, {len(x['blocked'])} blocked, "
           f"{'a call' if calls else 'text'}")
+    assert calls or refused or not requires_call, (choice, x)  # a required call is never answered with text
     for call in calls:
         verdict = POLICY.check(state, call.name, json.loads(call.arguments))
         assert verdict.allowed, verdict.reasons

@@ -1,5 +1,6 @@
 """The ASGI app of `zc pdp`: the AuthZEN Authorization API 1.0 over HTTP (the discovery document,
-evaluation, evaluations and the three searches), `X-Request-ID` echoed, errors as the spec's text."""
+evaluation, evaluations and the three searches), `X-Request-ID` echoed, errors as the spec's
+"error message string", sent as a JSON string."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ..gateway.body import read_body
 from ..gateway.request import BadRequest
+from ..metrics import DoorMetrics, Instrumented
 from .model import BadInput, body_object
 from .pdp import PDP
 
@@ -33,8 +35,8 @@ ENDPOINTS = {"access_evaluation_endpoint": "/access/v1/evaluation",
 
 
 def create_app(pdp: PDP, *, pdp_url: str | None = None, api_key: str | None = None,
-               max_body_bytes: int = MAX_BODY_BYTES, timeout_s: float = TIMEOUT_S) -> Starlette:
-    """The Starlette app serving `pdp`.
+               max_body_bytes: int = MAX_BODY_BYTES, timeout_s: float = TIMEOUT_S) -> Instrumented:
+    """The ASGI app serving `pdp` (with `GET /readyz` and Prometheus `GET /metrics`).
 
     Args:
         pdp: the decision point.
@@ -48,7 +50,9 @@ def create_app(pdp: PDP, *, pdp_url: str | None = None, api_key: str | None = No
     searches = pdp.searches
 
     def text(status: int, message: str, headers: dict[str, str]) -> Response:
-        return PlainTextResponse(message, status_code=status, headers=headers)
+        """An error: the specification's "error message string", as a JSON string (application/json)."""
+        return Response(msgspec.json.encode(message), status_code=status, media_type="application/json",
+                        headers=headers)
 
     def authorised(request: Request) -> bool:
         if api_key is None:
@@ -107,15 +111,20 @@ def create_app(pdp: PDP, *, pdp_url: str | None = None, api_key: str | None = No
         return text(status, f"{request.method} {request.url.path}: {detail}", {"X-Request-ID": rid} if rid
                     else {})
 
+    meter = DoorMetrics("pdp")
+
+    async def metrics(request: Request) -> Response:
+        body, ctype = meter.exposition()
+        return Response(body, media_type=ctype)
+
     routes = [Route("/.well-known/authzen-configuration", discovery, methods=["GET"]),
-              Route("/healthz", health, methods=["GET"]),
+              Route("/healthz", health, methods=["GET"]), Route("/readyz", health, methods=["GET"]),
+              Route("/metrics", metrics, methods=["GET"]),
               Route(ENDPOINTS["access_evaluation_endpoint"], endpoint(pdp.evaluate), methods=["POST"]),
               Route(ENDPOINTS["access_evaluations_endpoint"], endpoint(pdp.evaluate_many), methods=["POST"]),
               Route(ENDPOINTS["search_action_endpoint"], endpoint(pdp.search_action), methods=["POST"]),
               # answered when the mapping makes them answerable (listed in the discovery document
               # then); otherwise a 400 that says why
-              Route(ENDPOINTS["search_resource_endpoint"], endpoint(pdp.search_resource, True),
-                    methods=["POST"]),
-              Route(ENDPOINTS["search_subject_endpoint"], endpoint(pdp.search_subject, True),
-                    methods=["POST"])]
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+              Route(ENDPOINTS["search_resource_endpoint"], endpoint(pdp.search_resource, True), methods=["POST"]),
+              Route(ENDPOINTS["search_subject_endpoint"], endpoint(pdp.search_subject, True), methods=["POST"])]
+    return Instrumented(Starlette(routes=routes, exception_handlers={HTTPException: http_error}), meter)

@@ -157,6 +157,19 @@ def evaluations(body: dict[str, Any]) -> tuple[list[Query] | None, str]:
     return out, semantic
 
 
+def ignored(body: dict[str, Any], endpoint: str) -> list[str]:
+    """The `$.paths` of request members zc ignores, as the specification says receivers MUST
+    (reported in the answer's `context.zc.ignored`): unknown `options` of an Access Evaluations
+    request, and the `action` of an Action Search request (the specification omits it)."""
+    out = []
+    options = body.get("options")
+    if endpoint == "evaluations" and isinstance(options, dict):
+        out += [f"$.options.{k}" for k in options if k != "evaluations_semantic"]
+    if endpoint == "search_action" and "action" in body:
+        out.append("$.action")
+    return out
+
+
 def search(body: dict[str, Any], kind: str) -> tuple[Query, Page]:
     """A Subject, Resource or Action Search request (`kind`): the searched entity needs only its
     `type` (an `id` given is ignored, as the specification says); an action search has no action."""

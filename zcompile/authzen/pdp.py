@@ -32,6 +32,10 @@ class Denied(Exception):
         self.kind, self.message = kind, message
 
 
+class StateRefused(BadInput):
+    """A well-formed request whose mapped state (or intent, or arguments) the policy refuses."""
+
+
 class PDP:
     """A policy and its mapping answering the Authorization API.
 
@@ -106,23 +110,25 @@ class PDP:
                            f"`{self.policy.name}`")
         return mapped
 
-    def _bad(self, mapped: Mapped, exc: ZcError) -> BadInput:
+    def _bad(self, mapped: Mapped, exc: ZcError) -> StateRefused:
         """A StateError placed at the request value it came from; another ZcError (an unknown
         intent, arguments that are not an object) at the mapped source it names."""
         if isinstance(exc, StateError):
             at = self.mapping.place(mapped, exc.path)
             text = str(exc)
-            return BadInput(at + text[len(exc.path):] if text.startswith(exc.path) else f"{at}: {text}")
+            return StateRefused(at + text[len(exc.path):] if text.startswith(exc.path) else f"{at}: {text}")
         text = str(exc)
         at = mapped.where.get("#intent") if "intent" in text else mapped.where.get("#arguments")
-        return BadInput(f"{at or '$'}: {text}")
+        return StateRefused(f"{at or '$'}: {text}")
 
     def _answer(self, q: Query) -> dict[str, Any]:
-        """One Decision object; an engine failure denies (fail closed). BadInput passes through."""
+        """One Decision object; an engine failure, or a state the policy refuses, denies (fail closed)."""
         try:
             decision, why = self._judge(q)
         except Denied as exc:
             return self._decision(False, {"kind": exc.kind, "message": exc.message})
+        except StateRefused as exc:  # a well-formed request the policy cannot judge: denied (fail closed)
+            return self._decision(False, {"kind": "state_refused", "message": exc.message}, 400)
         except BadInput:
             raise
         except Exception as exc:  # noqa: BLE001 - a failing engine denies; it never permits or leaks
@@ -154,8 +160,8 @@ class PDP:
     def evaluate_many(self, body: dict[str, Any]) -> dict[str, Any]:
         """`POST /access/v1/evaluations`: every entry in order, or up to the first deny / permit."""
         queries, semantic = model.evaluations(body)
-        if queries is None:
-            return self.evaluate(body)
+        if queries is None:  # no `evaluations`, or an empty array: one evaluation (spec, 7.1)
+            return self._ignoring(self.evaluate(body), model.ignored(body, "evaluations"))
         out = []
         for q in queries:
             try:
@@ -168,11 +174,21 @@ class PDP:
             if (semantic == "deny_on_first_deny" and not d["decision"]) or \
                     (semantic == "permit_on_first_permit" and d["decision"]):
                 break
-        return {"evaluations": out}
+        return self._ignoring({"evaluations": out}, model.ignored(body, "evaluations"))
+
+    def _ignoring(self, answer: dict[str, Any], ignored: list[str]) -> dict[str, Any]:
+        """The answer with `context.zc.ignored`: the request members zc ignored, when there are any."""
+        if ignored:
+            context = answer.setdefault("context", {})
+            context[REASONS_KEY] = {**context.get(REASONS_KEY, {}), "ignored": ignored}
+        return answer
 
     # ---- searches ------------------------------------------------------------------------------
     def search_action(self, body: dict[str, Any]) -> dict[str, Any]:
         """`POST /access/v1/search/action`: the legal set, from one `Policy.legal` call."""
+        return self._ignoring(self._search_action(body), model.ignored(body, "search_action"))
+
+    def _search_action(self, body: dict[str, Any]) -> dict[str, Any]:
         q, page = model.search(body, "action")
         mcp = self.mapping.spec.mcp
         rtype = q.resource["type"]
@@ -197,8 +213,8 @@ class PDP:
             return [], {"kind": exc.kind, "message": exc.message}
         try:
             legal = self.policy.legal(mapped.state, mapped.intent)
-        except (StateError, ZcError) as exc:
-            raise self._bad(mapped, exc) from None
+        except (StateError, ZcError) as exc:  # the request is well formed; the policy cannot judge it
+            return [], {"kind": "state_refused", "message": self._bad(mapped, exc).message, "status": 400}
         except Exception as exc:  # noqa: BLE001 - fail closed: nothing is legal
             _log.exception("zc pdp: the legal set failed")
             return [], {"kind": "engine_failure", "message": f"{type(exc).__name__}: {exc}", "status": 500}

@@ -326,14 +326,22 @@ def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts
               help="Deadline of one request (504 past it).")
 @click.option("--max-body-bytes", default=4 * 1024 * 1024, show_default=True, type=click.IntRange(min=1),
               help="Larger request bodies are refused (413).")
-@click.option("--api-key-env", default=None, metavar="VAR",
-              help="Environment variable holding the upstream's API key.")
-def serve_cmd(policy_path, upstream, model, specialists, tiers_path, upstream_tier, extract_spec,
-              receipts_path, host, port, timeout_ms, max_body_bytes, api_key_env) -> None:
+@click.option("--api-key-env", default=None, metavar="VAR", help="Environment variable holding the upstream's API key.")
+@click.option("--client-keys", "client_keys_path", default=None, type=click.Path(dir_okay=False),
+              metavar="FILE",
+              help="Keys a client must present (Authorization: Bearer KEY): one `NAME KEY` a line.")
+@click.option("--client-key-env", "client_key_envs", multiple=True, metavar="VAR",
+              help="An environment variable holding a client key (its name is the variable's); repeatable.")
+@click.option("--insecure-no-client-keys", is_flag=True,
+              help="Bind a non-loopback --host without client keys (anyone who reaches it spends the "
+                   "upstream key).")
+def serve_cmd(policy_path, upstream, model, specialists, tiers_path, upstream_tier, extract_spec, receipts_path,
+              host, port, timeout_ms, max_body_bytes, api_key_env, client_keys_path, client_key_envs,
+              insecure_no_client_keys) -> None:
     """Serve an OpenAI-compatible chat-completions endpoint that offers the upstream only legal tools,
     answers locally when a rung is sure, and lets no illegal call reach the harness (docs/gateway.md)."""
     try:
-        from ..gateway import Gateway, serve
+        from ..gateway import Gateway, load_client_keys, serve
     except ImportError as exc:
         fail(ZcError(f"zc serve needs the `serve` extra ({exc.name} is not installed): pip install "
                      "'zcompile[serve]'"))
@@ -347,19 +355,38 @@ def serve_cmd(policy_path, upstream, model, specialists, tiers_path, upstream_ti
 
             tiers = load_tiers(tiers_path, policy)
         extract = load_extractor(extract_spec) if extract_spec else default_extract
+        client_keys = load_client_keys(client_keys_path, client_key_envs)
+        if not client_keys and not insecure_no_client_keys and not _loopback(host):
+            raise ZcError(f"--host {host}: not a loopback address, and no client keys: give --client-keys "
+                          "FILE or --client-key-env VAR (or --insecure-no-client-keys to serve anyone who "
+                          "reaches it)")
         gateway = Gateway(policy, upstream, model, specialists=list(specialists) or None, tiers=tiers,
                           upstream_tier=upstream_tier, extract=extract, receipts=receipts_path,
-                          timeout_ms=timeout_ms, max_body_bytes=max_body_bytes, api_key_env=api_key_env)
+                          timeout_ms=timeout_ms, max_body_bytes=max_body_bytes, api_key_env=api_key_env,
+                          client_keys=client_keys)
     except ZcError as exc:
         fail(exc)
     text = gateway.router.text_tier
     click.echo(f"zc serve: policy {policy.name}, upstream {upstream} ({model}) as tier "
                f"`{gateway.upstream_tier}`, "
                + (f"replies by text tier `{text}` ({gateway.router.tiers[text].model}), " if text else "")
-               + f"receipts {receipts_path}; http://{host}:{port}/v1", err=True)
+               + f"receipts {receipts_path}; http://{host}:{port}/v1"
+               + (f"; {len(client_keys)} client key(s)" if client_keys else "; no client keys"), err=True)
     try:
         serve(gateway, host, port)
     except ZcError as exc:
         fail(exc)
     finally:
         gateway.close()
+
+
+def _loopback(host: str) -> bool:
+    """Whether `host` is a loopback address (or `localhost`)."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -9,8 +9,8 @@ from typing import Any
 
 # exported lazily: `zc pdp` reuses body.py and server.py without loading the gateway's router and
 # HTTP client (httpx imports click, which decision-time code must not load)
-_EXPORTS = {"Gateway": "app", "create_app": "app", "FALLBACK_TEXT": "replies", "Running": "server",
-            "serve": "server"}
+_EXPORTS = {"Gateway": "app", "create_app": "app", "load_client_keys": "app", "FALLBACK_TEXT": "replies",
+            "Running": "server", "serve": "server"}
 __all__ = sorted(_EXPORTS)
 
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import hmac
 import json
 import logging
+import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..errors import ZcError
+from ..metrics import DoorMetrics, Instrumented
 from ..receipts import Receipt, ReceiptWriter
 from ..receipts.chat import RESPOND, default_extract, extractor_name
 from ..router import Router
@@ -63,14 +66,16 @@ class Gateway:
         max_body_bytes: larger request bodies are refused (413).
         api_key_env: the environment variable holding the upstream's API key.
         workers: decisions run at once (each in a worker thread, upstream call included); more wait.
+        client_keys: the bearer keys a harness must present, by name (`load_client_keys`); None or
+            empty: no inbound authentication. The key's name goes in each receipt, never the key.
     """
 
     def __init__(self, policy: Policy, upstream: str, model: str, *, specialists: Any = None,
                  tiers: Mapping[str, Any] | None = None, upstream_tier: str | None = None,
                  extract: Callable[[list[dict], int, dict], dict] = default_extract,
                  receipts: str | Path | None = None, timeout_ms: float = TIMEOUT_MS,
-                 max_body_bytes: int = MAX_BODY_BYTES, api_key_env: str | None = None,
-                 workers: int = 64) -> None:
+                 max_body_bytes: int = MAX_BODY_BYTES, api_key_env: str | None = None, workers: int = 64,
+                 client_keys: Mapping[str, str] | None = None) -> None:
         respond = next((a for a in policy.ir.actions if a.name == RESPOND), None)
         if respond is None or REPLY_TAG not in respond.tags:
             raise ZcError(f"policy `{policy.name}` must declare `action {RESPOND} tags(control, "
@@ -79,6 +84,7 @@ class Gateway:
         if not timeout_ms > 0:
             raise ZcError(f"the request timeout must be > 0 ms, got {timeout_ms}")
         self.policy, self.model, self.upstream_url = policy, model, upstream
+        self.client_keys = dict(client_keys or {})
         self.extract, self.extractor = extract, extractor_name(extract)
         self.timeout_ms, self.max_body_bytes = float(timeout_ms), int(max_body_bytes)
         tiers = dict(tiers or {})
@@ -108,6 +114,7 @@ class Gateway:
         self._writer = ReceiptWriter(receipts) if receipts is not None else None
         self.receipts = Path(receipts) if receipts is not None else None
         self.workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="zc-serve")
+        self.metrics = DoorMetrics("serve")
 
     def close(self) -> None:
         self.workers.shutdown(wait=True)
@@ -124,12 +131,12 @@ class Gateway:
         ex = CURRENT.get()
         if ex is not None:
             r = msgspec.structs.replace(r, meta={**r.meta, **ex.meta, "gateway": {
-                **ex.meta.get("gateway", {}), "upstream_requests": ex.sent,
-                "blocked": ex.blocked, **({"failure": ex.failure, "detail": ex.detail} if ex.failure
-                                          else {})}})
+                **ex.meta.get("gateway", {}), "upstream_requests": ex.sent, "usage": ex.usage,
+                "blocked": ex.blocked, **({"failure": ex.failure, "detail": ex.detail} if ex.failure else {})}})
             ex.receipt = r
         if self._writer is not None:
             self._writer.append(r)
+            self.metrics.written()
 
     @property
     def give_up_s(self) -> float:
@@ -137,8 +144,19 @@ class Gateway:
         return self.timeout_ms / 1000 + GRACE_S
 
     # ---- one request -------------------------------------------------------------------------
+    def client(self, authorization: str | None) -> str | None:
+        """The name of the client key an `Authorization` header presents (None: none that matches)."""
+        scheme, _, key = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not key:
+            return None
+        found = None
+        for name, expected in self.client_keys.items():  # every key compared: no early exit to time
+            if hmac.compare_digest(key.strip().encode(), expected.encode()):
+                found = name
+        return found
+
     def decide(self, req: ChatRequest, sink: Callable[[bytes], None] | None = None,
-               started: float | None = None) -> tuple[int, dict[str, Any], str]:
+               started: float | None = None, client: str | None = None) -> tuple[int, dict[str, Any], str]:
         """(HTTP status, JSON body, the text already streamed) for one validated request; runs in a
         worker thread. `sink` (a streamed request) takes the SSE events of the upstream's text as it
         arrives, before the decision is complete. `started`: the request's arrival
@@ -157,7 +175,7 @@ class Gateway:
         kept = [tool_name(t) for t in offered]
         undeclared = [n for n in names if n not in self.policy.actions]
         illegal = [n for n in names if n in self.policy.actions and n not in kept]
-        ex = Exchange(forwarded(req, offered))
+        ex = Exchange(forwarded(req, offered), stream_options=req.stream_options if req.stream else None)
         if sink is not None:
             def pass_on(text: str) -> None:
                 if ex.passed == text:  # the first text: the role first
@@ -166,7 +184,7 @@ class Gateway:
             ex.sink = pass_on
         ex.meta = {"conversation": req.task, "turn": len(req.messages), "extractor": self.extractor,
                    "gateway": {"offered": kept, "undeclared": undeclared, "illegal": illegal,
-                               "stream": req.stream}}
+                               "stream": req.stream, **({"client": client} if client is not None else {})}}
         CURRENT.set(ex)  # this decision's context: the upstream rung and the receipt sink read it
         schemas = [t.get("function", t) for t in offered]
         can = offer(req, kept, self.router.catalog.replies)
@@ -174,14 +192,20 @@ class Gateway:
             can = frozenset()  # the harness was already answered 504: record a decision that answers nothing
         d = self.router.decide(state, req.intent, task=req.task, tools=schemas or None, candidates=candidates,
                                offer=can, started=started)
+        m = self.metrics
+        m.answered("fallback" if d.tier == "none" else d.tier)
+        for b in ex.blocked:
+            m.refused(b.get("rules") or [])
+        for seconds, failure in ex.timings:
+            m.upstream(seconds, failure)
         x_zc = {"receipt": ex.receipt.id, "rung": d.tier, "kind": d.kind, "action": d.action,
                 "legal": list(legal.actions), "offered": kept, "offer": sorted(can),
                 "stripped": {"undeclared": undeclared, "illegal": illegal},
-                "blocked": ex.blocked, "upstream_requests": ex.sent,
-                "fallback": d.tier in ("fallback", "none")}
-        done = functools.partial(replies.completion, self.model, x_zc=x_zc, cid=cid, created=created)
+                "blocked": ex.blocked, "upstream_requests": ex.sent, "fallback": d.tier in ("fallback", "none")}
+        done = functools.partial(replies.completion, self.model, x_zc=x_zc, cid=cid, created=created,
+                                 usage=ex.usage)  # the upstream's tokens for this request, if it was asked
         if d.tier == self.upstream_tier and ex.message is not None:  # the upstream's own judged reply
-            return 200, done(ex.message, usage=ex.reply.get("usage")), ex.passed
+            return 200, done(ex.message), ex.passed
         if d.tier in ("fallback", "none") and not ex.blocked and any(
                 a.cause == "skipped" and a.detail == DEADLINE for a in d.rungs):  # out of time, not refused
             return 504, replies.error_body(504, "no decision within the request's deadline (queued for a "
@@ -196,8 +220,50 @@ class Gateway:
             status = 504 if ex.failure == "timeout" else 502
             return status, replies.error_body(status, f"upstream {ex.failure}: {ex.detail}",
                                               code=f"upstream_{ex.failure}", x_zc=x_zc), ex.passed
-        x_zc["fallback"] = True  # nothing acceptable: the policy's fallback, as a documented reply
+        x_zc["fallback"], x_zc["rung"] = True, "fallback"  # nothing acceptable: the policy's fallback
+        if not can & self.router.catalog.replies:  # tool_choice required a call: never text
+            fb = self.policy.ir.fallback
+            return 422, replies.error_body(
+                422, f"tool_choice requires a tool call, and no call the policy allows was proposed; the "
+                     f"policy's fallback `{fb}` is not a tool this request offered, legal now, without "
+                     "arguments", code="no_tool_call", param="tool_choice", x_zc=x_zc), ex.passed
         return 200, done({"content": replies.FALLBACK_TEXT}), ex.passed
+
+
+def load_client_keys(path: str | None, env_vars: Sequence[str] = ()) -> dict[str, str]:
+    """Client keys by name: from a file (one `NAME KEY` a line; `#` comments and blank lines
+    skipped) and from environment variables (each named by its variable). ZcError naming the file
+    and line, or the variable, for anything else."""
+    keys: dict[str, str] = {}
+
+    def add(name: str, key: str, where: str) -> None:
+        if name in keys:
+            raise ZcError(f"{where}: the client key name `{name}` is given twice")
+        if len(key) < 16:
+            raise ZcError(f"{where}: the key of `{name}` is shorter than 16 characters")
+        if key in keys.values():
+            raise ZcError(f"{where}: the key of `{name}` is another client's key too")
+        keys[name] = key
+
+    if path is not None:
+        try:
+            lines = Path(path).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ZcError(f"{path}: cannot read the client keys: {exc}") from None
+        for i, line in enumerate(lines, 1):
+            text = line.strip()
+            if not text or text.startswith("#"):
+                continue
+            parts = text.split()
+            if len(parts) != 2:
+                raise ZcError(f"{path}:{i}: expected `NAME KEY` (two words), got {len(parts)}")
+            add(parts[0], parts[1], f"{path}:{i}")
+    for var in env_vars:
+        key = os.environ.get(var)
+        if not key:
+            raise ZcError(f"--client-key-env {var}: not set or empty")
+        add(var, key, f"--client-key-env {var}")
+    return keys
 
 
 def _headers(body: dict[str, Any]) -> dict[str, str]:
@@ -235,12 +301,13 @@ async def _settled(task: asyncio.Future) -> tuple[int, dict[str, Any], str]:
                                        code="internal_error"), ""
 
 
-def _respond(result: tuple[int, dict[str, Any], str], started: float, stream: bool) -> Response:
+def _respond(result: tuple[int, dict[str, Any], str], started: float, req: ChatRequest) -> Response:
     status, body, _ = result
     headers = _headers(body)
     headers["x-zc-latency-ms"] = f"{(time.perf_counter() - started) * 1000:.3f}"
-    if status == 200 and stream:
-        return StreamingResponse(iter(replies.chunks(body)), media_type="text/event-stream",
+    if status == 200 and req.stream:
+        return StreamingResponse(iter(replies.chunks(body, include_usage=req.include_usage)),
+                                 media_type="text/event-stream",
                                  headers={**headers, "cache-control": "no-cache"})
     return JSONResponse(body, status_code=status, headers=headers)
 
@@ -249,11 +316,25 @@ def _error(status: int, message: str, code: str, param: str | None = None) -> JS
     return JSONResponse(replies.error_body(status, message, code=code, param=param), status_code=status)
 
 
-def create_app(gateway: Gateway) -> Starlette:
-    """The Starlette app serving `gateway`: `POST /v1/chat/completions`, `GET /v1/models`, `GET /healthz`."""
+def create_app(gateway: Gateway) -> Instrumented:
+    """The ASGI app serving `gateway`: `POST /v1/chat/completions`, `GET /v1/models`, `GET /healthz`,
+    `GET /readyz`, `GET /metrics` (Prometheus)."""
+
+    def refused(request: Request) -> Response | None:
+        """401 (an OpenAI error) when client keys are set and the request presents none of them."""
+        if not gateway.client_keys or gateway.client(request.headers.get("authorization")) is not None:
+            return None
+        why = ("missing or unknown API key: send one of this gateway's client keys as "
+               "`Authorization: Bearer KEY`")
+        return JSONResponse(replies.error_body(401, why, code="invalid_api_key"), status_code=401,
+                            headers={"WWW-Authenticate": "Bearer"})
 
     async def chat(request: Request) -> Response:
         started = time.perf_counter()
+        denied = refused(request)
+        if denied is not None:
+            return denied
+        client = gateway.client(request.headers.get("authorization")) if gateway.client_keys else None
         try:
             body = await asyncio.wait_for(read_body(request, gateway.max_body_bytes),
                                           gateway.timeout_ms / 1000)
@@ -265,27 +346,29 @@ def create_app(gateway: Gateway) -> Starlette:
                                "ms)",
                           "body_timeout")
         if not req.stream:
-            return _respond(await _settled(_decision(req, None, started)), started, False)
+            return _respond(await _settled(_decision(req, None, started, client)), started, req)
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[bytes] = asyncio.Queue()
-        task = _decision(req, lambda b: loop.call_soon_threadsafe(events.put_nowait, b), started)
+        task = _decision(req, lambda b: loop.call_soon_threadsafe(events.put_nowait, b), started, client)
         getter = asyncio.ensure_future(events.get())
         await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
         if not getter.done():  # decided before any text streamed: answer whole (errors keep their status)
             getter.cancel()
-            return _respond(await _settled(task), started, True)
-        return StreamingResponse(_through(getter.result(), events, task), media_type="text/event-stream",
+            return _respond(await _settled(task), started, req)
+        return StreamingResponse(_through(getter.result(), events, task, req.include_usage),
+                                 media_type="text/event-stream",
                                  headers={"x-zc-rung": gateway.upstream_tier, "cache-control": "no-cache"})
 
-    def _decision(req: ChatRequest, sink: Callable[[bytes], None] | None, started: float) -> asyncio.Future:
+    def _decision(req: ChatRequest, sink: Callable[[bytes], None] | None, started: float,
+                  client: str | None) -> asyncio.Future:
         context = contextvars.copy_context()  # each decision sets its own Exchange in its own copy
-        work = asyncio.get_running_loop().run_in_executor(gateway.workers, context.run, gateway.decide, req,
-                                                          sink, started)
+        work = asyncio.get_running_loop().run_in_executor(gateway.workers, context.run, gateway.decide, req, sink,
+                                                          started, client)
         # shielded: a decision still queued when the request answers 504 runs later all the same, so
         # that it leaves its receipt (one that answers nothing: see Gateway.decide)
         return asyncio.ensure_future(asyncio.wait_for(asyncio.shield(work), gateway.give_up_s))
 
-    async def _through(first: bytes, events: asyncio.Queue, task: asyncio.Future):
+    async def _through(first: bytes, events: asyncio.Queue, task: asyncio.Future, include_usage: bool):
         """A stream that began with the upstream's text: the rest of it, then the judged end."""
         yield first
         while True:
@@ -298,10 +381,14 @@ def create_app(gateway: Gateway) -> Starlette:
         while not events.empty():
             yield events.get_nowait()
         status, body, passed = await _settled(task)
-        for chunk in (replies.chunks(body, passed) if status == 200 else replies.error_event(body)):
+        ends = replies.chunks(body, passed, include_usage) if status == 200 else replies.error_event(body)
+        for chunk in ends:
             yield chunk
 
     async def models(request: Request) -> Response:
+        denied = refused(request)
+        if denied is not None:
+            return denied
         return JSONResponse({"object": "list", "data": [
             {"id": gateway.model, "object": "model", "created": 0, "owned_by": "zc"}]})
 
@@ -320,8 +407,29 @@ def create_app(gateway: Gateway) -> Starlette:
                       else
                       "method_not_allowed" if status == 405 else "error")
 
-    routes = [Route("/v1/chat/completions", chat, methods=["POST"]),
-              Route("/chat/completions", chat, methods=["POST"]), Route("/v1/models", models, methods=[
-                  "GET"]), Route("/healthz", health, methods=["GET"])]
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+    async def ready(request: Request) -> Response:
+        """Ready when the upstream answers `GET /models` (any status below 500) within 2 s; the
+        specialists and tiers were loaded when the gateway was built."""
+        import httpx
+
+        try:
+            async with httpx.AsyncClient(timeout=2.0) as http:
+                r = await http.get(gateway.upstream_url.rstrip("/") + "/models")
+            upstream = "ok" if r.status_code < 500 else f"HTTP {r.status_code}"
+        except httpx.HTTPError as exc:
+            upstream = f"{type(exc).__name__}: {exc}"
+        ok = upstream == "ok"
+        return JSONResponse({"ready": ok, "upstream": upstream,
+                             "specialists": [sp.name for sp in gateway.router.specialists]},
+                            status_code=200 if ok else 503)
+
+    async def metrics(request: Request) -> Response:
+        body, ctype = gateway.metrics.exposition()
+        return Response(body, media_type=ctype)
+
+    routes = [Route("/v1/chat/completions", chat, methods=["POST"]), Route("/chat/completions", chat, methods=["POST"]),
+              Route("/v1/models", models, methods=["GET"]), Route("/healthz", health, methods=["GET"]),
+              Route("/readyz", ready, methods=["GET"]), Route("/metrics", metrics, methods=["GET"])]
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+    return Instrumented(app, gateway.metrics)
 

@@ -23,17 +23,20 @@ def tool_call(action: str, arguments: dict[str, Any]) -> dict[str, Any]:
                                                                  separators=(",", ":"))}}
 
 
+NO_USAGE = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}  # an answer zc gave locally
+
+
 def completion(model: str, message: dict[str, Any], x_zc: dict[str, Any], *, cid: str | None = None,
                usage: Any = None, created: int | None = None) -> dict[str, Any]:
-    """A well-formed `chat.completion` with one choice carrying `message`, and the `x_zc` extension."""
+    """A well-formed `chat.completion` with one choice carrying `message`, its `usage` (the
+    upstream's tokens, summed over zc's requests for it; zero when none), and the `x_zc` extension."""
     message = {"role": "assistant", "content": message.get("content"),
                **({"tool_calls": message["tool_calls"]} if message.get("tool_calls") else {})}
     out = {"id": cid or completion_id(), "object": "chat.completion",
            "created": int(time.time()) if created is None else created, "model": model,
            "choices": [{"index": 0, "message": message,
                         "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}]}
-    if isinstance(usage, dict):
-        out["usage"] = usage
+    out["usage"] = usage if isinstance(usage, dict) and usage else dict(NO_USAGE)
     out["x_zc"] = x_zc
     return out
 
@@ -49,11 +52,12 @@ def event(cid: str, created: int, model: str, delta: dict[str, Any], finish: str
 DONE = b"data: [DONE]\n\n"
 
 
-def chunks(done: dict[str, Any], passed: str = "") -> Iterator[bytes]:
+def chunks(done: dict[str, Any], passed: str = "", include_usage: bool = False) -> Iterator[bytes]:
     """The SSE events of a judged completion: the role, the text, each whole tool call, then the
     finish reason (with `x_zc`), then `[DONE]`. Tool calls are sent whole: a call is judged before
     any of it reaches the harness. `passed`: the text the harness already has (streamed through
-    from the upstream, role included), left out."""
+    from the upstream, role included), left out. `include_usage`: a last chunk with no choice and
+    the `usage`, before `[DONE]` (as OpenAI sends it for `stream_options.include_usage`)."""
     choice = done["choices"][0]
     message = choice["message"]
     head = (done["id"], done["created"], done["model"])
@@ -65,8 +69,11 @@ def chunks(done: dict[str, Any], passed: str = "") -> Iterator[bytes]:
         yield event(*head, {"content": rest})
     for i, call in enumerate(message.get("tool_calls") or ()):
         yield event(*head, {"tool_calls": [{"index": i, **call}]})
-    usage = {"usage": done["usage"]} if "usage" in done else {}
-    yield event(*head, {}, choice["finish_reason"], x_zc=done["x_zc"], **usage)
+    yield event(*head, {}, choice["finish_reason"], x_zc=done["x_zc"])
+    if include_usage:
+        body = {"id": head[0], "object": "chat.completion.chunk", "created": head[1], "model": head[2],
+                "choices": [], "usage": done.get("usage") or dict(NO_USAGE)}
+        yield b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
     yield DONE
 
 

@@ -37,6 +37,12 @@ class ChatRequest:
     intent: str | None
     task: str
     tool_choice: Any = None  # None, "none", "auto", "required" or {"type": "function", "function": {"name"}}
+    stream_options: dict[str, Any] | None = None  # forwarded with a streamed upstream request
+
+    @property
+    def include_usage(self) -> bool:
+        """Whether a streamed answer ends with a usage chunk (`stream_options.include_usage`)."""
+        return self.stream and bool((self.stream_options or {}).get("include_usage"))
 
 
 _FORWARD_DROP = ("x_zc", "stream", "stream_options", "tools", "tool_choice", "functions", "function_call")
@@ -80,6 +86,11 @@ def parse(raw: bytes) -> ChatRequest:
             and isinstance(choice["function"].get("name"), str))):
         raise BadRequest(400, '$.tool_choice: expected "none", "auto", "required" or '
                               '{"type": "function", "function": {"name": …}}', "tool_choice")
+    options = body.get("stream_options")
+    if options is not None and not (isinstance(options, dict)
+                                    and isinstance(options.get("include_usage", False), bool)):
+        raise BadRequest(400, "$.stream_options: expected an object {include_usage?: boolean}",
+                         "stream_options")
     model = body.get("model", "")
     if not isinstance(model, str):
         raise BadRequest(400, "$.model: expected a string", "model")
@@ -90,8 +101,8 @@ def parse(raw: bytes) -> ChatRequest:
     for key, value in (("intent", intent), ("task", task)):
         if value is not None and not isinstance(value, str):
             raise BadRequest(400, f"$.x_zc.{key}: expected a string", f"x_zc.{key}")
-    return ChatRequest(body, messages, tools, stream, model, intent, task or conversation_id(messages),
-                       choice)
+    return ChatRequest(body, messages, tools, stream, model, intent, task or conversation_id(messages), choice,
+                       options)
 
 
 def conversation_id(messages: list[dict[str, Any]]) -> str:

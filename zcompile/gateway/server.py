@@ -3,13 +3,37 @@ or on a background thread (tests, the example, the benchmark)."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
 
 from ..errors import ZcError
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+GRACE_S = 5  # in-flight requests have this long to finish after SIGTERM or SIGINT
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, stopped by SIGTERM or SIGINT as a clean exit: it drains (at most GRACE_S),
+    and returns instead of raising the caught signal again after its shutdown, as uvicorn does (the
+    process would die by the signal, or Ctrl-C print click's `Aborted!`). A second SIGINT forces the exit."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
 
 
 def _config(target: Any, host: str, port: int, log_level: str) -> uvicorn.Config:
@@ -21,13 +45,13 @@ def _config(target: Any, host: str, port: int, log_level: str) -> uvicorn.Config
 
         app = create_app(target)
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="off",
-                          access_log=False, timeout_graceful_shutdown=5)
+                          access_log=False, timeout_graceful_shutdown=GRACE_S)
 
 
 def serve(gateway: Any, host: str = "127.0.0.1", port: int = 8088, log_level: str = "info") -> None:
-    """Serve `gateway` (a Gateway, or any ASGI app) until interrupted (Ctrl-C). Raises ZcError when
-    the address cannot be listened on."""
-    server = uvicorn.Server(_config(gateway, host, port, log_level))
+    """Serve `gateway` (a Gateway, or any ASGI app) until SIGTERM or SIGINT (Ctrl-C), then return
+    once in-flight requests are answered. Raises ZcError when the address cannot be listened on."""
+    server = Server(_config(gateway, host, port, log_level))
     try:
         server.run()
     except SystemExit:  # uvicorn exits when it cannot bind (it has logged why)

@@ -33,12 +33,15 @@ class Exchange:
     """
 
     body: dict[str, Any]
+    stream_options: Any = None  # the harness's, sent with a streamed upstream request (usage always asked)
     sink: Callable[[str], None] | None = None  # streaming: passes text deltas on to the harness
     passed: str = ""  # the text already passed on
     reply: dict[str, Any] | None = None
     message: dict[str, Any] | None = None
     blocked: list[dict[str, Any]] = field(default_factory=list)
     sent: int = 0
+    usage: dict[str, Any] = field(default_factory=dict)  # the upstream's token usage, summed over its replies
+    timings: list[tuple[float, str | None]] = field(default_factory=list)  # each request: seconds, failure
     failure: str | None = None
     detail: str = ""
     meta: dict[str, Any] = field(default_factory=dict)  # merged into the request's receipt (`meta.gateway`)
@@ -77,11 +80,16 @@ class UpstreamRung:
         body = dict(ex.body, model=self.model, stream=False)
         for attempt in range(2):
             relay = _relay(ex, step.allows(RESPOND)) if ex.sink is not None and attempt == 0 else None
-            outcome, reply, detail = self.tier.exchange(dict(body, stream=True) if relay else body, deadline,
-                                                        relay)
+            options = {**(ex.stream_options or {}), "include_usage": True}  # usage always counted
+            streamed = dict(body, stream=True, stream_options=options)
+            t0 = time.perf_counter()
+            outcome, reply, detail = self.tier.exchange(streamed if relay else body, deadline, relay)
+            ex.timings.append((time.perf_counter() - t0, None if outcome == "ok" else outcome))
             ex.sent += 1
             if isinstance(reply, list):
                 reply = assemble(reply)
+            if isinstance(reply, dict) and isinstance(reply.get("usage"), dict):
+                ex.usage = add_usage(ex.usage, reply["usage"])
             if outcome != "ok":
                 ex.failure, ex.detail = outcome, detail
                 return abstain(outcome, detail, model=self.model)
@@ -158,6 +166,19 @@ def assemble(events: list[Any]) -> dict[str, Any]:
     return {**head, "choices": [{"index": 0, "message": message}]}
 
 
+def add_usage(total: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    """Two `usage` objects summed, key by key (integers, and the `*_details` objects inside)."""
+    out = dict(total)
+    for key, value in more.items():
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int):
+            out[key] = (out.get(key) if isinstance(out.get(key), int) else 0) + value
+        elif isinstance(value, dict):
+            out[key] = add_usage(out.get(key) if isinstance(out.get(key), dict) else {}, value)
+    return out
+
+
 def reply_message(reply: Any) -> tuple[dict | None, str]:
     """(choices[0].message, "") of a chat completion, or (None, what is wrong with it)."""
     if not isinstance(reply, dict):
@@ -214,7 +235,8 @@ def judge(step: Step, message: dict, model: str | None) -> tuple[Answer, list[di
                 ans = Answer("call", action=name, arguments=arguments or {}, model=model)
             else:  # every reason the policy gives
                 refused.append({"action": name, "arguments": arguments,
-                                "reasons": [r.message for r in verdict.reasons] or [ans.detail or "refused"]})
+                                "reasons": [r.message for r in verdict.reasons] or [ans.detail or "refused"],
+                                "rules": [r.rule for r in verdict.reasons]})
         first = first or ans
     return (first if first is not None else abstain("illegal", "no acceptable tool call",
                                                     model=model)), refused

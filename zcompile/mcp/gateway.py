@@ -22,7 +22,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..errors import ZcError
-from ..inputs import json_type
+from ..metrics import DoorMetrics
 from ..outdir import refuse_foreign_file
 from ..receipts import Receipt, ReceiptWriter
 from ..receipts.chat import default_extract, extractor_name
@@ -66,7 +66,8 @@ class McpGateway:
         deny: how a blocked call is answered: `result` (isError with the reasons), `error` (a
             JSON-RPC error, code POLICY_DENIED, reasons in `data`) or `opaque` (isError, no reason).
         log_only: judge and record, but list every tool and forward every call.
-        state_key: how a 2026-07-28 request names its session (`meta:KEY`, `header:NAME`, `auth`).
+        state_key: how a 2026-07-28 request names its session (`auto`, `meta:KEY`, `header:NAME`,
+            `auth`, `instance`).
         timeout_s: the bound on each server call (and on connecting).
         page_size: tools per `tools/list` page (0: one page).
         list_ttl_ms: the `ttlMs` of a list (its `cacheScope` is always `private`).
@@ -75,7 +76,7 @@ class McpGateway:
 
     def __init__(self, policy: Policy, servers: Sequence[ServerSpec], *, extract: Extract = default_extract,
                  context: Mapping[str, Any] | None = None, receipts: str | Path | None = None,
-                 deny: str = "result", log_only: bool = False, state_key: str = f"meta:{SESSION_META}",
+                 deny: str = "result", log_only: bool = False, state_key: str = "auto",
                  timeout_s: float = 30.0, page_size: int = 0, list_ttl_ms: int = 0,
                  intent: str | None = None) -> None:
         if deny not in DENY_MODES:
@@ -105,12 +106,44 @@ class McpGateway:
         if receipts is not None:  # appended to, never a stranger's file
             refuse_foreign_file(Path(receipts), "receipts file", is_receipts_file)
         self._writer = ReceiptWriter(receipts) if receipts is not None else None
+        self.metrics = DoorMetrics("mcp")
         self.version = _version()
         self.server = _Server("zc-mcp", version=self.version, on_list_tools=self._list_tools,
                               on_call_tool=self._call_tool, on_subscriptions_listen=self._listen,
                               get_tool_input_schema=self._input_schema,
                               instructions=f"tools judged by zc policy `{policy.name}`")
         self.server.middleware.append(_params_checked)
+        self.server.middleware.append(self._counted)
+        self._inflight = 0
+        self._idle: anyio.Event | None = None  # set when the last request in flight ends (drained)
+
+    async def _counted(self, ctx: Any, call_next: Any) -> Any:
+        """Count the requests in flight, for a drain at shutdown."""
+        self._inflight += 1
+        try:
+            return await call_next(ctx)
+        finally:
+            self._inflight -= 1
+            if not self._inflight and self._idle is not None:
+                self._idle.set()
+
+    async def drained(self) -> None:
+        """Return once no request is in flight."""
+        while self._inflight:
+            self._idle = anyio.Event()
+            await self._idle.wait()
+
+    def key_announcement(self, *, authenticated: bool) -> str:
+        """What the HTTP door keys 2026-07-28 state by, said at start-up (docs/mcp.md, "State keys")."""
+        kind = self.key_spec.kind
+        if kind == "auto" and authenticated:
+            return "2026-07-28 state keyed by the bearer token's principal (one state per agent credential)"
+        if kind in ("auto", "instance"):
+            named = (f'the requests that name no session (_meta["{SESSION_META}"])' if kind == "auto"
+                     else "2026-07-28 requests")
+            return (f"{named} share this gateway's one agent state; serve one agent per gateway, or add "
+                    "--auth-* to key state by the token")
+        return f"2026-07-28 state keyed by {self.key_spec.describe()}; a request without it is refused"
 
     def close(self) -> None:
         if self._writer is not None:
@@ -232,14 +265,19 @@ class McpGateway:
                 self._receipt(session, ctx, "tools/call", {}, None, started, name=name, args=args,
                               error=str(exc))
                 raise MCPError(INTERNAL_ERROR, f"zc: {exc}; the call was not forwarded") from None
+            if not verdict["allowed"]:
+                self.metrics.refused([r["rule"] for r in verdict["reasons"]])
             if not verdict["allowed"] and not self.log_only:
                 self._receipt(session, ctx, "tools/call", state, before, started, name=name, args=args,
                               verdict=verdict, server=up.spec.label())
                 return self._denied(name, verdict)
             meta = _meta(ctx)
+            sent = time.perf_counter()
             try:
                 result = await up.call(upstream_name, args, _forwarded_meta(meta))
+                self.metrics.upstream(time.perf_counter() - sent)
             except UpstreamError as exc:
+                self.metrics.upstream(time.perf_counter() - sent, exc.outcome)
                 self._receipt(session, ctx, "tools/call", state, before, started, name=name, args=args,
                               verdict=verdict, server=up.spec.label(), outcome=exc.outcome, error=exc.message)
                 raise MCPError(INTERNAL_ERROR, exc.message) from None
@@ -323,6 +361,7 @@ class McpGateway:
                     latency_ms=(time.perf_counter() - started) * 1000, meta={"mcp": m})
         try:
             self._writer.append(r)
+            self.metrics.written()
         except ZcError as exc:  # a receipt that cannot be written is logged, the answer still goes out
             _log.error("receipt not written: %s", exc)
 

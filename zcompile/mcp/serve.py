@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import stat
 from typing import Any
 
 import anyio
 
+from ..gateway.server import GRACE_S, SIGNALS, Server
 from .gateway import McpGateway
 
 HOST = "127.0.0.1"  # the HTTP door binds the loopback interface only
@@ -15,8 +19,62 @@ async def run_stdio(gateway: McpGateway) -> None:
     """Connect the servers, then serve one agent over this process's stdin and stdout."""
     from mcp.server.stdio import stdio_server
 
-    async with gateway.connected(), stdio_server() as (read, write):
+    stdin = _stdin()
+    async with (gateway.connected(), stdio_server(stdin=stdin) as (read, write),
+                anyio.create_task_group() as tg):
+        tg.start_soon(_stop_on_signal, gateway, stdin, tg.cancel_scope)
         await gateway.server.run(Refusing(read, write), write, gateway.server.create_initialization_options())
+        tg.cancel_scope.cancel()  # stdin closed: the agent is gone
+
+
+class _PipeLines:
+    """stdin's lines read on the event loop, not in a worker thread: a signal can stop the gateway
+    while the agent keeps stdin open (a thread blocked in read() would hold the exit)."""
+
+    LIMIT = 1 << 26  # the longest line (one JSON-RPC message) read
+
+    def __init__(self, fd: int) -> None:
+        self._fd, self._reader = fd, None
+
+    def __aiter__(self) -> _PipeLines:
+        return self
+
+    async def __anext__(self) -> str:
+        if self._reader is None:
+            loop = asyncio.get_running_loop()
+            self._reader = asyncio.StreamReader(limit=self.LIMIT)
+            pipe = os.fdopen(os.dup(self._fd), "rb", buffering=0)
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(self._reader), pipe)
+        line = await self._reader.readline()
+        if not line:
+            raise StopAsyncIteration
+        return line.decode("utf-8", errors="replace")
+
+    def close(self) -> None:
+        """End the lines here, as if the agent had closed stdin."""
+        if self._reader is not None:
+            self._reader.feed_eof()
+
+
+def _stdin() -> _PipeLines | None:
+    """A pipe or terminal on stdin is read on the loop; a regular file (never blocking) by the SDK."""
+    mode = os.fstat(0).st_mode
+    return _PipeLines(0) if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode) else None
+
+
+async def _stop_on_signal(gateway: McpGateway, stdin: _PipeLines | None, scope: anyio.CancelScope) -> None:
+    """At SIGTERM or SIGINT: let the calls in flight finish (at most GRACE_S), then end stdin as if
+    the agent had gone; leaving `gateway.connected()` then stops the servers, each closed as the SDK
+    closes a client."""
+    with anyio.open_signal_receiver(*SIGNALS) as signals:
+        async for _ in signals:
+            break
+    with anyio.move_on_after(GRACE_S):
+        await gateway.drained()
+    if stdin is not None:
+        stdin.close()
+    else:
+        scope.cancel()
 
 
 class Refusing:
@@ -84,15 +142,37 @@ def _request_id(errors: list[dict[str, Any]]) -> tuple[str | int | None, str | N
 
 
 def http_app(gateway: McpGateway, *, auth: Any = None, token_verifier: Any = None) -> Any:
-    """The Starlette app serving `/mcp` (both protocol revisions, the SDK's session manager)."""
-    return gateway.server.streamable_http_app(host=HOST, auth=auth, token_verifier=token_verifier)
+    """The app serving `/mcp` (both protocol revisions, the SDK's session manager), with
+    `GET /readyz` (every server connected) and Prometheus `GET /metrics`."""
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+
+    from ..metrics import Instrumented
+
+    app = gateway.server.streamable_http_app(host=HOST, auth=auth, token_verifier=token_verifier)
+
+    async def ready(request: Request) -> Response:
+        servers = {up.spec.label(): "ok" if up.client is not None else (up.failure or "not connected")
+                   for up in gateway.upstreams}
+        ok = all(v == "ok" for v in servers.values())
+        return JSONResponse({"ready": ok, "servers": servers}, status_code=200 if ok else 503)
+
+    async def metrics(request: Request) -> Response:
+        body, ctype = gateway.metrics.exposition()
+        return Response(body, media_type=ctype)
+
+    app.add_route("/readyz", ready, methods=["GET"])
+    app.add_route("/metrics", metrics, methods=["GET"])
+    return Instrumented(app, gateway.metrics)
 
 
 async def run_http(gateway: McpGateway, port: int, *, auth: Any = None, token_verifier: Any = None) -> None:
-    """Connect the servers, then serve `http://127.0.0.1:PORT/mcp` until stopped."""
+    """Connect the servers, then serve `http://127.0.0.1:PORT/mcp` until SIGTERM or SIGINT (then
+    drain, and stop the servers)."""
     import uvicorn
 
     app = http_app(gateway, auth=auth, token_verifier=token_verifier)
-    server = uvicorn.Server(uvicorn.Config(app, host=HOST, port=port, log_level="warning", lifespan="on"))
+    server = Server(uvicorn.Config(app, host=HOST, port=port, log_level="warning", lifespan="on",
+                                   timeout_graceful_shutdown=GRACE_S))
     async with gateway.connected():
         await server.serve()

@@ -26,24 +26,28 @@ class MissingStateKey(ZcError):
 
 @dataclass(frozen=True, slots=True)
 class StateKeySpec:
-    """How a 2026-07-28 request names its session: `meta:KEY`, `header:NAME` or `auth`."""
+    """How a 2026-07-28 request names its session: `auto` (the default), `meta:KEY`, `header:NAME`,
+    `auth` or `instance` (docs/mcp.md, "State keys")."""
 
     kind: str
     name: str = ""
 
     @classmethod
     def parse(cls, text: str) -> StateKeySpec:
-        """`meta:KEY`, `header:NAME` or `auth`; ZcError naming the form otherwise."""
+        """One of the forms above; ZcError naming them otherwise."""
         kind, sep, name = text.partition(":")
-        if text == "auth":
-            return cls("auth")
+        if text in ("auth", "auto", "instance"):
+            return cls(text, SESSION_META if text == "auto" else "")
         if kind in ("meta", "header") and sep and name.strip():
             return cls(kind, name.strip().lower() if kind == "header" else name.strip())
-        raise ZcError(f"--state-key `{text}`: expected `meta:KEY`, `header:NAME` or `auth`")
+        raise ZcError(f"--state-key `{text}`: expected `auto`, `meta:KEY`, `header:NAME`, `auth` "
+                      "or `instance`")
 
     def describe(self) -> str:
         return {"auth": "the bearer token's principal", "meta": f'`_meta["{self.name}"]`',
-                "header": f"the `{self.name}` header"}[self.kind]
+                "header": f"the `{self.name}` header", "instance": "this gateway's one agent",
+                "auto": f'the token\'s principal, else `_meta["{self.name}"]`, '
+                        "else this gateway's one agent"}[self.kind]
 
 
 def key_of(*, modern: bool, spec: StateKeySpec, session_id: str | None, headers: Mapping[str, str] | None,
@@ -52,7 +56,9 @@ def key_of(*, modern: bool, spec: StateKeySpec, session_id: str | None, headers:
 
     2025-11-25: the `Mcp-Session-Id` over HTTP, the connection (this process) over stdio.
     2026-07-28: the declared key (`spec`); over stdio a request without it is this process's agent;
-    over HTTP it is refused (MissingStateKey), never pooled with other agents' state.
+    over HTTP it is refused (KeyError_), never pooled with other agents' state. `auto` takes the
+    verified token's principal, else the request's `_meta` session key, else this gateway's one
+    agent (`instance`, announced at start-up).
     """
     if not modern:
         if headers is None:
@@ -61,19 +67,21 @@ def key_of(*, modern: bool, spec: StateKeySpec, session_id: str | None, headers:
             raise MissingStateKey("the request carries no `Mcp-Session-Id` (initialize first)")
         return "session:" + session_id
     value: Any = None
-    if spec.kind == "meta":
+    if principal is not None and spec.kind in ("auth", "auto"):
+        digest = hashlib.sha256(msgspec.json.encode([str(p) if p is not None else None for p in principal]))
+        return "auth:" + digest.hexdigest()[:16]  # the token itself is never a key nor in a receipt
+    if spec.kind in ("meta", "auto"):
         value = (meta or {}).get(spec.name)
     elif spec.kind == "header" and headers is not None:
         value = headers.get(spec.name)
-    elif spec.kind == "auth" and principal is not None:
-        digest = hashlib.sha256(msgspec.json.encode([str(p) if p is not None else None for p in principal]))
-        return "auth:" + digest.hexdigest()[:16]  # the token itself is never a key nor in a receipt
+    if spec.kind == "instance" or (spec.kind == "auto" and not (isinstance(value, str) and value)):
+        return stdio_key if headers is None else "instance:" + stdio_key
     if value is None and headers is None:
         return stdio_key
     if not isinstance(value, str) or not value:
-        raise MissingStateKey(f"this gateway keys session state by {spec.describe()} under protocol "
-                              "2026-07-28; the request carries none (or not a non-empty string)")
-    return f"{spec.kind}:{value}"
+        raise KeyError_(f"this gateway keys session state by {spec.describe()} under protocol 2026-07-28; "
+                        "the request carries none (or not a non-empty string)")
+    return f"meta:{value}" if spec.kind == "auto" else f"{spec.kind}:{value}"
 
 
 def merge(derived: dict[str, Any], context: Mapping[str, Any], path: str = "$") -> dict[str, Any]:
