@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 ZC     := $(VENV)/bin/zc
 
-.PHONY: venv test docs demo distill bench bench-litellm tables clean
+.PHONY: venv lint test docs demo distill bench bench-litellm tables clean
 
 # one environment for everything the Makefile runs: the core, the tests and the docs site, training
 # (`distill`) and the transformer extra (torch pinned to the 2.13.0 CPU build by constraints.txt)

@@ -125,6 +125,8 @@ def create_app(pdp: PDP, *, pdp_url: str | None = None, api_key: str | None = No
               Route(ENDPOINTS["search_action_endpoint"], endpoint(pdp.search_action), methods=["POST"]),
               # answered when the mapping makes them answerable (listed in the discovery document
               # then); otherwise a 400 that says why
-              Route(ENDPOINTS["search_resource_endpoint"], endpoint(pdp.search_resource, True), methods=["POST"]),
-              Route(ENDPOINTS["search_subject_endpoint"], endpoint(pdp.search_subject, True), methods=["POST"])]
+              Route(ENDPOINTS["search_resource_endpoint"], endpoint(pdp.search_resource, True),
+                    methods=["POST"]),
+              Route(ENDPOINTS["search_subject_endpoint"], endpoint(pdp.search_subject, True),
+                    methods=["POST"])]
     return Instrumented(Starlette(routes=routes, exception_handlers={HTTPException: http_error}), meter)

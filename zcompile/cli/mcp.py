@@ -25,7 +25,8 @@ from .common import fail, load_policy, main, read_json
 @click.option("--deny", default="result", show_default=True, type=click.Choice(["result", "error", "opaque"]),
               help="A blocked call: a tool result with isError and the reasons, a JSON-RPC error, or "
                    "isError without a reason.")
-@click.option("--log-only", is_flag=True, help="Judge and record, but list every tool and forward every call.")
+@click.option("--log-only", is_flag=True, help="Judge and record, but list every tool and forward every "
+                                               "call.")
 @click.option("--state-key", default="auto", show_default=True,
               metavar="auto|meta:KEY|header:NAME|auth|instance",
               help="How a 2026-07-28 request names its session (auto: the token's principal, else "
@@ -95,7 +96,8 @@ def mcp_cmd(policy_path, servers, port, receipts_path, context_path, deny, log_o
     except ZcError as exc:
         fail(exc)
     where = f"http://127.0.0.1:{port}/mcp" if port is not None else "stdio"
-    click.echo(f"zc mcp: policy {policy.name}, {len(servers)} server(s), receipts {receipts_path}; {where}", err=True)
+    click.echo(f"zc mcp: policy {policy.name}, {len(servers)} server(s), receipts {receipts_path}; {where}",
+               err=True)
     if port is not None:
         click.echo(f"zc mcp: {gateway.key_announcement(authenticated=all(auth))}", err=True)
     try:

@@ -326,7 +326,8 @@ def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts
               help="Deadline of one request (504 past it).")
 @click.option("--max-body-bytes", default=4 * 1024 * 1024, show_default=True, type=click.IntRange(min=1),
               help="Larger request bodies are refused (413).")
-@click.option("--api-key-env", default=None, metavar="VAR", help="Environment variable holding the upstream's API key.")
+@click.option("--api-key-env", default=None, metavar="VAR",
+              help="Environment variable holding the upstream's API key.")
 @click.option("--client-keys", "client_keys_path", default=None, type=click.Path(dir_okay=False),
               metavar="FILE",
               help="Keys a client must present (Authorization: Bearer KEY): one `NAME KEY` a line.")
@@ -335,9 +336,9 @@ def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts
 @click.option("--insecure-no-client-keys", is_flag=True,
               help="Bind a non-loopback --host without client keys (anyone who reaches it spends the "
                    "upstream key).")
-def serve_cmd(policy_path, upstream, model, specialists, tiers_path, upstream_tier, extract_spec, receipts_path,
-              host, port, timeout_ms, max_body_bytes, api_key_env, client_keys_path, client_key_envs,
-              insecure_no_client_keys) -> None:
+def serve_cmd(policy_path, upstream, model, specialists, tiers_path, upstream_tier, extract_spec,
+              receipts_path, host, port, timeout_ms, max_body_bytes, api_key_env, client_keys_path,
+              client_key_envs, insecure_no_client_keys) -> None:
     """Serve an OpenAI-compatible chat-completions endpoint that offers the upstream only legal tools,
     answers locally when a rung is sure, and lets no illegal call reach the harness (docs/gateway.md)."""
     try:

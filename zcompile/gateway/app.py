@@ -132,7 +132,8 @@ class Gateway:
         if ex is not None:
             r = msgspec.structs.replace(r, meta={**r.meta, **ex.meta, "gateway": {
                 **ex.meta.get("gateway", {}), "upstream_requests": ex.sent, "usage": ex.usage,
-                "blocked": ex.blocked, **({"failure": ex.failure, "detail": ex.detail} if ex.failure else {})}})
+                "blocked": ex.blocked, **({"failure": ex.failure, "detail": ex.detail} if ex.failure
+                                          else {})}})
             ex.receipt = r
         if self._writer is not None:
             self._writer.append(r)
@@ -201,7 +202,8 @@ class Gateway:
         x_zc = {"receipt": ex.receipt.id, "rung": d.tier, "kind": d.kind, "action": d.action,
                 "legal": list(legal.actions), "offered": kept, "offer": sorted(can),
                 "stripped": {"undeclared": undeclared, "illegal": illegal},
-                "blocked": ex.blocked, "upstream_requests": ex.sent, "fallback": d.tier in ("fallback", "none")}
+                "blocked": ex.blocked, "upstream_requests": ex.sent,
+                "fallback": d.tier in ("fallback", "none")}
         done = functools.partial(replies.completion, self.model, x_zc=x_zc, cid=cid, created=created,
                                  usage=ex.usage)  # the upstream's tokens for this request, if it was asked
         if d.tier == self.upstream_tier and ex.message is not None:  # the upstream's own judged reply
@@ -362,8 +364,8 @@ def create_app(gateway: Gateway) -> Instrumented:
     def _decision(req: ChatRequest, sink: Callable[[bytes], None] | None, started: float,
                   client: str | None) -> asyncio.Future:
         context = contextvars.copy_context()  # each decision sets its own Exchange in its own copy
-        work = asyncio.get_running_loop().run_in_executor(gateway.workers, context.run, gateway.decide, req, sink,
-                                                          started, client)
+        work = asyncio.get_running_loop().run_in_executor(gateway.workers, context.run, gateway.decide, req,
+                                                          sink, started, client)
         # shielded: a decision still queued when the request answers 504 runs later all the same, so
         # that it leaves its receipt (one that answers nothing: see Gateway.decide)
         return asyncio.ensure_future(asyncio.wait_for(asyncio.shield(work), gateway.give_up_s))
@@ -427,8 +429,9 @@ def create_app(gateway: Gateway) -> Instrumented:
         body, ctype = gateway.metrics.exposition()
         return Response(body, media_type=ctype)
 
-    routes = [Route("/v1/chat/completions", chat, methods=["POST"]), Route("/chat/completions", chat, methods=["POST"]),
-              Route("/v1/models", models, methods=["GET"]), Route("/healthz", health, methods=["GET"]),
+    routes = [Route("/v1/chat/completions", chat, methods=["POST"]),
+              Route("/chat/completions", chat, methods=["POST"]), Route("/v1/models", models, methods=[
+                  "GET"]), Route("/healthz", health, methods=["GET"]),
               Route("/readyz", ready, methods=["GET"]), Route("/metrics", metrics, methods=["GET"])]
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_error})
     return Instrumented(app, gateway.metrics)

@@ -101,8 +101,8 @@ def parse(raw: bytes) -> ChatRequest:
     for key, value in (("intent", intent), ("task", task)):
         if value is not None and not isinstance(value, str):
             raise BadRequest(400, f"$.x_zc.{key}: expected a string", f"x_zc.{key}")
-    return ChatRequest(body, messages, tools, stream, model, intent, task or conversation_id(messages), choice,
-                       options)
+    return ChatRequest(body, messages, tools, stream, model, intent, task or conversation_id(messages),
+                       choice, options)
 
 
 def conversation_id(messages: list[dict[str, Any]]) -> str:

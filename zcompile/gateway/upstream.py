@@ -172,10 +172,11 @@ def add_usage(total: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
     for key, value in more.items():
         if isinstance(value, bool):
             continue
+        have = out.get(key)
         if isinstance(value, int):
-            out[key] = (out.get(key) if isinstance(out.get(key), int) else 0) + value
+            out[key] = (have if isinstance(have, int) else 0) + value
         elif isinstance(value, dict):
-            out[key] = add_usage(out.get(key) if isinstance(out.get(key), dict) else {}, value)
+            out[key] = add_usage(have if isinstance(have, dict) else {}, value)
     return out
 
 

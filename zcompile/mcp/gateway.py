@@ -22,6 +22,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..errors import ZcError
+from ..inputs import json_type
 from ..metrics import DoorMetrics
 from ..outdir import refuse_foreign_file
 from ..receipts import Receipt, ReceiptWriter

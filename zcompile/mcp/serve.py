@@ -34,18 +34,20 @@ class _PipeLines:
     LIMIT = 1 << 26  # the longest line (one JSON-RPC message) read
 
     def __init__(self, fd: int) -> None:
-        self._fd, self._reader = fd, None
+        self._fd = fd
+        self._reader: asyncio.StreamReader | None = None
 
     def __aiter__(self) -> _PipeLines:
         return self
 
     async def __anext__(self) -> str:
-        if self._reader is None:
+        reader = self._reader
+        if reader is None:
             loop = asyncio.get_running_loop()
-            self._reader = asyncio.StreamReader(limit=self.LIMIT)
+            reader = self._reader = asyncio.StreamReader(limit=self.LIMIT)
             pipe = os.fdopen(os.dup(self._fd), "rb", buffering=0)
-            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(self._reader), pipe)
-        line = await self._reader.readline()
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
+        line = await reader.readline()
         if not line:
             raise StopAsyncIteration
         return line.decode("utf-8", errors="replace")

@@ -56,7 +56,7 @@ def key_of(*, modern: bool, spec: StateKeySpec, session_id: str | None, headers:
 
     2025-11-25: the `Mcp-Session-Id` over HTTP, the connection (this process) over stdio.
     2026-07-28: the declared key (`spec`); over stdio a request without it is this process's agent;
-    over HTTP it is refused (KeyError_), never pooled with other agents' state. `auto` takes the
+    over HTTP it is refused (MissingStateKey), never pooled with other agents' state. `auto` takes the
     verified token's principal, else the request's `_meta` session key, else this gateway's one
     agent (`instance`, announced at start-up).
     """
@@ -79,8 +79,8 @@ def key_of(*, modern: bool, spec: StateKeySpec, session_id: str | None, headers:
     if value is None and headers is None:
         return stdio_key
     if not isinstance(value, str) or not value:
-        raise KeyError_(f"this gateway keys session state by {spec.describe()} under protocol 2026-07-28; "
-                        "the request carries none (or not a non-empty string)")
+        raise MissingStateKey(f"this gateway keys session state by {spec.describe()} under protocol "
+                              "2026-07-28; the request carries none (or not a non-empty string)")
     return f"meta:{value}" if spec.kind == "auto" else f"{spec.kind}:{value}"
 
 
