@@ -216,13 +216,13 @@ def render_text(rep: dict[str, Any]) -> str:
 
 # ---- HTML -------------------------------------------------------------------------------------------------
 @cache
-def _template():
+def _template(name: str = "report.html"):
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("zcompile.evals", "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
                              lstrip_blocks=True)
-    return env.get_template("report.html")
+    return env.get_template(name)
 
 
 def curve_geometry(rc: dict[str, Any], target: float | None, width: int = 560, height: int = 340) -> dict[str, Any] | None:
