@@ -40,7 +40,7 @@ fallback stop
 rule verified_only: forbid refund, cancel unless verified
 rule small_refund:  forbid refund when args.amount > 100
 tier specialist max_ms 5
-tier small      max_ms 20000 cost 1
+tier small      max_ms 60000 cost 1
 tier remote     cost 100
 route default: use small, remote
 """
@@ -64,7 +64,7 @@ def local(port: int | None = None, **kw) -> LocalTier:
         launch="smollm2",
         mode="json_object",
         name="small",
-        timeout_ms=20000,
+        timeout_ms=60000,
         max_tokens=48,
         threads=2,
         **kw,
@@ -171,7 +171,7 @@ def test_a_cold_tier_is_skipped_when_the_deadline_cannot_cover_its_load_then_loa
             assert "not resident: a cold load takes about 60000 ms" in small.detail and not cold.resident
             assert d.receipt.meta["rungs"][0]["outcome"] == "cold" and d.receipt.cost == 0.0
         cold.close()
-        cold = local(cold_ms=5000)  # within the tier's max_ms (20000): it is loaded, then asked
+        cold = local(cold_ms=5000)  # within the tier's max_ms (60000): it is loaded, then asked
         with Router(policy, tiers={"small": cold}) as router:
             first, second = router.decide(STATES[0]), router.decide(STATES[0])
         assert first.rungs[0].residency == "cold" and first.rungs[0].cold_ms > 0

@@ -18,11 +18,11 @@ from typing import Any
 from ..errors import ZcError
 from ..receipts import Receipt, ReceiptWriter
 from ..router import Router
-from ..router.router import _resident_answer
+from ..router.router import resident_answer
 from ..router.rung import SPECIALIST, Answer, Catalog, Offered, Resident, Step, timed
 from ..runtime import Policy
 from . import metrics
-from .replay import Seal, _row, risky_actions
+from .replay import Seal, replay_row, risky_actions
 
 FORMAT = "zc-arms/1"
 
@@ -104,10 +104,10 @@ def held_out(
     acceptable calls), and the arguments each receipt recorded; the first `limit` when given."""
     from ..qroute.dataset import Report, stream
     from ..router.shadow import receipt_arguments
-    from .report import _judge
+    from .report import receipts_judge
 
     paths = [str(p) for p in paths]
-    judge = _judge(paths, policy, Report(), 0)
+    judge = receipts_judge(paths, policy, Report(), 0)
     sealer = Seal(specialist.manifest, split, False)
     out, seen = [], Counter()
     for r, d in stream(paths, policy, Counter()):
@@ -157,7 +157,7 @@ def run(
             tally = _Tally()
             for d, recorded in _asked(arm, decisions, policy, specialists, tiers, declared, catalog, writer):
                 dec, d_, legal, latency_ms = d
-                row = _row(d_, dec, catalog, risky, recorded)
+                row = replay_row(d_, dec, catalog, risky, recorded)
                 _count(tally, row, dec, legal, risky, latency_ms)
         finally:
             if writer is not None:
@@ -209,7 +209,7 @@ def _asked(
         step = Step(None, d.state, Offered(declared), d.intent, None, catalog, d.candidates)
         started = time.perf_counter()
         ans = (
-            _resident_answer(rung, name, step, None)
+            resident_answer(rung, name, step, None)
             if isinstance(rung, Resident)
             else timed(rung, name, step, None)
         )
@@ -419,6 +419,6 @@ def plot(rep: dict[str, Any], width: int = 560, height: int = 340, pad: int = 48
 
 
 def render_html(rep: dict[str, Any]) -> str:
-    from .render import _template
+    from .render import template
 
-    return _template("arms.html").render(rep=rep, rows=table_rows(rep), plot=plot(rep))
+    return template("arms.html").render(rep=rep, rows=table_rows(rep), plot=plot(rep))

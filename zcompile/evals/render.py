@@ -216,7 +216,7 @@ def render_text(rep: dict[str, Any]) -> str:
 
 # ---- HTML -------------------------------------------------------------------------------------------------
 @cache
-def _template(name: str = "report.html"):
+def template(name: str = "report.html"):
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("zcompile.evals", "templates"),
@@ -301,7 +301,7 @@ def render_html(rep: dict[str, Any]) -> str:
               ["unseen tasks", str(rep["unseen_tasks"])], ["unseen decisions", str(rep["unseen_decisions"])]]
     rc = rep["risk_coverage"]
     asked = "legal set of two or more actions" if rep["policy"] else "every decision: no compiler rung"
-    return _template().render(
+    return template().render(
         rep=rep, title="zc eval: " + (rep["policy"]["name"] if rep["policy"] else rep["specialist"]["name"]),
         headline=_headline(rep), scope=_scope(rep), pairwise=_pairwise(rep), rungs=_table_rows(rep),
         none_fits=_none_fits_line(rep) if _pairwise(rep) else None, specialist_line=_specialist_line(rep),

@@ -335,7 +335,7 @@ class Router:
         covers its cold load (skipped with cause `cold` when it does not); the specialist's answer
         held to its declared `max_ms` when the router has a deadline."""
         if isinstance(rung, Resident):
-            return _resident_answer(rung, name, step, budget)
+            return resident_answer(rung, name, step, budget)
         ans = timed(rung, name, step, budget)
         limit = self._declared[SPECIALIST].max_ms if SPECIALIST in self._declared else None
         if (name == SPECIALIST and self.deadline_ms is not None and limit and ans.latency_ms > limit
@@ -418,7 +418,7 @@ def _replies_only(step: Step) -> Step:
     return dataclasses.replace(step, offer=frozenset(a for a in step.choices if a in step.catalog.replies))
 
 
-def _resident_answer(rung: Any, name: str, step: Step, budget: float | None) -> Answer:
+def resident_answer(rung: Any, name: str, step: Step, budget: float | None) -> Answer:
     """A resident rung asked as it is (`warm`); one that is not loaded first when `budget` covers its
     cold load (`cold`, its load's time recorded), else skipped with cause `cold` without waiting."""
     if rung.resident:
