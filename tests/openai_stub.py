@@ -61,7 +61,8 @@ def offered(body: dict) -> list[str]:
         return [t["function"]["name"] for t in body["tools"]]
     if "response_format" not in body:  # a chat request without tools (the gateway stripped them all)
         return []
-    schema = body["response_format"]["json_schema"]["schema"]
+    fmt = body["response_format"]  # OpenAI's json_schema form, or llama-cpp-python's json_object one
+    schema = fmt["schema"] if fmt.get("type") == "json_object" else fmt["json_schema"]["schema"]
     return list(schema["properties"]["action"]["enum"])
 
 

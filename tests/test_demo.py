@@ -35,6 +35,7 @@ def test_make_demo_in_a_fresh_clone_leaves_the_tree_clean(tmp_path):
     assert "split test: held-out" in out  # eval on the sealed test split
     assert "action: " in out and "legal: " in out  # zc route
     assert "zc serve: 1 request in " in out and "1 receipt in build/serve-receipts.jsonl" in out
+    assert "local model SmolLM2-135M-Instruct: cold load " in out and "warm decision " in out  # a real model
     assert ": make distill)" in out  # the one line that says how to distil it again
     # the headline, last (before make's own "Leaving directory"): the share taken off the expensive model
     last = [ln for ln in out.strip().splitlines() if not ln.startswith("make")][-1]

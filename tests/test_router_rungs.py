@@ -392,3 +392,36 @@ def test_a_task_that_is_not_a_string_is_refused_before_any_rung(policy, tmp_path
         with pytest.raises(zcompile.ZcError, match="started"):
             r.decide(S, started="now")
     assert sp.asked == 0 and not (tmp_path / "r.jsonl").read_text()
+
+
+class Slow(Rule):
+    """Fault injection: a specialist that takes `ms` before it answers."""
+
+    def __init__(self, ms, *args, **kw):
+        super().__init__(*args, **kw)
+        self.ms = ms
+
+    def decide(self, state, legal):
+        import time
+
+        time.sleep(self.ms / 1000)
+        return super().decide(state, legal)
+
+
+def test_a_specialist_past_its_declared_budget_abstains_with_cause_deadline(policy, tmp_path):
+    """`tier specialist max_ms 5`: with a deadline, an answer that took longer is not used; the next rung
+    is asked. Without a deadline (a replay) the same answer is used."""
+    slow = Slow(30, "lookup", {"order_id": "W1"})
+    small = TextTier()
+    with Router(policy, specialists=slow, tiers={"small": small}, deadline_ms=5000,
+                receipts=tmp_path / "r.jsonl") as r:
+        d = r.decide(S)
+    first = d.rungs[0]
+    assert (first.rung, first.cause, first.action) == ("specialist", "deadline", "lookup")
+    assert "past its budget (tier specialist max_ms 5)" in first.detail and first.latency_ms >= 30
+    assert d.tier == "small" and d.receipt.meta["rungs"][0]["outcome"] == "deadline"
+    d = Router(policy, specialists=slow).decide(S)
+    assert (d.tier, d.kind, d.arguments) == ("specialist", "call", {"order_id": "W1"})
+    # an abstention past the budget keeps its own cause
+    d = Router(policy, specialists=Slow(30, None), deadline_ms=5000).decide(S)
+    assert d.rungs[0].cause == "below_threshold"

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from . import mcp, pdp, policy, qroute, receipts, tools  # noqa: F401  (each registers its commands on `main`)
+# each registers its commands on `main`
+from . import local, mcp, pdp, policy, qroute, receipts, tools  # noqa: F401
 from .common import ZcError, fail, main, progress
 
 __all__ = ["main", "progress", "run"]

@@ -283,9 +283,13 @@ def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts
                     deadline_ms=deadline_ms) as router:
             d = router.decide(state, intent)
     except ZcError as exc:
+        for tier in tiers.values():
+            tier.close()
         if state_path != "-" and isinstance(exc, StateError):
             exc = ZcError(f"{state_path}: {exc}")
         fail(exc)
+    for tier in tiers.values():  # a local model server zc started stops here
+        tier.close()
     if as_json:
         click.echo(msgspec.json.encode({"action": d.action, "tier": d.tier, "confidence": d.confidence,
                                         "kind": d.kind, "arguments": d.arguments, "text": d.text,
@@ -301,6 +305,9 @@ def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts
     click.echo("legal: " + ", ".join(d.legal.actions))
     for r in d.rungs:
         extra = f" {r.action}" if r.action else ""
+        if r.residency is not None:
+            extra += f" [{r.residency}" + (f", cold load {r.cold_ms:.0f} ms]" if r.cold_ms is not None
+                                           else "]")
         click.echo(f"  {r.tier:<12} {r.outcome}{extra} {r.latency_ms:.2f} ms {r.detail}".rstrip())
 
 
@@ -336,9 +343,13 @@ def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts
 @click.option("--insecure-no-client-keys", is_flag=True,
               help="Bind a non-loopback --host without client keys (anyone who reaches it spends the "
                    "upstream key).")
+@click.option("--resident", multiple=True, metavar="NAME",
+              help="Load this tier (one with `launch` in tiers.toml) before serving, and keep it loaded; "
+                   "repeat for several. Other such tiers are loaded when a decision's deadline covers "
+                   "their cold load.")
 def serve_cmd(policy_path, upstream, model, specialists, tiers_path, upstream_tier, extract_spec,
               receipts_path, host, port, timeout_ms, max_body_bytes, api_key_env, client_keys_path,
-              client_key_envs, insecure_no_client_keys) -> None:
+              client_key_envs, insecure_no_client_keys, resident) -> None:
     """Serve an OpenAI-compatible chat-completions endpoint that offers the upstream only legal tools,
     answers locally when a rung is sure, and lets no illegal call reach the harness (docs/gateway.md)."""
     try:
@@ -367,6 +378,13 @@ def serve_cmd(policy_path, upstream, model, specialists, tiers_path, upstream_ti
                           client_keys=client_keys)
     except ZcError as exc:
         fail(exc)
+    try:
+        for name, ms in gateway.router.preload(resident).items():
+            click.echo(f"zc serve: tier `{name}` resident ({gateway.router.tiers[name].model}, cold load "
+                       f"{ms:.0f} ms)", err=True)
+    except ZcError as exc:
+        gateway.close()
+        fail(exc)
     text = gateway.router.text_tier
     click.echo(f"zc serve: policy {policy.name}, upstream {upstream} ({model}) as tier "
                f"`{gateway.upstream_tier}`, "
@@ -391,3 +409,51 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+@main.command("arms")
+@click.option("--policy", "policy_path", required=True, type=click.Path(), metavar="ARTIFACT",
+              help="The policy (.zcp, or a .zc source) the specialist was distilled for.")
+@click.option("--specialists", "specialist_dir", required=True, type=click.Path(file_okay=False),
+              metavar="DIR", help="The specialist: its manifest seals the held-out split; it is the "
+                                  "`specialist` arm.")
+@click.option("--receipts", "sources", multiple=True, required=True, type=click.Path(), metavar="PATH",
+              help="Receipts files or directories (repeat for more).")
+@click.option("--tiers", "tiers_path", default=None, type=click.Path(dir_okay=False), metavar="F",
+              help="tiers.toml: each tier is an arm alone (compiler-first and unfiltered) and after the "
+                   "specialist.")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="Only the first N held-out decisions.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), metavar="DIR",
+              help="Writes DIR/arms.json, DIR/arms.html and DIR/receipts/<arm>.jsonl (a new directory).")
+def arms_cmd(policy_path, specialist_dir, sources, tiers_path, limit, out_dir) -> None:
+    """Replay the held-out decisions (the specialist's sealed test split) through several arms side by
+    side: the specialist alone, each tier alone behind the compiler and unfiltered (every declared
+    action offered), the specialist then each tier. Per arm: success strict and acceptable with Wilson
+    intervals, warm p50, abstentions, dangerous and illegal selections, cold loads (docs/evaluation.md)."""
+    from ..evals import arms
+    from ..qroute import load_specialist
+
+    out = Path(out_dir)
+    tiers = {}
+    try:
+        if out.exists() and any(out.iterdir()):
+            raise ZcError(f"{out}: exists and is not empty: give a new directory")
+        policy = load_policy(policy_path)
+        sp = load_specialist(specialist_dir, policy)
+        if tiers_path is not None:
+            from ..tiers import load_tiers
+
+            tiers = load_tiers(tiers_path)  # arm tiers need not be declared by the policy
+        decisions = arms.held_out([*sources], policy, sp, limit=limit)
+        rep = arms.run(policy, decisions, arms.default_arms(list(tiers), True), specialists=[sp], tiers=tiers,
+                       receipts=out / "receipts")
+        (out / "arms.json").write_bytes(msgspec.json.format(msgspec.json.encode(rep), indent=2) + b"\n")
+        (out / "arms.html").write_text(arms.render_html(rep))
+    except ZcError as exc:
+        fail(exc)
+    finally:
+        for tier in tiers.values():
+            tier.close()
+    click.echo(arms.render_text(rep))
+    click.echo(f"wrote {out}/arms.json, {out}/arms.html, {out}/receipts/ ({len(rep['arms'])} arms)")

@@ -291,13 +291,13 @@ def render_text(rep: dict[str, Any]) -> str:
 
 # ---- HTML -------------------------------------------------------------------------------------------------
 @cache
-def _template():
+def template(name: str = "report.html"):
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("zcompile.evals", "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
                              lstrip_blocks=True)
-    return env.get_template("report.html")
+    return env.get_template(name)
 
 
 BLUE, ORANGE, GREEN, RED, GREY = "#1565c0", "#ef6c00", "#2e7d32", "#c62828", "#777"
@@ -486,7 +486,7 @@ def render_html(rep: dict[str, Any]) -> str:
     kinds = [k for k in ("calls", "replies") if k in rc and rc[k]["n"]]
     kind_lines_by = dict(zip(kinds, kind_lines(rep), strict=True))
     asked = "legal set of two or more actions" if rep["policy"] else "every decision: no compiler rung"
-    return _template().render(
+    return template().render(
         rep=rep, title="zc eval: " + (rep["policy"]["name"] if rep["policy"] else rep["specialist"]["name"]),
         headline=_headline(rep), scope=_scope(rep), pairwise=_pairwise(rep), rungs=_table_rows(rep),
         none_fits=_none_fits_line(rep) if _pairwise(rep) else None, specialist_line=_specialist_line(rep),

@@ -174,7 +174,7 @@ def replays(items: Iterable[tuple[Any, Any]], policy: Policy | None, specialist:
     catalog = Catalog(policy)
     risky = risky_actions(policy)
     for d, args in chain(first, items):
-        yield _row(d, ask(d), catalog, risky, args)
+        yield replay_row(d, ask(d), catalog, risky, args)
 
 
 def replay(decisions: Sequence[Any], policy: Policy | None, specialist: Any, *,
@@ -226,7 +226,7 @@ class _Policyless:
     legal_ms = 0.0
 
 
-def _row(d: Any, dec: Any, catalog: Catalog, risky: frozenset[str], recorded: Any) -> Replay:
+def replay_row(d: Any, dec: Any, catalog: Catalog, risky: frozenset[str], recorded: Any) -> Replay:
     sp = next((a for a in dec.rungs if a.rung == SPECIALIST), None)
     consulted = sp is not None and sp.cause != "skipped"
     answered = dec.tier in ("compiler", SPECIALIST) or dec.tier in _tier_names(dec)

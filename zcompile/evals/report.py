@@ -54,7 +54,7 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
     counts: Counter = Counter()
     sealer = Seal(m, split, allow_trained)
     shadows = metrics.Shadows()
-    judge = _judge(paths, policy, progress, length)
+    judge = receipts_judge(paths, policy, progress, length)
     floor = NoiseFloor(policy)
     received = stream(paths, policy, counts, skip_invalid=skip_invalid,
                       none_fits=getattr(specialist, "pairwise", False), report=progress,
@@ -122,7 +122,7 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
     return out
 
 
-def _judge(paths: Sequence[str], policy: Policy | None, progress: Any, length: int) -> Any:
+def receipts_judge(paths: Sequence[str], policy: Policy | None, progress: Any, length: int) -> Any:
     """The judge over every receipt of `paths`, keyed by (id, occurrence): the first pass (an invalid
     line is left out here; the second pass refuses it, or skips it too under --skip-invalid)."""
     from ..qroute.dataset import make_judge

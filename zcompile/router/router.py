@@ -27,6 +27,7 @@ from .rung import (
     Answer,
     Catalog,
     CompilerRung,
+    Resident,
     SpecialistRung,
     Step,
     abstain,
@@ -117,6 +118,9 @@ class Router:
         receipts: where each decision's receipt goes: a path (appended, JSON Lines), a
             `ReceiptWriter`, a callable taking a `Receipt`, or None.
         deadline_ms: overall budget per decision; rungs left when it runs out are skipped.
+        ladder: the rungs every decision walks, in place of the policy's routes (an arm of `zc arms`);
+            its tier names must be bound in `tiers`, and need not be declared by the policy (an
+            undeclared tier has no `max_ms` and no cost).
         shadow: specialists (as for `specialists`) asked beside the ladder on every decision with
             two or more legal actions; what they would have done goes into the receipt
             (`meta.shadow`), never into the decision.
@@ -124,18 +128,28 @@ class Router:
             outcomes reach it through `record_outcome`.
         complete: only complete answers (a checked call, a text reply) end the walk; a bare name
             is recorded and the next rung is asked (the gateway, `zc serve`, answers whole calls).
+
+    With `deadline_ms` (a router that runs against a clock, as `zc serve`'s always does) the policy's
+    `tier specialist max_ms N` is the specialist rung's budget: an answer that took longer, measured
+    around the rung, is not used (cause `deadline`) and the next rung is asked. Without a deadline
+    (`zc eval`'s replay, `zc route` without `--deadline-ms`) an answer is used whatever it took, so a
+    replay decides what it decides independent of this machine's load.
     """
 
     def __init__(self, policy: Policy, specialists: Any = None, tiers: Mapping[str, Any] | None = None,
                  receipts: str | Path | ReceiptWriter | Callable[[Receipt], None] | None = None,
                  deadline_ms: float | None = None, *, shadow: Any = None, monitor: Monitor | None = None,
-                 complete: bool = False) -> None:
+                 complete: bool = False, ladder: Sequence[str] | None = None) -> None:
         self.policy = policy
         self.complete = complete
         self.tiers = dict(tiers or {})
         declared = {t.name: t for t in policy.ir.tiers}
-        problem = next(filter(None, (undeclared_tier(policy, n) for n in self.tiers)), None)
-        if problem:
+        self._ladder = None if ladder is None else tuple(ladder)
+        if self._ladder is not None:  # an experiment's ladder (`zc arms`): its tiers need not be declared
+            unbound = [n for n in self._ladder if n != SPECIALIST and n not in self.tiers]
+            if unbound:
+                raise ZcError(f"ladder: rung `{unbound[0]}` is neither `{SPECIALIST}` nor a bound tier")
+        elif problem := next(filter(None, (undeclared_tier(policy, n) for n in self.tiers)), None):
             raise ZcError(problem)
         self._declared = declared
         self.deadline_ms = deadline_ms
@@ -185,6 +199,8 @@ class Router:
 
     def ladder(self, legal: LegalSet) -> tuple[str | None, tuple[str, ...]]:
         """(route name, rung names) for a legal set's state: the first holding route, else every rung."""
+        if self._ladder is not None:
+            return "ladder", self._ladder
         route = self.policy.route_of(legal)
         if route is not None:
             return route.name, route.tiers
@@ -306,8 +322,9 @@ class Router:
             elif handed and not rung.writes_text:
                 ans = _skipped(name, "handed on to a rung that writes text")
             else:
-                ans = timed(rung, name, _replies_only(step) if handoff else step, self._budget(name, left))
-                if name in self._tier_rungs:
+                ans = self._ask(rung, name, _replies_only(step) if handoff else step,
+                                self._budget(name, left))
+                if name in self._declared and name in self._tier_rungs and ans.cause != "cold":
                     cost += float(self._declared[name].cost or 0)
             answers.append(ans)
             if self._accepts(ans):
@@ -315,11 +332,43 @@ class Router:
             handed = handed or ans.cause == "handed_on"
         return answers, None, route_name, cost
 
+    def _ask(self, rung: Any, name: str, step: Step, budget: float | None) -> Answer:
+        """One rung's answer within `budget` seconds: a rung with residency loaded first when the budget
+        covers its cold load (skipped with cause `cold` when it does not); the specialist's answer
+        held to its declared `max_ms` when the router has a deadline."""
+        if isinstance(rung, Resident):
+            return resident_answer(rung, name, step, budget)
+        ans = timed(rung, name, step, budget)
+        limit = self._declared[SPECIALIST].max_ms if SPECIALIST in self._declared else None
+        if (name == SPECIALIST and self.deadline_ms is not None and limit and ans.latency_ms > limit
+                and (ans.answered or ans.cause == "handed_on")):
+            why = (f"answered in {ans.latency_ms:.2f} ms, past its budget (tier specialist max_ms "
+                   f"{limit:g}): the answer is not used")
+            ans = stamped(abstain("deadline", why, action=ans.action, confidence=ans.confidence,
+                                  model=ans.model),
+                          name, ans.latency_ms)
+        return ans
+
+    def preload(self, names: Collection[str]) -> dict[str, float]:
+        """Make the named tiers resident now (`zc serve --resident`): {name: milliseconds of its cold
+        load, 0 when it already was}. Raises ZcError for a name that is not a bound tier with residency,
+        or a load that fails."""
+        out = {}
+        for name in names:
+            rung = self._tier_rungs.get(name)
+            if not isinstance(rung, Resident):
+                why = "is not bound" if rung is None else "has no residency (zc does not start its server)"
+                raise ZcError(f"tier `{name}` {why}: only a tier with `launch` in tiers.toml can be kept "
+                              "resident")
+            out[name] = rung.load(None)
+        return out
+
     def _accepts(self, ans: Answer) -> bool:
         return ans.complete if self.complete else ans.answered
 
     def _budget(self, name: str, left: float | None) -> float | None:
-        declared = self._declared[name].max_ms if name in self._tier_rungs else None
+        declared = (self._declared[name].max_ms if name in self._tier_rungs and name in self._declared
+                    else None)
         budgets = [b for b in (declared / 1000 if declared else None, left) if b is not None]
         return min(budgets) if budgets else None
 
@@ -373,6 +422,30 @@ _ENCODER = msgspec.json.Encoder()
 def _replies_only(step: Step) -> Step:
     """The step as the text tier sees it: only the legal reply actions are offered."""
     return dataclasses.replace(step, offer=frozenset(a for a in step.choices if a in step.catalog.replies))
+
+
+def resident_answer(rung: Any, name: str, step: Step, budget: float | None) -> Answer:
+    """A resident rung asked as it is (`warm`); one that is not loaded first when `budget` covers its
+    cold load (`cold`, its load's time recorded), else skipped with cause `cold` without waiting."""
+    if rung.resident:
+        ans = dataclasses.replace(timed(rung, name, step, budget), residency="warm")
+        if ans.cause not in ("timeout", "error"):
+            rung.note_warm(ans.latency_ms)
+        return ans
+    cold = rung.cold_ms
+    if budget is not None and budget * 1000 < cold:
+        why = f"not resident: a cold load takes about {cold:.0f} ms, {budget * 1000:.0f} ms left"
+        return dataclasses.replace(stamped(abstain("cold", why), name, 0.0), residency="cold")
+    started = time.perf_counter()
+    try:
+        load_ms = rung.load(budget)
+    except ZcError as exc:
+        ans = stamped(abstain("error", f"cold load failed: {exc}"), name,
+                      (time.perf_counter() - started) * 1000)
+        return dataclasses.replace(ans, residency="cold")
+    rest = None if budget is None else budget - (time.perf_counter() - started)
+    ans = stamped(timed(rung, name, step, rest), name, (time.perf_counter() - started) * 1000)
+    return dataclasses.replace(ans, residency="cold", cold_ms=load_ms)
 
 
 @functools.cache

@@ -25,7 +25,8 @@ import msgspec
 from ..tools import REPLY_TAG, policy_tools
 
 KINDS = ("call", "name", "reply", "abstain")
-CAUSES = ("below_threshold", "novel", "declined", "timeout", "illegal", "error", "skipped", "handed_on")
+CAUSES = ("below_threshold", "novel", "declined", "timeout", "illegal", "error", "skipped", "handed_on",
+          "cold", "deadline")
 SPECIALIST = "specialist"  # the rung name of the specialists in a policy's routes
 
 
@@ -43,10 +44,13 @@ class Answer:
         confidence: the rung's confidence, when it reports one.
         cause: why the rung abstained (`CAUSES`); None for an answer.
         detail: the cause in words, or a note on an answer.
-        latency_ms: wall-clock time of the rung.
+        latency_ms: wall-clock time of the rung (a cold load included).
         model: the model (or specialist) that answered.
         novelty: a specialist's distance of the state from its training data (None: not measured);
             past the specialist's cut it abstains with cause `novel`.
+        residency: for a rung with residency (`Resident`): "warm" (it was loaded) or "cold" (this
+            decision loaded it); None for other rungs.
+        cold_ms: the cold load this decision paid, in milliseconds (residency "cold").
     """
 
     kind: str
@@ -60,6 +64,8 @@ class Answer:
     latency_ms: float = 0.0
     model: str | None = None
     novelty: float | None = None
+    residency: str | None = None
+    cold_ms: float | None = None
 
     @property
     def answered(self) -> bool:
@@ -102,6 +108,10 @@ class Answer:
             out["novelty"] = self.novelty
         if self.detail:
             out["detail"] = self.detail
+        if self.residency is not None:
+            out["residency"] = self.residency
+        if self.cold_ms is not None:
+            out["cold_ms"] = round(self.cold_ms, 3)
         return out
 
 
@@ -113,7 +123,7 @@ def abstain(cause: str, detail: str = "", *, action: str | None = None, confiden
 def stamped(a: Answer, rung: str, latency_ms: float) -> Answer:
     """`a` with the rung's name and latency (dataclasses.replace, without its cost)."""
     return Answer(a.kind, rung, a.action, a.arguments, a.text, a.confidence, a.cause, a.detail, latency_ms,
-                  a.model, a.novelty)
+                  a.model, a.novelty, a.residency, a.cold_ms)
 
 
 class Catalog:
@@ -241,6 +251,25 @@ def bare(step: Step, action: str) -> str:
     if action not in step.catalog.replies and step.catalog.params.get(action) == ():
         return "call"
     return "name"
+
+
+@runtime_checkable
+class Resident(Protocol):
+    """A rung with residency: a model that must be loaded before it answers (`zcompile.tiers.LocalTier`).
+
+    `resident`: loaded now; `cold_ms`: what a load costs (measured, else declared); `load(timeout_s)`
+    loads it (blocking, at most `timeout_s`) and returns the milliseconds it took, raising ZcError when
+    it cannot; `note_warm(ms)` records the latency of an answer given while resident."""
+
+    @property
+    def resident(self) -> bool: ...
+
+    @property
+    def cold_ms(self) -> float: ...
+
+    def load(self, timeout_s: float | None = None) -> float: ...
+
+    def note_warm(self, ms: float) -> None: ...
 
 
 # ---- the compiler ------------------------------------------------------------------------------

@@ -22,12 +22,20 @@ class TierConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     base_url: str
     model: str
     timeout_ms: Positive = 4000.0
-    mode: Literal["tools", "json_schema"] = "tools"
+    mode: Literal["tools", "json_schema", "json_object"] = "tools"
     api_key_env: str | None = None
     temperature: Annotated[float, msgspec.Meta(ge=0)] = 0.0
     max_tokens: Annotated[int, msgspec.Meta(ge=1)] = 64
     system_prompt: str | None = None
     extra_body: dict[str, Any] | None = None
+    # a server zc starts itself (zcompile.tiers.local): `smollm2` (the packaged model) or a GGUF path,
+    # its declared cold-load cost and warm latency (until measured), and llama.cpp's threads
+    launch: str | None = None
+    cold_ms: Positive | None = None
+    warm_ms: Positive | None = None
+    threads: Annotated[int, msgspec.Meta(ge=1)] | None = None
+
+LAUNCH_ONLY = ("cold_ms", "warm_ms", "threads")
 
 
 def _config_error(file: str, where: str, table: dict, exc: msgspec.ValidationError) -> ZcError:
@@ -53,6 +61,17 @@ def _nesting(value: Any) -> int:
             deepest = max(deepest, depth + 1)
             todo.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
     return deepest
+
+
+def _tier(name: str, cfg: TierConfig) -> OpenAITier:
+    kwargs = msgspec.structs.asdict(cfg)
+    if cfg.launch is None:
+        for key in ("launch", *LAUNCH_ONLY):
+            del kwargs[key]
+        return OpenAITier(name=name, **kwargs)
+    from .local import LocalTier
+
+    return LocalTier(name=name, **kwargs)
 
 
 def load_tiers(path: str | os.PathLike, policy: Any = None) -> dict[str, OpenAITier]:
@@ -91,11 +110,14 @@ def load_tiers(path: str | os.PathLike, policy: Any = None) -> dict[str, OpenAIT
             configs[name] = msgspec.convert(table, TierConfig, strict=True)
         except msgspec.ValidationError as exc:
             raise _config_error(file, where, table, exc) from None
+        extra = next((k for k in LAUNCH_ONLY if k in table), None)
+        if configs[name].launch is None and extra is not None:
+            raise ZcError(f'{file}: {where} key "{extra}" needs "launch" (a server zc starts itself)')
     tiers: dict[str, OpenAITier] = {}
     try:
         for name, cfg in configs.items():
             try:
-                tiers[name] = OpenAITier(name=name, **msgspec.structs.asdict(cfg))
+                tiers[name] = _tier(name, cfg)
             except ZcError as exc:
                 raise ZcError(f"{file}: [tiers.{name}] {str(exc).removeprefix(f'tier {name}: ')}") from None
     except ZcError:

@@ -10,7 +10,7 @@ from typing import Any
 from ..tools import signature_schema
 from .client import jsonable, loads, snippet
 
-MODES = ("tools", "json_schema")
+MODES = ("tools", "json_schema", "json_object")
 TOOL_NAME_MAX = 64  # OpenAI: tool names match ^[a-zA-Z0-9_-]{1,64}$
 _TOOL_NAME_OK = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _TOOL_NAME_BAD_CHAR = re.compile(r"[^A-Za-z0-9_-]")
@@ -22,6 +22,7 @@ DEFAULT_SYSTEM_PROMPT = (
 MODE_INSTRUCTION = {
     "tools": "Answer by calling the tool of the action you choose.",
     "json_schema": 'Answer with a JSON object {"action": "<one of the offered actions>"}.',
+    "json_object": 'Answer with a JSON object {"action": "<one of the offered actions>"}.',
 }
 
 
@@ -95,17 +96,45 @@ class Offer:
         else:
             self.back = {}
             lines = [f"- {a}" + (f": {descriptions[a]}" if descriptions.get(a) else "") for a in legal]
-            props: dict[str, Any] = {"action": {"type": "string", "enum": list(legal)}}
-            if self.replies:
-                props["text"] = {"type": ["string", "null"], "description": REPLY_TEXT}
-            self.body = {"response_format": {"type": "json_schema", "json_schema": {
-                "name": "choice", "strict": True, "schema": {
-                    "type": "object", "properties": props,
-                    "required": list(props), "additionalProperties": False}}}}
+            self.body = {"response_format": response_format(mode, choice_schema(legal, self.replies, calls,
+                                                                                 schemas))}
         self.listing = "\n".join(lines)
 
 
 REPLY_TEXT = "the reply to the user, in full"
+
+
+def choice_schema(legal: tuple[str, ...], replies: frozenset[str], calls: dict[str, Any] | None,
+                  schemas: dict[str, Any]) -> dict[str, Any]:
+    """The JSON schema of an answer in the JSON modes: `{"action": <a legal action>}`, with `text` when a
+    reply action is legal. With `calls` (a rung's answer), also `anyOf` one branch per action that ties
+    the action to its `arguments`' schema (a reply to its `text`), so a server that turns the schema into
+    a grammar (llama.cpp) can only write a legal action with arguments of the right shape."""
+    props: dict[str, Any] = {"action": {"type": "string", "enum": list(legal)}}
+    if replies:
+        props["text"] = {"type": ["string", "null"], "description": REPLY_TEXT}
+    if calls is None:
+        return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+    props["arguments"] = {"type": "object"}
+    branches = []
+    for action in legal:
+        if action in replies:
+            extra = {"text": {"type": "string", "description": REPLY_TEXT}}
+        else:
+            extra = {"arguments": schemas.get(action) or parameters(False, calls.get(action))}
+        branches.append({"type": "object", "properties": {"action": {"const": action}, **extra},
+                         "required": ["action", *extra], "additionalProperties": False})
+    return {"type": "object", "properties": props, "required": ["action"], "anyOf": branches}
+
+
+def response_format(mode: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """`response_format` for a JSON mode: OpenAI's `json_schema` form (strict when the schema is a flat
+    object; `anyOf` is outside OpenAI's strict subset), or `json_object` with the schema beside it, the
+    form llama-cpp-python's server reads."""
+    if mode == "json_object":
+        return {"type": "json_object", "schema": schema}
+    return {"type": "json_schema", "json_schema": {"name": "choice", "strict": "anyOf" not in schema,
+                                                   "schema": schema}}
 
 
 def parameters(reply: bool, params: Any) -> dict[str, Any]:
@@ -185,7 +214,12 @@ def judge(reply: Any, offer: Offer) -> Reply:
     if not isinstance(action, str):
         raise Malformed(f'"action" is not a string: {snippet(json.dumps(action))}')
     said = obj.get("text") if isinstance(obj.get("text"), str) else None
-    return _verdict(action, offer, model, note, None, said if action in offer.replies else None)
+    if action in offer.replies:
+        return _verdict(action, offer, model, note, None, said)
+    arguments = obj.get("arguments")
+    if arguments is not None and not isinstance(arguments, dict):
+        raise Malformed('"arguments" is not a JSON object')
+    return _verdict(action, offer, model, note, arguments, None)
 
 
 def _verdict(action: str, offer: Offer, model: str | None, note: str, arguments: dict | None,

@@ -81,7 +81,8 @@ class OpenAITier:
         model: the model name sent in every request.
         timeout_ms: this tier's budget per call; a call gets min(timeout_ms, timeout_s).
         api_key_env: the environment variable holding the API key (sent as a Bearer token).
-        mode: "tools" or "json_schema".
+        mode: "tools", "json_schema" (OpenAI's `response_format`) or "json_object" (the JSON schema in
+            `response_format: {"type": "json_object", "schema": …}`, as llama-cpp-python's server takes it).
         temperature: sampling temperature (default 0).
         max_tokens: the cap on generated tokens.
         name: the tier's name (default: the model name).
