@@ -6,6 +6,7 @@ upstream received. Without the variables, no exporter (nor the SDK) is loaded.""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -196,3 +197,30 @@ def test_configured_reads_the_standard_variables(env, names):
 def test_configured_refuses_what_zc_does_not_set_up(env):
     with pytest.raises(ZcError, match="OTEL_"):
         tracing.configured(env)
+
+
+def test_zc_pdp_exports_request_and_decision_spans():
+    fix = ROOT / "tests" / "fixtures" / "authzen"
+    case = json.loads((fix / "todo.decisions.json").read_text())["evaluation"][0]
+    with Collector() as collector:
+        port = free_port()
+        proc = start(["pdp", "--policy", str(fix / "todo.zc"), "--mapping", str(fix / "todo.mapping.yaml"),
+                      "--port", str(port)], port, env=otel_env(collector.endpoint))
+        try:
+            r = httpx.post(f"http://127.0.0.1:{port}/access/v1/evaluation", json=case["request"], timeout=20,
+                           headers={"traceparent": TRACEPARENT})
+            assert r.status_code == 200 and r.json()["decision"] is case["expected"]
+            spans = collector.wait({"POST /access/v1/evaluation", "zc.decision"})
+        finally:
+            code, err, _ = stop(proc, signal.SIGTERM)
+        assert code == 0, err
+    server, decision = spans["POST /access/v1/evaluation"], spans["zc.decision"]
+    assert server["parent"] == PARENT_ID and server["kind"] == SPAN_KIND_SERVER
+    assert server["service"] == "zc-pdp"  # the default without OTEL_SERVICE_NAME
+    assert server["attributes"]["zc.door"] == "pdp"
+    assert server["attributes"]["http.response.status_code"] == 200
+    assert decision["parent"] == server["span_id"]
+    assert decision["attributes"] == {"zc.door": "pdp", "zc.endpoint": "/access/v1/evaluation",
+                                      "zc.action": case["request"]["action"]["name"],
+                                      "zc.decision": case["expected"]}
+    assert case["request"]["subject"]["id"] not in repr([s["attributes"] for s in collector.spans])
