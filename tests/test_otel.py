@@ -224,3 +224,55 @@ def test_zc_pdp_exports_request_and_decision_spans():
                                       "zc.action": case["request"]["action"]["name"],
                                       "zc.decision": case["expected"]}
     assert case["request"]["subject"]["id"] not in repr([s["attributes"] for s in collector.spans])
+
+
+def test_zc_mcp_http_exports_decision_and_server_call_spans(tmp_path):
+    """The parent is the call's `_meta.traceparent` (the HTTP request's span is its sibling, as the SDK
+    answers the call in a task of its own); the server receives the client span's context in
+    its own `_meta.traceparent`; a blocked call has no server span, and names its rule."""
+    log = tmp_path / "c.jsonl"
+    headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2026-07-28",
+               "mcp-method": "tools/call"}
+    modern = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+              "io.modelcontextprotocol/clientCapabilities": {}}
+
+    def call(name: str, args: dict[str, Any], trace: str) -> httpx.Response:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": name, "arguments": args, "_meta": {**modern, "traceparent": trace}}}
+        return httpx.post(f"http://127.0.0.1:{port}/mcp", json=body, timeout=20,
+                          headers={**headers, "mcp-name": name, "traceparent": trace})
+
+    with Collector() as collector:
+        port = free_port()
+        proc = start(["mcp", "--policy", str(ROOT / "tests/fixtures/mcp/reservations.zc"), "--server",
+                      f"{sys.executable} {ROOT / 'tests/mcp_servers/reservations.py'} --log {log}",
+                      "--receipts", str(tmp_path / "r.jsonl"), "--http", str(port)], port,
+                     env=otel_env(collector.endpoint))
+        try:
+            assert call("get_reservation", {"reservation_id": "SECRET42"}, TRACEPARENT).status_code == 200
+            spans = collector.wait({"POST /mcp", "zc.decision", "tools/call get_reservation"})
+            other = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
+            assert call("cancel", {"reservation_id": "X"}, other).status_code == 200
+        finally:
+            code, err, _ = stop(proc, signal.SIGTERM)
+        assert code == 0, err
+    server, decision, upstream = spans["POST /mcp"], spans["zc.decision"], spans["tools/call get_reservation"]
+    assert server["service"] == "zc-mcp" and server["attributes"]["zc.door"] == "mcp"
+    assert server["parent"] == PARENT_ID and server["kind"] == SPAN_KIND_SERVER
+    assert decision["parent"] == PARENT_ID and decision["trace_id"] == TRACE_ID
+    a = decision["attributes"]
+    assert a["zc.door"] == "mcp" and a["zc.action"] == "get_reservation" and a["zc.verdict"] == "allowed"
+    assert "get_reservation" in a["zc.legal"] and a["zc.blocked.rules"] == []
+    assert upstream["parent"] == decision["span_id"] and upstream["kind"] == SPAN_KIND_CLIENT
+    assert upstream["attributes"]["zc.outcome"] == "ok"
+    sent = json.loads(log.read_text().splitlines()[0])
+    assert sent["traceparent"] == f"00-{TRACE_ID}-{upstream['span_id']}-01"
+    blocked = [s for s in collector.spans if s["trace_id"] == "1" * 32]
+    deadline = time.monotonic() + 20
+    while len(blocked) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+        blocked = [s for s in collector.spans if s["trace_id"] == "1" * 32]
+    assert sorted(s["name"] for s in blocked) == ["POST /mcp", "zc.decision"]  # no server call
+    refused = next(s["attributes"] for s in blocked if s["name"] == "zc.decision")
+    assert refused["zc.verdict"] == "blocked" and "agents_cancel" in refused["zc.blocked.rules"]
+    assert "SECRET42" not in repr([s["attributes"] for s in collector.spans])
