@@ -36,6 +36,14 @@ PACKAGES = [("starlette / uvicorn / httpx", ("starlette", "uvicorn", "httpx")),
             ("onnxruntime / numpy", ("onnxruntime", "numpy"))]
 
 
+def _stack() -> str:
+    """The HTTP parser and event loop uvicorn picks (`auto`) in this environment."""
+    import importlib.util
+
+    parser = "httptools" if importlib.util.find_spec("httptools") else "its pure-Python h11 parser"
+    return parser + (" and uvloop" if importlib.util.find_spec("uvloop") else " on asyncio's own loop")
+
+
 def tool(name: str, **params: str) -> dict:
     return {"type": "function", "function": {"name": name, "description": f"the {name} tool", "parameters": {
         "type": "object", "properties": {p: {"type": t} for p, t in params.items()},
@@ -145,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
           for n in names), "",
         "*Inside zc serve* is the gateway's own `x-zc-latency-ms` header: from the start of the request "
         "handler to the reply built (body read, state, legal set, ladder, upstream call when forwarding, "
-        "receipt); the rest is HTTP in and out (uvicorn with its pure-Python h11 parser, Starlette).", "",
+        f"receipt); the rest is HTTP in and out (uvicorn with {_stack()}, Starlette).", "",
         f"Added by the proxy when forwarding: **{fwd[0] - direct[0]:,.0f} µs at p50, "
         f"{fwd[1] - direct[1]:,.0f} µs at p99** (the forwarded request also makes its own call to the same "
         f"stub). A locally answered request: {loc[0]:,.0f} µs p50 ({loc[0] / direct[0]:.2f}× a direct call "

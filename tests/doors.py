@@ -18,12 +18,15 @@ def free_port() -> int:
 
 
 def start(
-    args: list[str], port: int | None, *, stdin: int | None = None, timeout_s: float = 30
+    args: list[str], port: int | None, *, stdin: int | None = None, timeout_s: float = 30,
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen:
-    """`python -m zcompile ARGS` in the repository, stderr piped; with a port, returned once it accepts."""
+    """`python -m zcompile ARGS` in the repository, stderr piped; with a port, returned once it accepts.
+    `env`: the process's whole environment (default: this one's)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "zcompile", *args],
         cwd=ROOT,
+        env=env,
         stdin=stdin,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

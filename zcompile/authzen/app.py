@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from .. import tracing
 from ..gateway.body import read_body
 from ..gateway.request import BadRequest
 from ..metrics import DoorMetrics, Instrumented
@@ -35,7 +36,7 @@ ENDPOINTS = {"access_evaluation_endpoint": "/access/v1/evaluation",
 
 
 def create_app(pdp: PDP, *, pdp_url: str | None = None, api_key: str | None = None,
-               max_body_bytes: int = MAX_BODY_BYTES, timeout_s: float = TIMEOUT_S) -> Instrumented:
+               max_body_bytes: int = MAX_BODY_BYTES, timeout_s: float = TIMEOUT_S) -> Any:
     """The ASGI app serving `pdp` (with `GET /readyz` and Prometheus `GET /metrics`).
 
     Args:
@@ -76,7 +77,10 @@ def create_app(pdp: PDP, *, pdp_url: str | None = None, api_key: str | None = No
             try:
                 raw = await asyncio.wait_for(read_body(request, max_body_bytes), timeout_s)
                 body = body_object(raw)
-                result = await run_in_threadpool(fn, body) if threaded else fn(body)
+                with tracing.span("zc.decision", {"zc.door": "pdp", "zc.endpoint": request.url.path,
+                                                  **_traced(body)}) as span:
+                    result = await run_in_threadpool(fn, body) if threaded else fn(body)
+                    tracing.annotate(span, _verdicts(result))
             except (BadInput, BadRequest) as exc:
                 return text(exc.status, exc.message, headers)
             except TimeoutError:
@@ -129,4 +133,25 @@ def create_app(pdp: PDP, *, pdp_url: str | None = None, api_key: str | None = No
                     methods=["POST"]),
               Route(ENDPOINTS["search_subject_endpoint"], endpoint(pdp.search_subject, True),
                     methods=["POST"])]
-    return Instrumented(Starlette(routes=routes, exception_handlers={HTTPException: http_error}), meter)
+    app = Instrumented(Starlette(routes=routes, exception_handlers={HTTPException: http_error}), meter)
+    return tracing.traced(app, "pdp", frozenset(r.path for r in routes))
+
+
+def _traced(body: dict[str, Any]) -> dict[str, Any]:
+    """A request's span attributes: its action's name and how many evaluations it asks (no subject,
+    resource or context values)."""
+    action = body.get("action")
+    name = action.get("name") if isinstance(action, dict) else None
+    many = body.get("evaluations")
+    return {"zc.action": name if isinstance(name, str) else None,
+            "zc.evaluations": len(many) if isinstance(many, list) else None}
+
+
+def _verdicts(result: dict[str, Any]) -> dict[str, Any]:
+    """A response's span attributes: the decision, or how many of a batch permit."""
+    if isinstance(result.get("decision"), bool):
+        return {"zc.decision": result["decision"]}
+    many = result.get("evaluations")
+    if isinstance(many, list):
+        return {"zc.permitted": sum(1 for d in many if isinstance(d, dict) and d.get("decision") is True)}
+    return {}

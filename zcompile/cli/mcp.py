@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import click
@@ -104,7 +105,10 @@ def mcp_cmd(policy_path, servers, port, receipts_path, context_path, deny, log_o
         if port is None:
             anyio.run(run_stdio, gateway)
         else:
-            anyio.run(lambda: run_http(gateway, port, auth=settings, token_verifier=verifier))
+            # uvloop when installed (the `serve` extra), as uvicorn picks it for zc serve and zc pdp
+            uvloop = importlib.util.find_spec("uvloop") is not None
+            anyio.run(lambda: run_http(gateway, port, auth=settings, token_verifier=verifier),
+                      backend_options={"use_uvloop": uvloop})
     except ZcError as exc:
         fail(exc)
     except BaseExceptionGroup as group:  # a server failing to start, from inside the task group

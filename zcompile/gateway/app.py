@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from .. import tracing
 from ..errors import ZcError
 from ..metrics import DoorMetrics, Instrumented
 from ..receipts import Receipt, ReceiptWriter
@@ -161,7 +162,15 @@ class Gateway:
         """(HTTP status, JSON body, the text already streamed) for one validated request; runs in a
         worker thread. `sink` (a streamed request) takes the SSE events of the upstream's text as it
         arrives, before the decision is complete. `started`: the request's arrival
-        (`time.perf_counter()`); the deadline counts from it, time queued for a worker included."""
+        (`time.perf_counter()`); the deadline counts from it, time queued for a worker included.
+        Traced (when configured) as a `zc.decision` span, the upstream's requests inside it."""
+        with tracing.span("zc.decision", {"zc.door": "serve", "zc.policy": self.policy.name}) as span:
+            status, body, passed = self._decide(req, sink, started, client, span)
+            tracing.annotate(span, {"zc.status": status})
+            return status, body, passed
+
+    def _decide(self, req: ChatRequest, sink: Callable[[bytes], None] | None, started: float | None,
+                client: str | None, span: Any) -> tuple[int, dict[str, Any], str]:
         cid, created = replies.completion_id(), int(time.time())
         state, candidates = derive(req, self.extract)
         try:
@@ -204,6 +213,12 @@ class Gateway:
                 "stripped": {"undeclared": undeclared, "illegal": illegal},
                 "blocked": ex.blocked, "upstream_requests": ex.sent,
                 "fallback": d.tier in ("fallback", "none")}
+        tracing.annotate(span, {"zc.legal": list(legal.actions), "zc.legal.count": len(legal.actions),
+                                "zc.rung": d.tier, "zc.kind": d.kind, "zc.action": d.action,
+                                "zc.upstream_requests": ex.sent,
+                                "zc.blocked.actions": [b["action"] for b in ex.blocked],
+                                "zc.blocked.rules": sorted({r for b in ex.blocked
+                                                            for r in b.get("rules") or ()})})
         done = functools.partial(replies.completion, self.model, x_zc=x_zc, cid=cid, created=created,
                                  usage=ex.usage)  # the upstream's tokens for this request, if it was asked
         if d.tier == self.upstream_tier and ex.message is not None:  # the upstream's own judged reply
@@ -318,7 +333,7 @@ def _error(status: int, message: str, code: str, param: str | None = None) -> JS
     return JSONResponse(replies.error_body(status, message, code=code, param=param), status_code=status)
 
 
-def create_app(gateway: Gateway) -> Instrumented:
+def create_app(gateway: Gateway) -> Any:
     """The ASGI app serving `gateway`: `POST /v1/chat/completions`, `GET /v1/models`, `GET /healthz`,
     `GET /readyz`, `GET /metrics` (Prometheus)."""
 
@@ -434,5 +449,5 @@ def create_app(gateway: Gateway) -> Instrumented:
                   "GET"]), Route("/healthz", health, methods=["GET"]),
               Route("/readyz", ready, methods=["GET"]), Route("/metrics", metrics, methods=["GET"])]
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_error})
-    return Instrumented(app, gateway.metrics)
+    return tracing.traced(Instrumented(app, gateway.metrics), "serve", frozenset(r.path for r in routes))
 

@@ -44,6 +44,8 @@ def _config(target: Any, host: str, port: int, log_level: str) -> uvicorn.Config
         from .app import create_app
 
         app = create_app(target)
+    # loop and http left to "auto": uvloop and httptools when installed (the `serve` extra), else
+    # asyncio's loop and h11
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="off",
                           access_log=False, timeout_graceful_shutdown=GRACE_S)
 

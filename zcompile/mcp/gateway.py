@@ -21,6 +21,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from .. import tracing
 from ..errors import ZcError
 from ..inputs import json_type
 from ..metrics import DoorMetrics
@@ -108,6 +109,7 @@ class McpGateway:
             refuse_foreign_file(Path(receipts), "receipts file", is_receipts_file)
         self._writer = ReceiptWriter(receipts) if receipts is not None else None
         self.metrics = DoorMetrics("mcp")
+        tracing.setup("mcp")  # stdio too: the spans of each `tools/call`
         self.version = _version()
         self.server = _Server("zc-mcp", version=self.version, on_list_tools=self._list_tools,
                               on_call_tool=self._call_tool, on_subscriptions_listen=self._listen,
@@ -248,6 +250,19 @@ class McpGateway:
                                      cache_scope="private")
 
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        """A `tools/call`, traced (when configured) as a `zc.decision` span whose parent is the request's
+        `_meta.traceparent` (else its HTTP header), with the server's call inside it."""
+        if not tracing.enabled():
+            return await self._judged_call(ctx, params, None)
+        meta = _meta(ctx) or {}
+        headers = getattr(ctx.request, "headers", None)
+        carrier = meta if isinstance(meta.get("traceparent"), str) else dict(headers or {})
+        with tracing.span("zc.decision", {"zc.door": "mcp", "mcp.method.name": "tools/call",
+                                          "zc.action": params.name}, context=tracing.parent(carrier)) as span:
+            return await self._judged_call(ctx, params, span)
+
+    async def _judged_call(self, ctx: Any, params: types.CallToolRequestParams,
+                           span: Any) -> types.CallToolResult:
         started = time.perf_counter()
         name, args = params.name, dict(params.arguments or {})
         session = self._session(ctx)
@@ -266,6 +281,10 @@ class McpGateway:
                 self._receipt(session, ctx, "tools/call", {}, None, started, name=name, args=args,
                               error=str(exc))
                 raise MCPError(INTERNAL_ERROR, f"zc: {exc}; the call was not forwarded") from None
+            rules = sorted({r["rule"] for r in verdict["reasons"]})
+            tracing.annotate(span, {"zc.legal": list(before), "zc.legal.count": len(before),
+                                    "zc.verdict": "allowed" if verdict["allowed"] else "blocked",
+                                    "zc.blocked.rules": rules, "zc.log_only": self.log_only})
             if not verdict["allowed"]:
                 self.metrics.refused([r["rule"] for r in verdict["reasons"]])
             if not verdict["allowed"] and not self.log_only:
@@ -275,7 +294,16 @@ class McpGateway:
             meta = _meta(ctx)
             sent = time.perf_counter()
             try:
-                result = await up.call(upstream_name, args, _forwarded_meta(meta))
+                with tracing.span(f"tools/call {upstream_name}", {
+                        "mcp.method.name": "tools/call", "gen_ai.tool.name": upstream_name,
+                        "zc.server": up.spec.name}, kind="client") as call_span:
+                    try:  # the server's call carries this span's context in its `_meta.traceparent`
+                        forwarded = tracing.inject(_forwarded_meta(meta) or {})
+                        result = await up.call(upstream_name, args, forwarded)
+                    except UpstreamError as exc:
+                        tracing.failed(call_span, exc.outcome)
+                        raise
+                    tracing.annotate(call_span, {"zc.outcome": "tool_error" if result.is_error else "ok"})
                 self.metrics.upstream(time.perf_counter() - sent)
             except UpstreamError as exc:
                 self.metrics.upstream(time.perf_counter() - sent, exc.outcome)

@@ -165,7 +165,9 @@ def http_app(gateway: McpGateway, *, auth: Any = None, token_verifier: Any = Non
 
     app.add_route("/readyz", ready, methods=["GET"])
     app.add_route("/metrics", metrics, methods=["GET"])
-    return Instrumented(app, gateway.metrics)
+    from .. import tracing
+
+    return tracing.traced(Instrumented(app, gateway.metrics), "mcp", frozenset({"/mcp"}))
 
 
 async def run_http(gateway: McpGateway, port: int, *, auth: Any = None, token_verifier: Any = None) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import httpcore
 import httpx
 
+from .. import tracing
 from ..errors import ZcError
 from ..inputs import decode_json
 
@@ -63,6 +64,21 @@ class ChatClient:
             content = json.dumps(body, ensure_ascii=False, default=jsonable).encode()
         except (TypeError, ValueError) as exc:  # e.g. a non-JSON value in extra_body
             return "error", None, f"request not encodable: {exc}"
+        if not tracing.enabled():
+            return self._exchange(content, deadline, on_event, budget)
+        model = body.get("model") if isinstance(body.get("model"), str) else None
+        url = httpx.URL(self.url)
+        with tracing.span(f"chat {model}" if model else "chat", {
+                "gen_ai.operation.name": "chat", "gen_ai.request.model": model, "server.address": url.host,
+                "server.port": url.port, "zc.stream": on_event is not None}, kind="client") as span:
+            outcome, reply, detail = self._exchange(content, deadline, on_event, budget)
+            tracing.annotate(span, {"zc.outcome": outcome})
+            if outcome != "ok":
+                tracing.failed(span, outcome)
+            return outcome, reply, detail
+
+    def _exchange(self, content: bytes, deadline: float, on_event: Callable[[Any], None] | None,
+                  budget: float) -> tuple[str, Any, str]:
         try:
             status, raw = self._post(content, deadline, on_event)
         except _BadStream as exc:
@@ -91,8 +107,9 @@ class ChatClient:
     def _post(self, content: bytes, deadline: float,
               on_event: Callable[[Any], None] | None = None) -> tuple[int, bytes | list]:
         timeout = httpx.Timeout(max(deadline - time.perf_counter(), 0.001))  # each phase: the time left
-        with _until(deadline), self._client.stream("POST", self.url, content=content,
-                                                   timeout=timeout) as resp:
+        with _until(deadline), self._client.stream("POST", self.url, content=content, timeout=timeout,
+                                                   headers=tracing.inject({})) as resp:
+            tracing.annotate(tracing.current(), {"http.response.status_code": resp.status_code})
             sse = resp.headers.get("content-type", "").startswith("text/event-stream")
             if on_event is None or resp.status_code != 200 or not sse:
                 return resp.status_code, resp.read()
