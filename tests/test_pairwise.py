@@ -184,9 +184,8 @@ def test_pairwise_quantization_choice(tmp_path, monkeypatch):
 
 
 def _decision(k, label):
-    return LoggedDecision(f"d{k}", f"t{k}", (0.0, k), {"request": f"request {k}"}, None, None,
-                          ("a.one", "b.two"),
-                    label)
+    return LoggedDecision(id=f"d{k}", task=f"t{k}", order=(0.0, k), state={"request": f"request {k}"},
+                          root=None, intent=None, legal=("a.one", "b.two"), label=label)
 
 
 @pytest.mark.parametrize("fits, none, weight", [(10, 0, 1), (10, 10, 1), (9, 3, 3), (10, 4, 2), (100, 2, 5),

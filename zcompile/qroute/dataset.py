@@ -20,6 +20,7 @@ from ..errors import ZcError
 from ..receipts.candidates import Candidate, normalize
 from ..receipts.judge import Judge, canonical, lenient_actions
 from .manifest import DataFile, Split, Splits
+from .settings import MAX_DECISIONS
 
 SPLIT = (0.70, 0.15, 0.15)  # train / calibration / test, by task
 PARTS = ("train", "calibration", "test")
@@ -33,7 +34,7 @@ class Progress:
     bar: Callable[[Iterable, str, int], Iterable] = lambda it, label, n: it
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LoggedDecision:
     """One usable logged decision: the state (as logged and as validated), what was legal, what was right."""
 
@@ -180,10 +181,12 @@ def _decision(r: Any, i: int, policy: Any, described: dict, counts: Counter) -> 
         offer = frozenset(offer)
     arguments = getattr(r, "arguments", None)
     own = (label, canonical(arguments if arguments is not None else {})) if label is not None else None
-    return LoggedDecision(r.id, r.task, (r.ts if r.ts is not None else math.inf, i), r.state, root, r.intent,
-                    tuple(legal), label, r.action, r.gold, arguments,
-                    _shared(getattr(r, "candidates", None) or ()), tools, r.verified, offer,
-                    (own,) if own is not None else (), label, arguments)
+    return LoggedDecision(id=r.id, task=r.task, order=(r.ts if r.ts is not None else math.inf, i),
+                          state=r.state, root=root, intent=r.intent, legal=tuple(legal), label=label,
+                          teacher=r.action, gold=r.gold, arguments=arguments,
+                          candidates=_shared(getattr(r, "candidates", None) or ()), tools=tools,
+                          verified=r.verified, offer=offer, acceptable=(own,) if own is not None else (),
+                          target=label, target_arguments=arguments)
 
 
 def _shared(candidates: Any) -> tuple:
@@ -196,7 +199,6 @@ def _shared(candidates: Any) -> tuple:
 
 # ---- bounded memory: a seeded, task-stratified sample beyond a size limit ---------------------------
 
-MAX_DECISIONS = 50_000  # decisions held in memory (each ~15 KB with its argument candidates)
 
 
 @dataclass(frozen=True)

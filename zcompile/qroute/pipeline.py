@@ -42,32 +42,11 @@ from .manifest import MANIFEST_VERSION, Calibration, Calls, Gate, Manifest, Mode
 from .metrics import answer_right, call_figures, evaluate, grounding_figures, risky_actions, task_figures
 from .recipes import AUTO, ClassifierRecipe, TabularRecipe, fit_in_threads, recipe
 from .report import render
+from .settings import TARGET_ABSTENTION, Settings
 from .specialist import call_confidence
 from .threshold import DELTA, GUARANTEES, NEVER, UNITS, abstention_floor, choose
 
-FOLDS = 5
 MIN_GROUNDED = 30  # out-of-fold complete calls a grounding needs for a Platt scaling of its own
-TARGET_ABSTENTION = 0.85  # pairwise default: abstain where no offered action fits
-
-
-@dataclass
-class Settings:
-    """What the user chose (see `zc distill --help`)."""
-
-    model: str = "auto"
-    target_precision: float = 0.95
-    call_precision: float | None = None  # the calls' own target (and risky calls'); None: target_precision
-    guarantee: str = "ltt"
-    unit: str = "task"  # the unit of evidence τ is certified on: task or decision (`threshold.UNITS`)
-    target_abstention: float | None = None  # pairwise only
-    min_coverage: float = 0.0
-    seed: int = 0
-    folds: int = FOLDS
-    negatives: int = 3
-    skip_invalid: bool = False
-    options: dict[str, Any] = field(default_factory=dict)
-    max_decisions: int = D.MAX_DECISIONS  # beyond it, a seeded task-stratified sample (dataset.load_split)
-    engine: str = "local"  # featurisation: local or ray (engine.py)
 
 
 @dataclass
