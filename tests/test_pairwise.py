@@ -184,9 +184,8 @@ def test_pairwise_quantization_choice(tmp_path, monkeypatch):
 
 
 def _decision(k, label):
-    return LoggedDecision(f"d{k}", f"t{k}", (0.0, k), {"request": f"request {k}"}, None, None,
-                          ("a.one", "b.two"),
-                    label)
+    return LoggedDecision(id=f"d{k}", task=f"t{k}", order=(0.0, k), state={"request": f"request {k}"},
+                          root=None, intent=None, legal=("a.one", "b.two"), label=label)
 
 
 @pytest.mark.parametrize("fits, none, weight", [(10, 0, 1), (10, 10, 1), (9, 3, 3), (10, 4, 2), (100, 2, 5),
@@ -276,10 +275,10 @@ def test_pipeline_chooses_pairwise_tau_above_the_abstention_floor():
     assert (th.tau, th.n, th.calibration_answered, th.calibration_correct) == (pytest.approx(0.94), 12, 6, 6)
     assert (th.source, th.calibration_none_fits, th.calibration_abstained) == ("calibration split", 40, 39)
     assert th.calibration_abstention_lower_bound == pytest.approx(stats.lower_bound(39, 40))
-    assert fig["abstention_certified"] is True and fig["none_fits"] == 40
+    assert fig.abstention_certified is True and fig.none_fits == 40
     th, fig = threshold(0.85, k=17)  # 5 decisions where none fits cannot certify 0.85
     assert (th.tau, th.n, th.calibration_answered, th.calibration_abstained) == (NEVER, 12, 0, 5)
-    assert "12 tasks, 12 decisions" in th.statement and fig["abstention_certified"] is False
+    assert "12 tasks, 12 decisions" in th.statement and fig.abstention_certified is False
 
 
 def test_gate_bounds_abstention_for_pairwise_specialists():

@@ -87,7 +87,7 @@ def test_features_are_written_in_float32_chunks_identical_to_rows(policy, receip
     x = E.Local().inputs(rec, parts, tmp_path, D.Progress())
     for p in D.PARTS:
         assert isinstance(x[p], np.memmap) and x[p].dtype == np.float32
-        rows = np.stack([rec.fz.row(d.root, d.legal) for d in parts[p]])
+        rows = np.stack([rec.featurizer.row(d.root, d.legal) for d in parts[p]])
         assert x[p].tobytes() == rows.tobytes()
     assert sorted(f.name.split("-")[0] for f in (tmp_path / ".features").iterdir()) == list(sorted(D.PARTS))
 

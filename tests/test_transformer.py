@@ -345,8 +345,8 @@ def test_parity_counts_decisions_not_raw_probabilities(policy):
     rec = TransformerRecipe(0, spec_for(policy.ir), {})
     acts = list(policy.actions)
     legal = [acts[:2], acts[:3], acts[1:3]]
-    ds = [LoggedDecision(str(i), "t", (0.0, i), {}, None, None, tuple(lg), lg[0]) for i,
-          lg in enumerate(legal)]
+    ds = [LoggedDecision(id=str(i), task="t", order=(0.0, i), state={}, root=None, intent=None,
+                         legal=tuple(lg), label=lg[0]) for i, lg in enumerate(legal)]
     A = len(acts)
 
     def raw(rows):

@@ -10,6 +10,7 @@ import msgspec
 
 from ..errors import ZcError
 from ..outdir import refuse_foreign_file, write_output
+from ..qroute.settings import DEFAULTS, TARGET_ABSTENTION
 from ..state import StateError
 from .common import fail, load_policy, main, progress, read_json, timed_steps
 
@@ -24,37 +25,41 @@ from .common import fail, load_policy, main, progress, read_json, timed_steps
               help="The specialist directory to write: created, or replaced only if it holds a specialist "
               "(anything else is refused). Written beside it first and swapped in whole.")
 @click.option("--model", type=click.Choice(["auto", "logistic", "mlp", "gbt", "transformer", "pairwise"]),
-              default="auto", show_default=True,
+              default=DEFAULTS.model, show_default=True,
               help="auto trains logistic, mlp and gbt and keeps the one the out-of-fold evidence ranks "
                    "first; transformer fine-tunes MiniLM-L6 (needs the `transformer` extra); pairwise "
                    "fine-tunes it to score (request, action description) pairs, for open action sets.")
-@click.option("--guarantee", type=click.Choice(["ltt", "conformal"]), default="ltt", show_default=True,
+@click.option("--guarantee", type=click.Choice(["ltt", "conformal"]), default=DEFAULTS.guarantee,
+              show_default=True,
               help="ltt: precision ≥ target with 95% confidence (Learn-then-Test); conformal: expected "
               "false-discovery rate ≤ 1 - target (conformal selection; needs fewer decisions, a weaker "
               "claim).")
-@click.option("--unit", type=click.Choice(["task", "decision"]), default="task", show_default=True,
+@click.option("--unit", type=click.Choice(["task", "decision"]), default=DEFAULTS.unit, show_default=True,
               help="The unit of evidence τ is certified on: task (tasks are exchangeable, decisions within "
                    "one are not; the statement holds for new tasks) or decision (the older, weaker claim for "
                    "new tasks).")
-@click.option("--folds", type=click.IntRange(2), default=5, show_default=True,
+@click.option("--folds", type=click.IntRange(2), default=DEFAULTS.folds, show_default=True,
               help="Task-grouped folds of cross-fitting (tabular models): every train and calibration "
                    "decision gets an out-of-fold score, τ is chosen on all of them.")
-@click.option("--negatives", type=click.IntRange(0), default=3, show_default=True,
+@click.option("--negatives", type=click.IntRange(0), default=DEFAULTS.negatives, show_default=True,
               help="pairwise: descriptions of other decisions' actions added per training decision as not "
               "fitting, half at random and half the most similar to the right one.")
-@click.option("--target-precision", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
-              show_default=True, help="Precision the abstention threshold must guarantee.")
-@click.option("--call-precision", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None,
+@click.option("--target-precision", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              default=DEFAULTS.target_precision, show_default=True,
+              help="Precision the abstention threshold must guarantee.")
+@click.option("--call-precision", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              default=DEFAULTS.call_precision,
               help="Precision the thresholds of complete calls (and of risky calls) must guarantee, where "
                    "the evidence supports less for calls than for replies [default: --target-precision].")
-@click.option("--target-abstention", type=click.FloatRange(0, 1, max_open=True), default=None,
+@click.option("--target-abstention", type=click.FloatRange(0, 1, max_open=True),
+              default=DEFAULTS.target_abstention,
               help="pairwise: share of the decisions where no offered action fits on which the specialist "
-                   "must abstain (95% lower bound; 0 turns the bound off) [default: 0.85].")
-@click.option("--min-coverage", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+                   f"must abstain (95% lower bound; 0 turns the bound off) [default: {TARGET_ABSTENTION:g}].")
+@click.option("--min-coverage", type=click.FloatRange(0, 1), default=DEFAULTS.min_coverage, show_default=True,
               help="Coverage the gate requires on the test split.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--skip-invalid", is_flag=True, help="Skip invalid receipt lines (counted) instead of "
-                                                   "refusing.")
+@click.option("--seed", type=int, default=DEFAULTS.seed, show_default=True)
+@click.option("--skip-invalid", is_flag=True, default=DEFAULTS.skip_invalid,
+              help="Skip invalid receipt lines (counted) instead of refusing.")
 @click.option("--epochs", type=click.FloatRange(0, min_open=True), default=None,
               help="transformer: passes over the training split [default: 3].")
 @click.option("--max-steps", type=click.IntRange(1), default=None,
@@ -76,10 +81,10 @@ from .common import fail, load_policy, main, progress, read_json, timed_steps
               help="transformer: the export. int8 fails the distillation when int8 decides unlike the "
                    "trained model on more than 0.5% of the test split; auto [default] then ships float32 "
                    "instead.")
-@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+@click.option("--engine", type=click.Choice(["local", "ray"]), default=DEFAULTS.engine, show_default=True,
               help="Featurisation: local, or ray (Ray Data over Parquet shards, on the cluster RAY_ADDRESS "
                    "names or a local instance; needs the `ray` extra; docs/scale.md).")
-@click.option("--max-decisions", type=click.IntRange(3), default=50_000, show_default=True,
+@click.option("--max-decisions", type=click.IntRange(3), default=DEFAULTS.max_decisions, show_default=True,
               help="Decisions held in memory; beyond it a seeded task-stratified sample of each split is "
                    "used (the split and its seal still cover every task; the report says so).")
 def distill_cmd(sources, policy_path, out, model, guarantee, unit, folds, negatives, target_precision,

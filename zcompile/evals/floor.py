@@ -13,13 +13,16 @@ than the teacher is consistent with itself.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
 
 from ..kinds import FieldKind
 from ..receipts.judge import accepts
+
+if TYPE_CHECKING:
+    from ..runtime import Policy
 
 BOOTSTRAP = 2000  # resamples of the states for the interval
 SEED = 0
@@ -37,7 +40,7 @@ def _get(state: Mapping[str, Any], path: str) -> Any:
 class NoiseFloor:
     """Decisions grouped by (task, structural state), added one at a time; `figures()` at the end."""
 
-    def __init__(self, policy: Any) -> None:
+    def __init__(self, policy: Policy | None) -> None:
         self.paths = ([f.path for f in policy.ir.fields if f.kind != FieldKind.TEXT] if policy is not None
                       else None)
         self.groups: dict[tuple[str, str], list[tuple[str, tuple]]] = {}

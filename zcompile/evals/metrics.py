@@ -9,7 +9,7 @@ import random
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,6 +19,9 @@ from ..receipts.judge import accepts
 from ..router.shadow import committed, label_of, record_right
 from .decisions import DecisionRow
 from .replay import Replay
+
+if TYPE_CHECKING:
+    from ..runtime import Policy
 
 SAMPLE = 1 << 20  # decisions whose timings and confidences are kept: exact figures up to this many
 
@@ -429,7 +432,7 @@ class Ledger:
                 "strict": {"correct": right, "precision": strict_p["rate"], "precision_ci": strict_p["ci"]},
                 "acceptable": {"correct": ok, "precision": acc_p["rate"], "precision_ci": acc_p["ci"]}}
 
-    def cost(self, policy: Any) -> dict[str, Any]:
+    def cost(self, policy: Policy | None) -> dict[str, Any]:
         """What sending everything to the teacher costs against the ladder: a teacher call is removed
         only by a complete, checked output (a bare name still needs the teacher for its arguments)."""
         n, removed, handed = self.n, self.removed, self.off[3]
@@ -505,7 +508,7 @@ def calls(rows: Iterable[Replay]) -> dict[str, Any]:
     return ledger(rows).calls()
 
 
-def cost(rows: Iterable[Replay], policy: Any) -> dict[str, Any]:
+def cost(rows: Iterable[Replay], policy: Policy | None) -> dict[str, Any]:
     """`Ledger.cost` of `rows`."""
     return ledger(rows).cost(policy)
 

@@ -20,8 +20,8 @@ from typing import Any
 from ..extras import require
 
 _API = {
-    "distill": ("pipeline", "distill"), "Settings": ("pipeline", "Settings"),
-    "Result": ("pipeline", "Result"), "TARGET_ABSTENTION": ("pipeline", "TARGET_ABSTENTION"),
+    "distill": ("pipeline", "distill"), "Settings": ("settings", "Settings"),
+    "Result": ("pipeline", "Result"), "TARGET_ABSTENTION": ("settings", "TARGET_ABSTENTION"),
     "load_specialist": ("loading", "load"), "Specialist": ("specialist", "Specialist"),
     "PairwiseSpecialist": ("pairwise", "PairwiseSpecialist"),
     "read_manifest": ("specialist", "read_manifest"), "LoggedDecision": ("dataset", "LoggedDecision"),

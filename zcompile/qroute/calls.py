@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..receipts.judge import accepts, strict
 from ..tools import REPLY_TAG, signature_schema
+
+if TYPE_CHECKING:
+    from ..runtime import Policy
 
 
 def params_schema(action: Any) -> dict[str, Any] | None:
@@ -16,7 +19,7 @@ def params_schema(action: Any) -> dict[str, Any] | None:
 class Signatures:
     """What a policy says about calls: which actions are text replies, which take which arguments."""
 
-    def __init__(self, policy: Any) -> None:
+    def __init__(self, policy: Policy | None) -> None:
         actions = policy.ir.actions if policy is not None else ()
         self.replies = frozenset(a.name for a in actions if REPLY_TAG in a.tags)
         self.params = {a.name: params_schema(a) for a in actions}

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
@@ -20,6 +20,10 @@ from ..errors import ZcError
 from ..receipts.candidates import Candidate, normalize
 from ..receipts.judge import Judge, canonical, lenient_actions
 from .manifest import DataFile, Split, Splits
+from .settings import MAX_DECISIONS
+
+if TYPE_CHECKING:
+    from ..runtime import Policy
 
 SPLIT = (0.70, 0.15, 0.15)  # train / calibration / test, by task
 PARTS = ("train", "calibration", "test")
@@ -33,7 +37,7 @@ class Progress:
     bar: Callable[[Iterable, str, int], Iterable] = lambda it, label, n: it
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LoggedDecision:
     """One usable logged decision: the state (as logged and as validated), what was legal, what was right."""
 
@@ -70,7 +74,7 @@ class Dataset:
     files: list[DataFile]
 
 
-def load(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid: bool = False,
+def load(paths: Sequence[str | Path], policy: Policy | None = None, *, skip_invalid: bool = False,
          none_fits: bool = False, report: Progress | None = None) -> Dataset:
     """Read and validate receipts into decisions; drop those judged wrong (`verified == false`).
 
@@ -89,7 +93,7 @@ def load(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid: bool 
     return Dataset([with_acceptable(d, judge) for d in out], counts, files)
 
 
-def make_judge(policy: Any) -> Any:
+def make_judge(policy: Policy | None) -> Any:
     """The judge of `policy`'s decisions: its side-effect-free and reply actions (strict without one)."""
     from ..tools import REPLY_TAG
 
@@ -122,7 +126,7 @@ def no_usable(counts: Counter) -> ZcError:
     return ZcError(f"no usable receipts: of {seen} read, " + ", ".join(why))
 
 
-def stream(paths: Sequence[str | Path], policy: Any, counts: Counter, *, skip_invalid: bool = False,
+def stream(paths: Sequence[str | Path], policy: Policy | None, counts: Counter, *, skip_invalid: bool = False,
            none_fits: bool = False, report: Progress | None = None, label: str = "reading receipts",
            length: int = 0) -> Iterator[tuple[Any, LoggedDecision | None]]:
     """`load` one receipt at a time: each valid receipt read with its decision (None: dropped, and
@@ -156,7 +160,7 @@ def _dropped(r: Any, none_fits: bool) -> str | None:
     return None
 
 
-def _decision(r: Any, i: int, policy: Any, described: dict, counts: Counter) -> LoggedDecision:
+def _decision(r: Any, i: int, policy: Policy | None, described: dict, counts: Counter) -> LoggedDecision:
     """The decision of receipt `r`, the `i`-th valid receipt read: the legal set computed once."""
     label = r.gold if r.gold is not None else r.action
     if policy is not None:
@@ -180,10 +184,12 @@ def _decision(r: Any, i: int, policy: Any, described: dict, counts: Counter) -> 
         offer = frozenset(offer)
     arguments = getattr(r, "arguments", None)
     own = (label, canonical(arguments if arguments is not None else {})) if label is not None else None
-    return LoggedDecision(r.id, r.task, (r.ts if r.ts is not None else math.inf, i), r.state, root, r.intent,
-                    tuple(legal), label, r.action, r.gold, arguments,
-                    _shared(getattr(r, "candidates", None) or ()), tools, r.verified, offer,
-                    (own,) if own is not None else (), label, arguments)
+    return LoggedDecision(id=r.id, task=r.task, order=(r.ts if r.ts is not None else math.inf, i),
+                          state=r.state, root=root, intent=r.intent, legal=tuple(legal), label=label,
+                          teacher=r.action, gold=r.gold, arguments=arguments,
+                          candidates=_shared(getattr(r, "candidates", None) or ()), tools=tools,
+                          verified=r.verified, offer=offer, acceptable=(own,) if own is not None else (),
+                          target=label, target_arguments=arguments)
 
 
 def _shared(candidates: Any) -> tuple:
@@ -196,7 +202,6 @@ def _shared(candidates: Any) -> tuple:
 
 # ---- bounded memory: a seeded, task-stratified sample beyond a size limit ---------------------------
 
-MAX_DECISIONS = 50_000  # decisions held in memory (each ~15 KB with its argument candidates)
 
 
 @dataclass(frozen=True)
@@ -269,7 +274,7 @@ Seen = tuple  # (task, ts, id, where, dropped): one valid receipt of pass 1; `wh
 # pass 2 (file index << 40 | line or Parquet row), `dropped` why distillation drops it (None: usable)
 
 
-def seen_locally(paths: Sequence[str | Path], policy: Any, skip_invalid: bool, none_fits: bool,
+def seen_locally(paths: Sequence[str | Path], policy: Policy | None, skip_invalid: bool, none_fits: bool,
                  stats: Any, report: Progress) -> Iterator[Seen]:
     """Pass 1 in this process: every receipt read and validated (`receipts.read`), in file order."""
     from ..receipts import read
@@ -280,7 +285,7 @@ def seen_locally(paths: Sequence[str | Path], policy: Any, skip_invalid: bool, n
         yield r.task, r.ts, r.id, (stats.files - 1) * (1 << 40) + stats.line, _dropped(r, none_fits)
 
 
-def load_split(paths: Sequence[str | Path], policy: Any = None, *, skip_invalid: bool = False,
+def load_split(paths: Sequence[str | Path], policy: Policy | None = None, *, skip_invalid: bool = False,
                none_fits: bool = False, limit: int = MAX_DECISIONS, seed: int = 0,
                report: Progress | None = None, scan: Callable[..., Iterator[Seen]] | None = None) -> Bounded:
     """Steps 1–2 in memory bounded by `limit` decisions: `load` and `split_by_task` when the files
@@ -479,9 +484,15 @@ def plain(v: Any) -> Any:
         return None
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
-    if isinstance(v, msgspec.Struct):
-        return plain(msgspec.to_builtins(v))
+    if isinstance(v, msgspec.Struct):  # numpy scalars within (figures' Structs) as numbers
+        return plain(msgspec.to_builtins(v, enc_hook=_item))
     return repr(v)
+
+
+def _item(v: Any) -> Any:
+    if type(v).__module__ == "numpy" and callable(getattr(v, "item", None)):
+        return v.item()
+    raise TypeError(f"cannot make {type(v).__name__} plain")
 
 
 def targets(pool: Sequence[LoggedDecision], replies: frozenset[str]) -> tuple[list[LoggedDecision], int]:

@@ -20,7 +20,7 @@ import os
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
@@ -29,12 +29,16 @@ from ..errors import ZcError
 from . import dataset as D
 from . import features as F
 
+if TYPE_CHECKING:
+    from ..runtime import Policy
+    from .recipes import Recipe
+
 ENGINES = ("local", "ray")
 BATCH = 4096  # decisions featurised at a time (one float32 chunk)
 RAY_BATCH = 1024  # receipts per Ray Data batch
 
 
-def make(name: str, paths: Sequence[str | Path], policy: Any, *, skip_invalid: bool = False,
+def make(name: str, paths: Sequence[str | Path], policy: Policy | None, *, skip_invalid: bool = False,
          none_fits: bool = False) -> Any:
     """The engine called `name` for these receipts (the Ray engine refuses files other than Parquet)."""
     if name == "local":
@@ -64,17 +68,18 @@ class Local:
 
     name = "local"
 
-    def inputs(self, rec: Any, parts: dict[str, list[D.LoggedDecision]], cdir: Path,
+    def inputs(self, rec: Recipe, parts: dict[str, list[D.LoggedDecision]], cdir: Path,
                report: D.Progress) -> dict[str, Any]:
-        if not hasattr(rec, "fz"):
+        fz = rec.featurizer
+        if fz is None:
             return {p: rec.inputs(report.bar(parts[p], f"{rec.reading} {p}", len(parts[p]))) for p in D.PARTS}
         out = {}
         for p in D.PARTS:
             ds = parts[p]
-            x = _matrix(scratch(cdir), p, len(ds), rec.fz.dim)
+            x = _matrix(scratch(cdir), p, len(ds), fz.dim)
             for start in report.bar(range(0, len(ds), BATCH), f"{rec.reading} {p}: {len(ds)} decisions, "
                                                               f"batches of {BATCH}", -(-len(ds) // BATCH)):
-                x[start:start + BATCH] = np.stack([rec.fz.row(d.root, d.legal)
+                x[start:start + BATCH] = np.stack([fz.row(d.root, d.legal)
                                                    for d in ds[start:start + BATCH]])
             out[p] = x
         return out
@@ -86,7 +91,7 @@ class Ray:
 
     name = "ray"
 
-    def __init__(self, paths: Sequence[str | Path], policy: Any, *, skip_invalid: bool,
+    def __init__(self, paths: Sequence[str | Path], policy: Policy | None, *, skip_invalid: bool,
                  none_fits: bool) -> None:
         from ..receipts import expand
         from ..receipts.io import is_parquet_file
@@ -100,7 +105,7 @@ class Ray:
         self.policy, self.skip_invalid, self.none_fits = policy, skip_invalid, none_fits
         self.sampling: D.Sampling | None = None
 
-    def scan(self, paths: Any, policy: Any, skip_invalid: bool, none_fits: bool, stats: Any,
+    def scan(self, paths: Any, policy: Policy | None, skip_invalid: bool, none_fits: bool, stats: Any,
              report: D.Progress) -> Iterator[D.Seen]:
         """Pass 1 of a bounded distillation (`dataset.load_split`) in Ray workers: every Parquet row
         validated there (`Scan`), the rows back in file order, addressed by file and row as the local
@@ -132,7 +137,7 @@ class Ray:
             raise ZcError("--engine ray: Ray Data read fewer rows than the shards hold; the Parquet shards "
                           "changed while distilling?")
 
-    def _refuse(self, k: int, n: int, policy: Any) -> None:
+    def _refuse(self, k: int, n: int, policy: Policy | None) -> None:
         """Raise the local reader's error for row `n` of file `k` (it read the rows before as valid)."""
         from ..receipts import read
 
@@ -141,13 +146,14 @@ class Ray:
         raise ZcError(f"{self.files[k]}:row {n}: refused in a Ray worker but valid here (a mismatched zc "
                       "or policy on the workers?)")
 
-    def inputs(self, rec: Any, parts: dict[str, list[D.LoggedDecision]], cdir: Path,
+    def inputs(self, rec: Recipe, parts: dict[str, list[D.LoggedDecision]], cdir: Path,
                report: D.Progress) -> dict[str, Any]:
-        if not hasattr(rec, "fz"):
+        fz = rec.featurizer
+        if fz is None:
             raise ZcError(f"--engine ray featurises tabular models (logistic, mlp, gbt), not `{rec.kind}`")
         ray = _ray()
         which = {d.task: p for p in D.PARTS for d in parts[p]}
-        out = {p: _matrix(scratch(cdir), p, len(parts[p]), rec.fz.dim) for p in D.PARTS}
+        out = {p: _matrix(scratch(cdir), p, len(parts[p]), fz.dim) for p in D.PARTS}
         filled = dict.fromkeys(D.PARTS, 0)
         for batch in report.bar(featurised(ray, self.files, self.policy, rec.spec, self.sampling,
                                            self.skip_invalid, self.none_fits), "featurising with Ray Data",
@@ -199,7 +205,7 @@ def _batches(ds: Any) -> Any:
                       "row and names a bad row") from None
 
 
-def scanned(ray: Any, files: list[str], policy: Any, none_fits: bool):
+def scanned(ray: Any, files: list[str], policy: Policy | None, none_fits: bool):
     """Batches of pass 1 (`Scan`) over every row of `files`, in file and row order."""
     ds = _shards(files)
     how = {"policy_ir": msgspec.msgpack.encode(policy.ir), "none_fits": none_fits}
@@ -246,8 +252,8 @@ class Scan:
         return {k: np.array(v, dtype=kinds.get(k, object)) for k, v in cols.items()}
 
 
-def featurised(ray: Any, files: list[str], policy: Any, spec: F.FeatureSpec, sampling: D.Sampling | None,
-               skip_invalid: bool, none_fits: bool):
+def featurised(ray: Any, files: list[str], policy: Policy | None, spec: F.FeatureSpec,
+               sampling: D.Sampling | None, skip_invalid: bool, none_fits: bool):
     """Batches {"id", "task", "x"} of the kept decisions of `files`, in file and row order."""
     import inspect
 

@@ -7,17 +7,17 @@ from typing import Any
 
 from .. import stats
 from .manifest import Gate, Threshold
+from .metrics import OofFigures
 from .threshold import NEVER
 
 
-def selection_key(threshold: Threshold, oof: dict[str, Any]) -> tuple[float, ...]:
+def selection_key(oof: OofFigures) -> tuple[float, ...]:
     """How `--model auto` ranks candidates, from non-test evidence only (the test split never
     chooses): certified or not, the out-of-fold coverage at the certified thresholds, then how well
     the out-of-fold confidence ranks correctness (lower AURC is better)."""
-    answered = oof.get("answered", threshold.calibration_answered)
-    certified = answered > 0
-    coverage = answered / oof["n"] if oof.get("n") else 0.0
-    return (float(certified), round(coverage, 6), -round(oof.get("aurc") or 1.0, 6))
+    certified = oof.answered > 0
+    coverage = oof.answered / oof.n if oof.n else 0.0
+    return (float(certified), round(coverage, 6), -round(oof.aurc or 1.0, 6))
 
 
 def gate(metrics: dict[str, Any], threshold: Threshold, min_coverage: float, max_ms: float | None,

@@ -6,13 +6,16 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from .features import FeatureSpec
 from .novelty import Novelty
 from .novelty import problem as novelty_problem
+
+if TYPE_CHECKING:
+    from ..runtime import Policy
 
 # 3: cross-fitted τ with a named guarantee (`Threshold.guarantee`, `.statement`, `.n`), `ArgumentModel`,
 # and `sha256` over the whole manifest (any edit is refused). 4: `Model.probes` (a tabular model's class
@@ -391,7 +394,7 @@ def _fields_problem(f: FeatureSpec) -> str | None:
     return None
 
 
-def check_against(m: Manifest, policy: Any, path: str) -> None:
+def check_against(m: Manifest, policy: Policy, path: str) -> None:
     """ZcError when a manifest trained for `policy` (same sha256) does not state its fields and actions."""
     from ..errors import ZcError
 

@@ -4,8 +4,9 @@ selections."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import msgspec
 import numpy as np
 
 from .. import stats
@@ -13,10 +14,79 @@ from ..receipts.candidates import GROUNDINGS
 from ..receipts.judge import accepts, strict
 from .dataset import LoggedDecision
 
+if TYPE_CHECKING:
+    from ..runtime import Policy
+
 RISKY_TAGS = frozenset({"destructive", "publish", "money", "credential"})
 
 
-def risky_actions(policy: Any) -> frozenset[str]:
+# The out-of-fold figures (`pipeline`): built as Structs, stored in the manifest's metrics as builtins
+# (`dataset.plain`), their fields in the order the manifest's JSON holds them.
+class GroundingFigures(msgspec.Struct, frozen=True):
+    """Out-of-fold complete calls of one grounding: how many and right, and at τ answered and right."""
+
+    calls: int
+    correct: int
+    precision_ci: list[float]
+    answered: int
+    answered_correct: int
+
+
+class WorstTask(msgspec.Struct, frozen=True):
+    """The task answered worst at τ (lowest precision, then most answers)."""
+
+    task: str
+    answered: int
+    correct: int
+    precision_ci: list[float]
+
+
+class TaskFigures(msgspec.Struct, frozen=True):
+    """Out-of-fold answers of one kind (calls, replies) at τ by task."""
+
+    tasks_answered: int
+    tasks_clean: int
+    worst: WorstTask | None
+
+
+class NameFigures(msgspec.Struct, frozen=True):
+    """Step 7's out-of-fold figures of a specialist that answers names only."""
+
+    n: int
+    source: str
+    answered: int
+    correct: int
+    lower_bound: float
+    ece: float
+    aurc: float
+    none_fits: int
+    abstained_where_none_fits: int
+    abstention_certified: bool
+
+
+class CallFigures(msgspec.Struct, frozen=True):
+    """Step 7's out-of-fold figures of a specialist that answers complete calls and replies."""
+
+    n: int
+    source: str
+    answered: int
+    correct: int
+    strict_correct: int
+    lower_bound: float
+    calls_complete: int
+    risky_calls_complete: int
+    names_incomplete: int
+    replies: int
+    ece: float
+    aurc: float
+    grounding: dict[str, GroundingFigures]
+    tasks: dict[str, TaskFigures]
+
+
+OofFigures = NameFigures | CallFigures
+
+
+def risky_actions(policy: Policy | None) -> frozenset[str]:
     if policy is None:
         return frozenset()
     return frozenset(a.name for a in policy.ir.actions if RISKY_TAGS & set(a.tags))
@@ -120,22 +190,22 @@ def call_figures(answers: Sequence[Any], decisions: Sequence[LoggedDecision], si
 
 
 def grounding_figures(grounded: np.ndarray, is_call: np.ndarray, correct: np.ndarray,
-                       answered: np.ndarray) -> dict[str, Any]:
+                       answered: np.ndarray) -> dict[str, GroundingFigures]:
     """Out-of-fold complete calls by the grounding of their arguments: how many, how many right, and
     at τ how many answered and right."""
-    out: dict[str, Any] = {}
+    out: dict[str, GroundingFigures] = {}
     for g in GROUNDINGS:
         m = is_call & (grounded == g)
         if m.any():
             k, n, ka, na = (int((m & correct).sum()), int(m.sum()), int((m & answered & correct).sum()),
                             int((m & answered).sum()))
-            out[g] = {"calls": n, "correct": k, "precision_ci": list(stats.wilson(k, n)),
-                      "answered": na, "answered_correct": ka}
+            out[g] = GroundingFigures(calls=n, correct=k, precision_ci=list(stats.wilson(k, n)), answered=na,
+                                      answered_correct=ka)
     return out
 
 
 def task_figures(tasks: np.ndarray, is_call: np.ndarray, is_reply: np.ndarray, correct: np.ndarray,
-                  answered: np.ndarray) -> dict[str, Any]:
+                  answered: np.ndarray) -> dict[str, TaskFigures]:
     """Out-of-fold answers at τ by task, for calls and for replies: tasks answered, tasks clean (every
     answer right), and the worst task (lowest precision, then most answers) with its Wilson interval."""
     out = {}
@@ -145,8 +215,9 @@ def task_figures(tasks: np.ndarray, is_call: np.ndarray, is_reply: np.ndarray, c
             per.setdefault(str(t), [0, 0])[0] += bool(ok)
             per[str(t)][1] += 1
         worst = min(per.items(), key=lambda kv: (kv[1][0] / kv[1][1], -kv[1][1], kv[0]), default=None)
-        out[what] = {"tasks_answered": len(per), "tasks_clean": sum(k == n for k, n in per.values()),
-                     "worst": None if worst is None else {
-                         "task": worst[0], "answered": worst[1][1], "correct": worst[1][0],
-                         "precision_ci": list(stats.wilson(worst[1][0], worst[1][1]))}}
+        out[what] = TaskFigures(
+            tasks_answered=len(per), tasks_clean=sum(k == n for k, n in per.values()),
+            worst=None if worst is None else WorstTask(
+                task=worst[0], answered=worst[1][1], correct=worst[1][0],
+                precision_ci=list(stats.wilson(worst[1][0], worst[1][1]))))
     return out

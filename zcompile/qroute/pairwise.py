@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from ..errors import ZcError
 from ..tools import tool_schemas
 from .render import TEXT_CHARS, Renderer
 from .specialist import Answer, encode_batch, load_tokenizer, open_verified
+
+if TYPE_CHECKING:
+    from ..runtime import Policy
 
 DESCRIBE_VERSION = 1
 FIT = "fit"  # the class whose probability scores a pair
@@ -108,7 +111,8 @@ class PairwiseSpecialist:
 
     pairwise = True  # the router passes it the offered tools
 
-    def __init__(self, directory: str | Path, policy: Any = None, *, threads: int | None = None) -> None:
+    def __init__(self, directory: str | Path, policy: Policy | None = None, *,
+                 threads: int | None = None) -> None:
         self.manifest, self._session, self.threads = open_verified(directory, policy, threads)
         m = self.manifest
         if m.model.kind != "pairwise" or m.model.text is None:

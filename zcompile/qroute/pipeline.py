@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
@@ -39,35 +39,27 @@ from .calibrate import fit_platt
 from .calls import Signatures, argument_examples, call_outputs, fit_arguments
 from .gate import gate, selection_key
 from .manifest import MANIFEST_VERSION, Calibration, Calls, Gate, Manifest, Model, Threshold, decode, encode
-from .metrics import answer_right, call_figures, evaluate, grounding_figures, risky_actions, task_figures
-from .recipes import AUTO, ClassifierRecipe, TabularRecipe, fit_in_threads, recipe
+from .metrics import (
+    CallFigures,
+    NameFigures,
+    OofFigures,
+    answer_right,
+    call_figures,
+    evaluate,
+    grounding_figures,
+    risky_actions,
+    task_figures,
+)
+from .recipes import AUTO, ClassifierRecipe, Recipe, TabularRecipe, fit_in_threads, recipe
 from .report import render
+from .settings import TARGET_ABSTENTION, Settings
 from .specialist import call_confidence
 from .threshold import DELTA, GUARANTEES, NEVER, UNITS, abstention_floor, choose
 
-FOLDS = 5
+if TYPE_CHECKING:
+    from ..runtime import Policy
+
 MIN_GROUNDED = 30  # out-of-fold complete calls a grounding needs for a Platt scaling of its own
-TARGET_ABSTENTION = 0.85  # pairwise default: abstain where no offered action fits
-
-
-@dataclass
-class Settings:
-    """What the user chose (see `zc distill --help`)."""
-
-    model: str = "auto"
-    target_precision: float = 0.95
-    call_precision: float | None = None  # the calls' own target (and risky calls'); None: target_precision
-    guarantee: str = "ltt"
-    unit: str = "task"  # the unit of evidence τ is certified on: task or decision (`threshold.UNITS`)
-    target_abstention: float | None = None  # pairwise only
-    min_coverage: float = 0.0
-    seed: int = 0
-    folds: int = FOLDS
-    negatives: int = 3
-    skip_invalid: bool = False
-    options: dict[str, Any] = field(default_factory=dict)
-    max_decisions: int = D.MAX_DECISIONS  # beyond it, a seeded task-stratified sample (dataset.load_split)
-    engine: str = "local"  # featurisation: local or ray (engine.py)
 
 
 @dataclass
@@ -77,7 +69,25 @@ class Candidate:
     kind: str
     directory: Path
     manifest: Manifest
-    oof: dict[str, Any]
+    oof: OofFigures
+
+
+@dataclass(frozen=True)
+class Run:
+    """What every candidate of one distillation shares: the decisions (targets set), the policy, its
+    feature spec, the settings, the manifest's head, how many candidates there are, the progress sink,
+    the featurisation engine, and `shared`: argument models already fit on the same folds, inputs
+    already computed with the same feature spec and novelty models, by key."""
+
+    parts: dict[str, list[D.LoggedDecision]]
+    policy: Policy | None
+    spec: F.FeatureSpec
+    settings: Settings
+    head: dict[str, Any]
+    n_candidates: int
+    report: D.Progress
+    engine: Any
+    shared: dict[Any, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -99,8 +109,8 @@ def is_specialist_dir(path: Path) -> bool:
     return {"features", "model", "threshold", "splits"} <= set(head)
 
 
-def distill(paths: Sequence[str | Path], policy: Any, out: str | Path, settings: Settings | None = None, *,
-            report: D.Progress | None = None, name: str | None = None,
+def distill(paths: Sequence[str | Path], policy: Policy | None, out: str | Path,
+            settings: Settings | None = None, *, report: D.Progress | None = None, name: str | None = None,
             parts: dict[str, list[D.LoggedDecision]] | None = None) -> Result:
     """Run the ten steps and write `out/` (model.onnx, manifest.json, report.md, and the model's files).
 
@@ -133,26 +143,25 @@ def distill(paths: Sequence[str | Path], policy: Any, out: str | Path, settings:
                 counts=dict(counts), splits=splits, seed=s.seed)
     with staged(out, "specialist directory", is_specialist_dir) as work:
         candidates = []
-        # argument models by folds, inputs by feature spec: every candidate reuses them
-        shared: dict[Any, Any] = {}
+        run = Run(parts=parts, policy=policy, spec=spec, settings=s, head=head, n_candidates=len(kinds),
+                  report=report, engine=engine)
         for kind in kinds:
             if len(kinds) > 1:
                 report.step(f"== {kind}")
             (work / kind).mkdir()
-            c = _candidate(kind, work / kind, parts, policy, spec, s, head, len(kinds), report, shared,
-                           engine)
+            c = _candidate(kind, work / kind, run)
             c.manifest = msgspec.structs.replace(c.manifest, metrics=c.manifest.metrics | {"judge": judge})
             candidates.append(c)
-        best = max(candidates, key=lambda c: selection_key(c.manifest.threshold, c.oof))
+        best = max(candidates, key=lambda c: selection_key(c.oof))
         if len(kinds) > 1:
             report.step(f"   kept {best.kind} (out-of-fold evidence: " + ", ".join(
-                f"{c.kind} {c.oof['answered']}/{c.oof['n']} answered at the certified τ"
+                f"{c.kind} {c.oof.answered}/{c.oof.n} answered at the certified τ"
                 for c in candidates) + ")")
         manifest, text = _gate_and_write(best, work, policy, s, report)
     return Result(manifest, Path(out), text)
 
 
-def _targets(parts: dict[str, list[D.LoggedDecision]], policy: Any, engine: Any,
+def _targets(parts: dict[str, list[D.LoggedDecision]], policy: Policy | None, engine: Any,
              report: D.Progress) -> tuple[dict[str, list[D.LoggedDecision]], dict[str, Any]]:
     """Training targets from the judge (`dataset.targets`) for train and calibration, and what the
     report says of the judge. Test decisions keep the teacher's step as their label: the judge
@@ -172,7 +181,7 @@ def _targets(parts: dict[str, list[D.LoggedDecision]], policy: Any, engine: Any,
     return {"train": pool[:n_train], "calibration": pool[n_train:], "test": parts["test"]}, info
 
 
-def _validate(s: Settings, policy: Any) -> None:
+def _validate(s: Settings, policy: Policy | None) -> None:
     if not 0 < s.target_precision < 1:
         raise ZcError(f"--target-precision must be between 0 and 1, got {s.target_precision}")
     if s.call_precision is not None and not 0 < s.call_precision < 1:
@@ -201,21 +210,19 @@ def _warn_thin(parts: dict[str, list[D.LoggedDecision]], pairwise: bool, report:
                         "not measured")
 
 
-def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.LoggedDecision]], policy: Any,
-               spec: F.FeatureSpec, s: Settings, head: dict[str, Any], n_candidates: int, report: D.Progress,
-               shared: dict[bytes, Any], engine: Any = None) -> Candidate:
-    """Steps 3–8 for one recipe (`shared`: argument models already fit on the same folds and inputs
-    already computed with the same feature spec; `engine`: the featurisation engine, local by default)."""
-    rec = recipe(kind, s.seed, spec, policy, s.options, s.negatives)
+def _candidate(kind: str, cdir: Path, run: Run) -> Candidate:
+    """Steps 3–8 for one recipe, reusing what `run.shared` holds."""
+    parts, policy, s, report, shared = run.parts, run.policy, run.settings, run.report, run.shared
+    rec = recipe(kind, s.seed, run.spec, policy, s.options, s.negatives)
     sig = Signatures(policy)
     pool = parts["train"] + parts["calibration"]
     report.step(f"3/10 {rec.reading} ({kind})")
     rec.prepare(pool if rec.crossfit else parts["train"])
     # tabular: same spec, same rows
-    key = ("inputs", msgspec.msgpack.encode(rec.spec)) if hasattr(rec, "fz") else None
+    key = ("inputs", msgspec.msgpack.encode(rec.spec)) if rec.featurizer is not None else None
     x = shared.get(key) if key else None
     if x is None:  # scratch files beside the candidates' directories, removed with them
-        x = (engine or E.Local()).inputs(rec, parts, cdir.parent, report)
+        x = (run.engine or E.Local()).inputs(rec, parts, cdir.parent, report)
         if key:
             shared[key] = x
     else:
@@ -230,7 +237,7 @@ def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.LoggedDecision]], 
     report.step("5/10 exporting to ONNX and checking parity")
     test = parts["test"] or parts["train"]
     x_test = x["test"] if parts["test"] else x["train"]
-    pre = dict(head, features=getattr(rec, "spec", spec),
+    pre = dict(run.head, features=rec.spec,
                calibration=Calibration(rec.calibration_method, 1.0),
                threshold=Threshold(NEVER, s.target_precision, DELTA, 0, 0, 0.0), metrics={},
                gate=Gate(False, (), ("not evaluated",)))
@@ -241,13 +248,13 @@ def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.LoggedDecision]], 
                 + ("out-of-fold decisions" if rec.crossfit else "calibration-split decisions"))
     cal = rec.fit_calibration(oof_raw, oof)
     best, conf, _ = rec.confidence(oof_raw, oof, cal)
+    oof_figures: OofFigures
     if arguments is None:
-        threshold, oof_figures = _threshold(rec, best, conf, oof, s, n_candidates, report)
+        threshold, oof_figures = _threshold(rec, best, conf, oof, s, run.n_candidates, report)
         calls = None
     else:
         threshold, calls, oof_figures = _call_thresholds(best, conf, oof, sig, arguments,
-                                                         risky_actions(policy), s,
-                                                          n_candidates, report)
+                                                         risky_actions(policy), s, run.n_candidates, report)
     report.step("8/10 evaluating on the sealed test split")
     manifest = Manifest(**pre | dict(model=exported, calibration=cal, threshold=threshold, calls=calls,
                                      novelty=novelty))
@@ -267,7 +274,7 @@ def _candidate(kind: str, cdir: Path, parts: dict[str, list[D.LoggedDecision]], 
     return Candidate(kind, cdir, msgspec.structs.replace(manifest, metrics=D.plain(metrics)), oof_figures)
 
 
-def _novelty(rec: Any, x: dict[str, Any], folds: np.ndarray, pool: list[D.LoggedDecision],
+def _novelty(rec: Recipe, x: dict[str, Any], folds: np.ndarray, pool: list[D.LoggedDecision],
              report: D.Progress, shared: dict[Any, Any]) -> N.Novelty | None:
     """The novelty model of a cross-fitted tabular recipe, its cut chosen on the out-of-fold rows of
     train + calibration (`qroute.novelty`: the test split is not read); None for other recipes.
@@ -288,12 +295,12 @@ def _novel(sp: Any, x: np.ndarray) -> np.ndarray:
     return sp.novelty.many(x) > sp.novelty_cut
 
 
-def _train(rec: Any, parts: dict[str, list[D.LoggedDecision]], x: dict[str, Any], s: Settings,
+def _train(rec: Recipe, parts: dict[str, list[D.LoggedDecision]], x: dict[str, Any], s: Settings,
            report: D.Progress) -> tuple[Any, Any, list[D.LoggedDecision], np.ndarray]:
     """Step 4: the shipped model, out-of-fold raw scores (None: the calibration split is scored by
     the exported model later), the decisions they score, and each one's fold (-1: the holdout)."""
     pool = parts["train"] + parts["calibration"]
-    if rec.crossfit:
+    if isinstance(rec, TabularRecipe) and rec.crossfit:
         k = min(s.folds, len({d.task for d in pool}))
         report.step(f"4/10 training {rec.kind}: {k} task-grouped folds over {len(pool)} train + calibration "
                     "decisions, then a refit on all of them")
@@ -313,8 +320,8 @@ def _concat(a: Any, b: Any) -> Any:
     return np.concatenate([a, b]) if isinstance(a, np.ndarray) else list(a) + list(b)
 
 
-def crossfit(rec: Any, x: Any, pool: Sequence[D.LoggedDecision], folds: np.ndarray, report: D.Progress,
-             refit: bool = False) -> tuple[Any, Any]:
+def crossfit(rec: TabularRecipe, x: Any, pool: Sequence[D.LoggedDecision], folds: np.ndarray,
+             report: D.Progress, refit: bool = False) -> tuple[Any, Any]:
     """Out-of-fold raw scores: fold j's decisions are scored by a model fit on the other folds'
     tasks only (grouped K-fold by task, `dataset.task_folds`), so every decision has a score from a
     model that never saw its task. With `refit`, the model fit on all of `pool` as well (else None),
@@ -363,11 +370,12 @@ def _arguments(pool: list[D.LoggedDecision], folds: np.ndarray, sig: Signatures,
         lambda j: fit_arguments([e for es, f in zip(per, folds) if j is None or f != j for e in es], seed),
         jobs, report, "argument model fits")))
     final = fits.pop(None)
-    return Arguments(final, fits, folds[np.isin(folds, scored)])
+    by_fold = {j: m for j, m in fits.items() if j is not None}
+    return Arguments(final, by_fold, folds[np.isin(folds, scored)])
 
 
-def _threshold(rec: Any, best: list[str | None], conf: np.ndarray, oof: Sequence[D.LoggedDecision],
-               s: Settings, n_candidates: int, report: D.Progress) -> tuple[Threshold, dict[str, Any]]:
+def _threshold(rec: Recipe, best: list[str | None], conf: np.ndarray, oof: Sequence[D.LoggedDecision],
+               s: Settings, n_candidates: int, report: D.Progress) -> tuple[Threshold, NameFigures]:
     """Step 7 (names only): τ with the chosen guarantee on the out-of-fold confidences."""
     correct = rec.correct(best, oof)
     fits = np.array([d.label is not None for d in oof], dtype=bool)
@@ -387,10 +395,10 @@ def _threshold(rec: Any, best: list[str | None], conf: np.ndarray, oof: Sequence
                        target_abstention=a_target, calibration_none_fits=n_none,
                        calibration_abstained=abstained, calibration_abstention_lower_bound=stats.lower_bound(
                            abstained, n_none, delta))
-    figures = {"n": len(oof), "source": th.source, "answered": choice.answered, "correct": choice.correct,
-               "lower_bound": th.calibration_lower_bound, "ece": stats.ece(conf, correct.astype(float)),
-               "aurc": stats.aurc(conf, correct.astype(float)), "none_fits": n_none,
-               "abstained_where_none_fits": abstained, "abstention_certified": floor is not None}
+    figures = NameFigures(n=len(oof), source=th.source, answered=choice.answered, correct=choice.correct,
+                          lower_bound=th.calibration_lower_bound, ece=stats.ece(conf, correct.astype(float)),
+                          aurc=stats.aurc(conf, correct.astype(float)), none_fits=n_none,
+                          abstained_where_none_fits=abstained, abstention_certified=floor is not None)
     return th, figures
 
 
@@ -414,7 +422,7 @@ def _as_threshold(choice: Any, s: Settings, delta: float, source: str, target: f
 
 def _call_thresholds(best: list[str | None], conf: np.ndarray, oof: list[D.LoggedDecision], sig: Signatures,
                      arguments: Arguments, risky: frozenset[str], s: Settings, n_candidates: int,
-                     report: D.Progress) -> tuple[Threshold, Calls, dict[str, Any]]:
+                     report: D.Progress) -> tuple[Threshold, Calls, CallFigures]:
     """Step 7 with complete calls: the out-of-fold output of each decision (a reply, a complete call
     with arguments proposed by a model that never saw its task, or a name left incomplete); the
     call confidence calibrated as a whole; one τ for calls, one for calls of risky actions and one
@@ -439,9 +447,10 @@ def _call_thresholds(best: list[str | None], conf: np.ndarray, oof: list[D.Logge
                          for k, a, d in zip(kind, out.arguments, oof)])
     log_raw = np.log(np.clip(raw, 1e-12, 1.0))
     t, b = fit_platt(log_raw[is_call], correct[is_call]) if is_call.any() else (1.0, 0.0)
-    by_ground = {g: Calibration("platt", *fit_platt(log_raw[is_call & (grounded == g)],
-                                                    correct[is_call & (grounded == g)]))
-                 for g in GROUNDINGS if int((is_call & (grounded == g)).sum()) >= MIN_GROUNDED}
+    by_ground: dict[str, Calibration] = {
+        g: Calibration("platt", *fit_platt(log_raw[is_call & (grounded == g)],
+                                           correct[is_call & (grounded == g)]))
+        for g in GROUNDINGS if int((is_call & (grounded == g)).sum()) >= MIN_GROUNDED}
     scale = [by_ground.get(g, Calibration("platt", t, b)) for g in grounded]
     call_conf = np.array([call_confidence(c, k.temperature, k.bias) for c, k in zip(raw, scale)])
     delta = DELTA / (3 * n_candidates)
@@ -465,23 +474,24 @@ def _call_thresholds(best: list[str | None], conf: np.ndarray, oof: list[D.Logge
                   D.plain(spec) if spec is not None else None, grounded=by_ground)
     answered = ((is_safe & (call_conf >= calls_th.tau)) | (is_risky & (call_conf >= risky_th.tau))
                 | (is_reply & (conf >= reply_th.tau)))
-    figures = {"n": len(oof), "source": source, "answered": int(answered.sum()),
-               "correct": int((answered & correct).sum()), "strict_correct": int((answered & exact).sum()),
-               "lower_bound": calls_th.calibration_lower_bound,
-               "calls_complete": int(is_call.sum()), "risky_calls_complete": int(is_risky.sum()),
-               "names_incomplete": int((kind == "name").sum()),
-               "replies": int(is_reply.sum()), "ece": stats.ece(conf, correct.astype(float)),
-               "aurc": stats.aurc(np.where(is_reply, conf, call_conf), correct.astype(float)),
-               "grounding": grounding_figures(grounded, is_call, correct, answered),
-               "tasks": task_figures(tasks, is_call, is_reply, correct, answered)}
+    figures = CallFigures(
+        n=len(oof), source=source, answered=int(answered.sum()), correct=int((answered & correct).sum()),
+        strict_correct=int((answered & exact).sum()), lower_bound=calls_th.calibration_lower_bound,
+        calls_complete=int(is_call.sum()), risky_calls_complete=int(is_risky.sum()),
+        names_incomplete=int((kind == "name").sum()), replies=int(is_reply.sum()),
+        ece=stats.ece(conf, correct.astype(float)),
+        aurc=stats.aurc(np.where(is_reply, conf, call_conf), correct.astype(float)),
+        grounding=grounding_figures(grounded, is_call, correct, answered),
+        tasks=task_figures(tasks, is_call, is_reply, correct, answered))
     return calls_th, calls, figures
 
 
-def _test_figures(rec: Any, sp: Any, x: Any, test: list[D.LoggedDecision], cal: Calibration,
-                  threshold: Threshold, sig: Signatures, policy: Any, with_calls: bool) -> dict[str, Any]:
+def _test_figures(rec: Recipe, sp: Any, x: Any, test: list[D.LoggedDecision], cal: Calibration,
+                  threshold: Threshold, sig: Signatures, policy: Policy | None,
+                  with_calls: bool) -> dict[str, Any]:
     """Step 8: the sealed test split through the decision-time specialist, exactly as the router asks it."""
     best, conf, full = rec.confidence(rec.exported(sp, x), test, cal)
-    labels = rec.labels(test) if full is not None else None
+    labels = rec.labels(test) if full is not None and isinstance(rec, ClassifierRecipe) else None
     if not with_calls:
         answered = (conf >= threshold.tau) & (conf > 0) & ~_novel(sp, x)
         return evaluate(best, conf, rec.correct(best, test), test, answered, risky_actions(policy), full,
@@ -499,8 +509,8 @@ def _test_figures(rec: Any, sp: Any, x: Any, test: list[D.LoggedDecision], cal: 
     return metrics
 
 
-def export_checked(rec: Any, model: Any, cdir: Path, pre: dict[str, Any], x_test: Any,
-                   test: Sequence[D.LoggedDecision], policy: Any,
+def export_checked(rec: Recipe, model: Any, cdir: Path, pre: dict[str, Any], x_test: Any,
+                   test: Sequence[D.LoggedDecision], policy: Policy | None,
                    report: D.Progress) -> tuple[Model, dict[str, Any], Any]:
     """Step 5: export, load through the decision-time specialist and compare with the trained
     model on the test split; the recipe's exports are tried in order until one passes parity, and
@@ -525,7 +535,7 @@ def export_checked(rec: Any, model: Any, cdir: Path, pre: dict[str, Any], x_test
     raise ZcError("no export to try")
 
 
-def parity(rec: Any, ref: Any, ox: Any, decisions: Sequence[D.LoggedDecision],
+def parity(rec: Recipe, ref: Any, ox: Any, decisions: Sequence[D.LoggedDecision],
            neutral: Calibration) -> tuple[dict[str, Any], str | None]:
     """max |Δp| and agreement of the decision (the best legal action) between trained and exported."""
     n = len(decisions)
@@ -545,7 +555,7 @@ def parity(rec: Any, ref: Any, ox: Any, decisions: Sequence[D.LoggedDecision],
     return out, None
 
 
-def _gate_and_write(best: Candidate, work: Path, policy: Any, s: Settings,
+def _gate_and_write(best: Candidate, work: Path, policy: Policy | None, s: Settings,
                     report: D.Progress) -> tuple[Manifest, str]:
     """Steps 9 and 10: gate the kept candidate (the policy's `specialist` tier bounds latency), move
     its files into the staged directory with the final manifest and report."""
@@ -554,7 +564,8 @@ def _gate_and_write(best: Candidate, work: Path, policy: Any, s: Settings,
     m = best.manifest
     abstention = None
     if m.threshold.target_abstention and m.threshold.calibration_none_fits:
-        abstention = (m.threshold.target_abstention, bool(best.oof["abstention_certified"]))
+        certified = isinstance(best.oof, NameFigures) and best.oof.abstention_certified
+        abstention = (m.threshold.target_abstention, certified)
     others = (m.calls.risky_threshold, m.calls.reply_threshold) if m.calls is not None else ()
     verdict = gate(m.metrics, m.threshold, s.min_coverage, tier.max_ms if tier else None, abstention, others)
     m = msgspec.structs.replace(m, gate=verdict)

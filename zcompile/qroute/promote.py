@@ -7,7 +7,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -22,6 +22,9 @@ from .manifest import Gate, Manifest, encode, identity, seal_manifest
 from .metrics import risky_actions
 from .report import render
 from .specialist import read_manifest
+
+if TYPE_CHECKING:
+    from ..runtime import Policy
 
 ALPHA = 0.05  # one-sided: the same bound the router's Monitor demotes on
 
@@ -73,7 +76,7 @@ def kind_of(record: dict, candidates: Any) -> str:
     return str(record.get("action"))
 
 
-def evidence(paths: Sequence[str | Path], manifest: Manifest, policy: Any, *,
+def evidence(paths: Sequence[str | Path], manifest: Manifest, policy: Policy, *,
              skip_invalid: bool = False) -> Evidence:
     """Tally the shadow records of `manifest`'s specialist (same name and `manifest.identity`) in the
     receipts, each judged by the judge `zc eval` uses (strict, or acceptable: a side-effect-free call
@@ -183,8 +186,8 @@ def regate(m: Manifest, ev: Evidence, alpha: float = ALPHA) -> Manifest:
     return msgspec.structs.replace(m, gate=gate, metrics={**m.metrics, "promotion": promotion})
 
 
-def promote(directory: str | Path, policy: Any, paths: Sequence[str | Path], *, dry_run: bool = False,
-            skip_invalid: bool = False) -> tuple[Manifest, Evidence]:
+def promote(directory: str | Path, policy: Policy, paths: Sequence[str | Path], *,
+            dry_run: bool = False, skip_invalid: bool = False) -> tuple[Manifest, Evidence]:
     """Re-gate the specialist in `directory` on the shadow evidence in `paths` and, unless `dry_run`,
     rewrite its manifest (re-sealed) and report.md in place, each file replaced atomically."""
     from .loading import load

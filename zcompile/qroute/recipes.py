@@ -18,9 +18,9 @@ import hashlib
 import os
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from .calibrate import fit_platt, fit_temperature
 from .dataset import LoggedDecision, Progress, plain
 from .manifest import PROBE_POOL, TEXT_PROBE_POOL, Calibration, Model, TextInput, probes_for, text_probes_for
 from .specialist import masked_confidence, session_options
+
+if TYPE_CHECKING:
+    from ..runtime import Policy
 
 PARITY_TOLERANCE = 1e-4  # max |Δp|, tabular models
 ARGMAX_AGREEMENT = 0.995  # share of test decisions an int8 model must decide like its float model
@@ -59,6 +62,36 @@ def fit_in_threads(fit: Callable[[Any], Any], jobs: Sequence[Any], report: Progr
             raise
 
 
+class Recipe(Protocol):
+    """What the pipeline and the featurisation engines ask of a recipe (the module docstring says what
+    each method does). `featurizer`: a tabular recipe's, once prepared (its inputs are feature rows
+    that engines write and candidates with the same spec share); None for the others."""
+
+    kind: str
+    reading: str  # what step 3 does, in the progress line
+    calibration_method: str
+    crossfit: bool  # cross-fitted folds + a refit (else train, then calibrate on the calibration split)
+    parity: tuple[str, float]  # the parity rule and its bound
+    quantizations: tuple[str, ...]  # the exports to try, in order
+    latency_sample: tuple[int, int]  # (decisions, repeats) timed
+    spec: F.FeatureSpec
+    featurizer: F.Featurizer | None
+
+    def prepare(self, pool: Sequence[LoggedDecision]) -> None: ...
+    def inputs(self, decisions: Iterable[LoggedDecision]) -> Any: ...
+    def take(self, x: Any, idx: np.ndarray) -> Any: ...
+    def fit(self, x: Any, decisions: Sequence[LoggedDecision], report: Progress) -> Any: ...
+    def reference(self, model: Any, x: Any) -> Any: ...
+    def exported(self, sp: Any, x: Any) -> Any: ...
+    def export(self, model: Any, work: Path, report: Progress, quantization: str) -> Model: ...
+    def specialist(self, work: Path, policy: Policy | None) -> Any: ...
+    def ask(self, sp: Any, d: LoggedDecision) -> Any: ...
+    def fit_calibration(self, raw: Any, decisions: Sequence[LoggedDecision]) -> Calibration: ...
+    def confidence(self, raw: Any, decisions: Sequence[LoggedDecision],
+                   cal: Calibration) -> tuple[list[str | None], np.ndarray, np.ndarray | None]: ...
+    def correct(self, best: Sequence[str | None], decisions: Sequence[LoggedDecision]) -> np.ndarray: ...
+
+
 def _legal_mask(decisions: Sequence[LoggedDecision], index: dict[str, int]) -> np.ndarray:
     m = np.zeros((len(decisions), len(index)), dtype=bool)
     for i, d in enumerate(decisions):
@@ -71,6 +104,7 @@ class ClassifierRecipe:
 
     calibration_method = "temperature"
     crossfit = True
+    featurizer: F.Featurizer | None = None
 
     def __init__(self, spec: F.FeatureSpec) -> None:
         self.spec = spec
@@ -88,6 +122,13 @@ class ClassifierRecipe:
         seen = np.zeros(len(self.actions), dtype=bool)
         seen[cols] = True
         return p, np.broadcast_to(seen, p.shape).copy()
+
+    @staticmethod
+    def take(x: Any, idx: np.ndarray) -> Any:  # each classifier's inputs
+        raise NotImplementedError
+
+    def _fit(self, x: Any, y: list[str], report: Progress) -> Any:  # a new model fit on (x, action names)
+        raise NotImplementedError
 
     def fit(self, x: Any, decisions: Sequence[LoggedDecision], report: Progress) -> Any:
         y = self.labels(decisions)
@@ -126,7 +167,7 @@ class TabularRecipe(ClassifierRecipe):
 
     reading = "featurising"
     parity = ("max_abs_delta", PARITY_TOLERANCE)
-    quantizations = ("none",)
+    quantizations: tuple[str, ...] = ("none",)
     latency_sample = (300, 3)
 
     def __init__(self, kind: str, seed: int, spec: F.FeatureSpec) -> None:
@@ -141,11 +182,13 @@ class TabularRecipe(ClassifierRecipe):
         fz = F.Featurizer(self.spec)
         values: dict[str, list] = {p: [F.read_path(fz.schema, d.root, p) for d in pool] for p in numeric}
         self.spec = F.fit_scaling(self.spec, values)
-        self.fz = F.Featurizer(self.spec)
+        self.featurizer = fz = F.Featurizer(self.spec)
 
-    def inputs(self, decisions: Sequence[LoggedDecision]) -> np.ndarray:
-        rows = [self.fz.row(d.root, d.legal) for d in decisions]
-        return np.stack(rows) if rows else np.zeros((0, self.fz.dim), np.float32)
+    def inputs(self, decisions: Iterable[LoggedDecision]) -> np.ndarray:
+        fz = self.featurizer
+        assert fz is not None, "prepare first"
+        rows = [fz.row(d.root, d.legal) for d in decisions]
+        return np.stack(rows) if rows else np.zeros((0, fz.dim), np.float32)
 
     @staticmethod
     def take(x: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -208,7 +251,7 @@ class TabularRecipe(ClassifierRecipe):
                      | {"train_seconds": clf.train_seconds_},
                      probes=probes_for(session, clf.probe_pool_, classes))
 
-    def specialist(self, work: Path, policy: Any) -> Any:
+    def specialist(self, work: Path, policy: Policy | None) -> Any:
         from .specialist import Specialist
 
         return Specialist(work, policy)
@@ -241,7 +284,7 @@ class TransformerRecipe(ClassifierRecipe):
     def prepare(self, pool: Sequence[LoggedDecision]) -> None:
         pass
 
-    def inputs(self, decisions: Sequence[LoggedDecision]) -> list[str]:
+    def inputs(self, decisions: Iterable[LoggedDecision]) -> list[str]:
         return [self.renderer.root(d.root) for d in decisions]
 
     @staticmethod
@@ -297,8 +340,9 @@ class PairwiseRecipe:
     parity = ("decision_agreement", ARGMAX_AGREEMENT)
     latency_sample = (60, 1)
     crossfit = False
+    featurizer: F.Featurizer | None = None
 
-    def __init__(self, seed: int, spec: F.FeatureSpec, policy: Any, options: dict[str, Any],
+    def __init__(self, seed: int, spec: F.FeatureSpec, policy: Policy | None, options: dict[str, Any],
                  negatives: int = 3) -> None:
         from .transformer import quantizations
 
@@ -314,7 +358,7 @@ class PairwiseRecipe:
         self.renderer = (Renderer(self.policy.ir.fields, self.policy.actions) if self.policy is not None
                          else None)
 
-    def inputs(self, decisions: Sequence[LoggedDecision]) -> list[Any]:
+    def inputs(self, decisions: Iterable[LoggedDecision]) -> list[Any]:
         from . import pairs
 
         return [pairs.pair_input(self.request(d), d, self.described) for d in decisions]
@@ -368,7 +412,7 @@ class PairwiseRecipe:
         return Model("pairwise", tuple(clf.classes_.tolist()), "model.onnx", model_sha, params, files,
                      TextInput(RENDER_VERSION, clf.max_length, TOKENIZER_FILE, DECIDE_THREADS))
 
-    def specialist(self, work: Path, policy: Any) -> Any:
+    def specialist(self, work: Path, policy: Policy | None) -> Any:
         from .pairwise import PairwiseSpecialist
 
         return PairwiseSpecialist(work, policy)
@@ -398,8 +442,8 @@ class PairwiseRecipe:
         return np.array([d.label is not None and b == d.label for b, d in zip(best, decisions)], dtype=bool)
 
 
-def recipe(kind: str, seed: int, spec: F.FeatureSpec, policy: Any, options: dict[str, Any],
-           negatives: int = 3) -> Any:
+def recipe(kind: str, seed: int, spec: F.FeatureSpec, policy: Policy | None, options: dict[str, Any],
+           negatives: int = 3) -> Recipe:
     """The recipe of one model kind."""
     if kind == "transformer":
         return TransformerRecipe(seed, spec, options)

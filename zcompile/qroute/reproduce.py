@@ -25,7 +25,7 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import msgspec
@@ -34,6 +34,9 @@ from ..errors import ZcError
 from .manifest import Manifest, decode, encode
 from .novelty import stored_arrays, unpacked
 from .report import render
+
+if TYPE_CHECKING:
+    from ..runtime import Policy
 
 MEASURED = ("$.model.params.train_seconds", "$.metrics.latency_us", "$.gate.key[-1]")
 WRITTEN = ("manifest.json", "report.md")  # derived from the manifest: compared through it
@@ -131,7 +134,8 @@ def differences(rebuilt: str | Path, shipped: str | Path, *, exact: bool = False
     return out
 
 
-def decisions(specialist: str | Path, receipts: Sequence[str | Path], policy: Any) -> list[dict[str, Any]]:
+def decisions(specialist: str | Path, receipts: Sequence[str | Path],
+              policy: Policy | None) -> list[dict[str, Any]]:
     """What the router decides with `specialist` on each decision of its sealed test split: one row per
     decision (id, rung, action, arguments, kind, handed on to a text tier), in receipt order."""
     from ..evals.report import report
@@ -143,7 +147,7 @@ def decisions(specialist: str | Path, receipts: Sequence[str | Path], policy: An
 
 
 def same_decisions(rebuilt: str | Path, shipped: str | Path, receipts: Sequence[str | Path],
-                   policy: Any) -> list[str]:
+                   policy: Policy | None) -> list[str]:
     """The test-split decisions on which two specialists differ (empty: every one the same), as text."""
     a, b = decisions(rebuilt, receipts, policy), decisions(shipped, receipts, policy)
     if [r["id"] for r in a] != [r["id"] for r in b]:

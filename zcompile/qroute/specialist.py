@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
@@ -24,6 +24,9 @@ from ..receipts.candidates import as_candidates, grounding
 from .features import Featurizer
 from .manifest import NEVER, Manifest, check_against, check_session, check_text_probes, decode
 from .novelty import Scorer
+
+if TYPE_CHECKING:
+    from ..runtime import Policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +158,7 @@ def read_manifest(directory: str | Path) -> Manifest:
     return decode(read_file(mpath, "specialist manifest", MAX_MANIFEST_BYTES), str(mpath))
 
 
-def open_verified(directory: str | Path, policy: Any = None, threads: int | None = None):
+def open_verified(directory: str | Path, policy: Policy | None = None, threads: int | None = None):
     """Read a specialist directory's manifest, verify the policy and every file's sha256, and open
     its model in onnxruntime. Returns (manifest, session, threads)."""
     d = Path(directory)
@@ -203,7 +206,8 @@ class Specialist:
 
     takes_legal_set = True  # `decide` accepts a LegalSet and reuses its validated state
 
-    def __init__(self, directory: str | Path, policy: Any = None, *, threads: int | None = None) -> None:
+    def __init__(self, directory: str | Path, policy: Policy | None = None, *,
+                 threads: int | None = None) -> None:
         self.manifest, self._session, threads = open_verified(directory, policy, threads)
         m = self.manifest
         self.kind = m.model.kind
