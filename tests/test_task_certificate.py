@@ -98,6 +98,7 @@ def test_a_profile_listing_three_reservations_and_a_user_who_names_none():
     assert grounding({"user_id": "mia_li_3668"}, c) == "typed"  # typed, and used in a call since: typed wins
     assert value_provenance("mia_li_3668", provenance_of(c)) is Provenance.USER
     assert grounding({}, c) == "bare" and grounding(None, c) == "bare"
+    assert grounding({"amount": 0}, c) == "picked"  # a falsy value is a value, not no arguments
 
 
 def test_the_user_naming_one_reservation():

@@ -388,7 +388,7 @@ def _threshold(rec: Recipe, best: list[str | None], conf: np.ndarray, oof: Seque
                 + (f", abstention ≥ {a_target:g} where no action fits" if a_target else ""))
     # no floor (no τ keeps abstention where none fits): no τ is tested, the evidence's n stays its own
     choice = choose(conf[fits], correct[fits], s.target_precision, s.guarantee, delta,
-                    np.inf if floor is None else floor, _tasks(oof, s)[fits] if s.unit == "task" else None)
+                    np.inf if floor is None else floor, _tasks(oof)[fits] if s.unit == "task" else None)
     n_none = int((~fits).sum())
     abstained = int((conf[~fits] < choice.tau).sum())
     th = _as_threshold(choice, s, delta, "cross-fitted" if rec.crossfit else "calibration split",
@@ -402,7 +402,7 @@ def _threshold(rec: Recipe, best: list[str | None], conf: np.ndarray, oof: Seque
     return th, figures
 
 
-def _tasks(decisions: Sequence[D.LoggedDecision], s: Settings) -> np.ndarray:
+def _tasks(decisions: Sequence[D.LoggedDecision]) -> np.ndarray:
     """Each decision's task (its unit of evidence)."""
     return np.array([d.task for d in decisions], dtype=object)
 
@@ -443,7 +443,7 @@ def _call_thresholds(best: list[str | None], conf: np.ndarray, oof: list[D.Logge
     is_call, is_reply = kind == "call", kind == "reply"
     is_risky = is_call & np.array([b in risky for b in best], dtype=bool)
     is_safe = is_call & ~is_risky
-    grounded = np.array([grounding(a, as_candidates(d.candidates)) if k == "call" else ""
+    grounded = np.array([grounding(a, d.candidates) if k == "call" else ""
                          for k, a, d in zip(kind, out.arguments, oof)])
     log_raw = np.log(np.clip(raw, 1e-12, 1.0))
     t, b = fit_platt(log_raw[is_call], correct[is_call]) if is_call.any() else (1.0, 0.0)
@@ -459,7 +459,7 @@ def _call_thresholds(best: list[str | None], conf: np.ndarray, oof: list[D.Logge
                 f"({int(is_risky.sum())}): precision ≥ {call_target:g}; replies ({int(is_reply.sum())}): "
                 f"precision ≥ {s.target_precision:g} ({s.guarantee} over {s.unit}s, δ = {delta:.3g} each)")
     source = "cross-fitted" if arguments.folds.min() >= 0 else "calibration split"
-    tasks = _tasks(oof, s)
+    tasks = _tasks(oof)
 
     def certify(mask: np.ndarray, c: np.ndarray, target: float) -> Threshold:
         choice = choose(c[mask], correct[mask], target, s.guarantee, delta,

@@ -293,7 +293,7 @@ def grounding(arguments: Mapping[str, Any] | None, candidates: Sequence[Any] | N
     """What kind of evidence a call's arguments are: `bare` (no argument values), `typed` (every scalar
     value of them is in the user's own words: its `call_provenance` is `user`), `picked` (some value
     came only from a tool output, an earlier call, a training constant or nowhere)."""
-    if not any(_scalars(arguments or {})):
+    if not list(_scalars(arguments or {})):  # 0, False and "" are values too
         return "bare"
     _, weakest = call_provenance(arguments, provenance_of(candidates))
     return "typed" if weakest is Provenance.USER else "picked"
