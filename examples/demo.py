@@ -113,7 +113,7 @@ def local() -> int:
     state = json.loads((ROOT / "examples" / "airline_chat_state.json").read_text())
     try:
         tier = LocalTier(f"http://127.0.0.1:{free_port()}/v1", PACKAGED_MODEL, launch="smollm2",
-                         mode="json_object", name="local", timeout_ms=30000, max_tokens=96, threads=2)
+                         mode="json_object", name="local", timeout_ms=30000, max_tokens=96, threads=1)
     except ZcError as exc:
         print(exc.render(), file=sys.stderr)
         return 1

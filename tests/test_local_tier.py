@@ -66,7 +66,7 @@ def local(port: int | None = None, **kw) -> LocalTier:
         name="small",
         timeout_ms=60000,
         max_tokens=48,
-        threads=2,
+        threads=1,
         **kw,
     )
 
@@ -241,7 +241,7 @@ def test_tiers_toml_launch_binds_the_packaged_model_for_zc_route(policy, tmp_pat
     toml = tmp_path / "tiers.toml"
     toml.write_text(
         f'[tiers.small]\nbase_url = "http://127.0.0.1:{port}/v1"\nmodel = "{MODEL}"\n'
-        'mode = "json_object"\nlaunch = "smollm2"\nthreads = 2\nmax_tokens = 48\n'
+        'mode = "json_object"\nlaunch = "smollm2"\nthreads = 1\nmax_tokens = 48\n'
     )
     src = tmp_path / "shop.zc"
     src.write_text(POLICY)
@@ -257,7 +257,7 @@ def test_tiers_toml_launch_binds_the_packaged_model_for_zc_route(policy, tmp_pat
 def test_launch_is_checked_in_tiers_toml(policy, tmp_path):
     toml = tmp_path / "tiers.toml"
     cases = {
-        "threads = 2\n": 'key "threads" needs "launch"',
+        "threads = 1\n": 'key "threads" needs "launch"',
         'launch = "nowhere.gguf"\n': "nowhere.gguf: no such model file",
         'launch = "smollm2"\ncold_ms = -1\n': 'key "cold_ms": expected `float` > 0.0',
     }
