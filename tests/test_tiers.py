@@ -460,3 +460,17 @@ def test_deeply_nested_replies_are_malformed_not_a_crash(stub, depth):
         stub.behaviour, stub.content = "correct", '{"action": "fs.read", "x": ' + deep + "}"
         ans = t.propose(STATE, LEGAL, timeout_s=2.0)
         assert ans.action is None and ans.outcome in ("error", "abstained"), ans
+
+
+@pytest.mark.parametrize("finish, named", [("length", True), ("stop", False)])
+def test_a_reply_cut_at_max_tokens_names_the_cut(finish, named):
+    """JSON left open by the token cap is malformed, and the detail says the cap cut it (a model writing
+    prose inside an argument string until max_tokens is what the real local model does)."""
+    from zcompile.tiers.offer import Malformed, Offer, judge
+
+    offer = Offer(LEGAL, None, "json_schema")
+    cut = {"choices": [{"message": {"content": '{"action": "fs.read", "arguments": {"path": "}} ``` This'},
+                        "finish_reason": finish}]}
+    with pytest.raises(Malformed) as exc:
+        judge(cut, offer)
+    assert ('finish_reason "length"' in str(exc.value)) is named, exc.value

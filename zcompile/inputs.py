@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import stat
@@ -177,3 +178,12 @@ def _reason(exc: OSError) -> str:
 
 def _size(n: int) -> str:
     return f"{n / (1 << 20):.0f} MB" if n >= 1 << 20 else f"{n} bytes"
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """The sha256 of a file's bytes, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

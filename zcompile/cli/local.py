@@ -56,3 +56,68 @@ def local_model_cmd() -> None:
         click.echo(str(packaged_model()))
     except ZcError as exc:
         fail(exc)
+
+
+@local_group.command("calibrate")
+@click.option("--model", "launch", default="smollm2", show_default=True, metavar="smollm2|FILE",
+              help="The model the scorer runs: `smollm2` (the packaged model) or a GGUF file.")
+@click.option("--policy", "policy_path", required=True, type=click.Path(), metavar="ARTIFACT",
+              help="The policy (.zcp, or a .zc source) the scorer answers for.")
+@click.option("--specialists", "specialist_dir", required=True, type=click.Path(file_okay=False),
+              metavar="DIR", help="The specialist whose test split stays sealed: only its train and "
+                                  "calibration tasks are used.")
+@click.option("--receipts", "sources", multiple=True, required=True, type=click.Path(), metavar="PATH",
+              help="Receipts files or directories (repeat for more).")
+@click.option("--target", default=0.9, show_default=True,
+              type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              help="The precision τ is certified for.")
+@click.option("--guarantee", default="ltt", show_default=True, type=click.Choice(["ltt", "conformal"]),
+              help="Learn-then-Test (high probability) or conformal selection (in expectation).")
+@click.option("--unit", default="task", show_default=True, type=click.Choice(["task", "decision"]),
+              help="The unit of evidence: tasks (a statement about new tasks) or decisions.")
+@click.option("--per-task", default=6, show_default=True, type=click.IntRange(min=1),
+              help="The first N decisions of each task are scored (about 2-9 s each on one thread).")
+@click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1),
+              help="llama.cpp's threads.")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), metavar="FILE",
+              help="The calibration file to write (a new file); bind it as `calibration` in tiers.toml.")
+def local_calibrate_cmd(launch, policy_path, specialist_dir, sources, target, guarantee, unit, per_task,
+                        threads, out_path) -> None:
+    """Certify the scorer rung's τ: score decisions of tasks outside the specialist's test split with the
+    local model (every legal action and argument candidate by likelihood), then choose τ for precision ≥
+    TARGET with the specialist's machinery and guarantee (docs/router.md, The scorer rung)."""
+    import time
+    from pathlib import Path
+
+    import msgspec
+
+    from ..qroute import load_specialist
+    from ..qroute.scorer import calibrate, decisions
+    from ..tiers.scorer import ScorerTier
+    from .common import load_policy
+
+    out = Path(out_path)
+    try:
+        if out.exists():
+            raise ZcError(f"{out}: already exists: give a new file")
+        policy = load_policy(policy_path)
+        sp = load_specialist(specialist_dir, policy)
+        rows = decisions(list(sources), policy, sp.manifest, per_task)
+        started = time.perf_counter()
+
+        def progress(i: int, n: int) -> None:
+            if i == n or i % 10 == 0:
+                took = time.perf_counter() - started
+                click.echo(f"scored {i}/{n} decisions ({took:.0f} s, about {took / i * (n - i):.0f} s left)",
+                           err=True)
+
+        with ScorerTier(launch, tau=0.0, threads=threads) as scorer:
+            cal = calibrate(policy, rows, scorer, target=target, guarantee=guarantee, unit=unit,
+                            receipts=[str(s) for s in sources], progress=progress)
+        out.write_bytes(msgspec.json.format(msgspec.json.encode(cal), indent=2) + b"\n")
+    except ZcError as exc:
+        fail(exc)
+    answered = f"answers {cal.answered}, {cal.correct} right" if cal.tau <= 1 else "abstains on everything"
+    click.echo(f"answering all {cal.n} decisions, the scorer is right on {cal.correct_all}; "
+               f"τ = {cal.tau:.4g}: it {answered}. Guarantee: {cal.statement}")
+    click.echo(f"wrote {out}")

@@ -17,6 +17,7 @@ import msgspec
 import numpy as np
 
 from ..errors import ZcError
+from ..inputs import sha256_file
 from ..receipts.candidates import Candidate, normalize
 from ..receipts.judge import Judge, canonical, lenient_actions
 from .manifest import DataFile, Split, Splits
@@ -414,14 +415,6 @@ def data_files(paths: Sequence[str | Path]) -> list[DataFile]:
         except OSError as exc:
             raise ZcError(f"{p}: cannot read receipts: {exc.strerror}") from None
     return files
-
-
-def sha256_file(p: Path) -> str:
-    h = hashlib.sha256()
-    with p.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def split_by_task(decisions: Sequence[LoggedDecision]) -> dict[str, list[LoggedDecision]]:

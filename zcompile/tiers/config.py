@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -35,13 +36,29 @@ class TierConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     warm_ms: Positive | None = None
     threads: Annotated[int, msgspec.Meta(ge=1)] | None = None
 
+
+class ScorerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A `[tiers.NAME]` table with `score`: the scorer rung (zcompile.tiers.scorer.ScorerTier), a local
+    model in this process; `calibration` is a `zc local calibrate` file (relative to the tiers file)."""
+
+    score: str
+    model: str | None = None
+    calibration: str | None = None
+    tau: Annotated[float, msgspec.Meta(ge=0)] | None = None  # given directly: uncertified (measurement only)
+    timeout_ms: Positive = 30000.0
+    cold_ms: Positive | None = None
+    warm_ms: Positive | None = None
+    threads: Annotated[int, msgspec.Meta(ge=1)] = 1
+
+
 LAUNCH_ONLY = ("cold_ms", "warm_ms", "threads")
 
 
-def _config_error(file: str, where: str, table: dict, exc: msgspec.ValidationError) -> ZcError:
+def _config_error(file: str, where: str, table: dict, exc: msgspec.ValidationError,
+                  struct: type = TierConfig) -> ZcError:
     p = json_problem(exc)
     if p.kind == "unknown":
-        fields = msgspec.structs.fields(TierConfig)
+        fields = msgspec.structs.fields(struct)
         unset = [f.name for f in fields if f.name not in table]
         required = [f.name for f in fields if f.required and f.name not in table]  # those first
         hint = did_you_mean(p.field, required) or did_you_mean(p.field, unset)
@@ -63,7 +80,14 @@ def _nesting(value: Any) -> int:
     return deepest
 
 
-def _tier(name: str, cfg: TierConfig) -> OpenAITier:
+def _tier(name: str, cfg: TierConfig | ScorerConfig, base: Path, policy: Any) -> Any:
+    if isinstance(cfg, ScorerConfig):
+        from .scorer import ScorerTier
+
+        kwargs = msgspec.structs.asdict(cfg)
+        if cfg.calibration is not None:
+            kwargs["calibration"] = base / Path(cfg.calibration).expanduser()
+        return ScorerTier(name=name, policy_sha256=policy.sha256 if policy is not None else None, **kwargs)
     kwargs = msgspec.structs.asdict(cfg)
     if cfg.launch is None:
         for key in ("launch", *LAUNCH_ONLY):
@@ -74,9 +98,9 @@ def _tier(name: str, cfg: TierConfig) -> OpenAITier:
     return LocalTier(name=name, **kwargs)
 
 
-def load_tiers(path: str | os.PathLike, policy: Any = None) -> dict[str, OpenAITier]:
+def load_tiers(path: str | os.PathLike, policy: Any = None) -> dict[str, Any]:
     """Read a tiers.toml file: one `[tiers.NAME]` table per tier (each a tier `policy` declares,
-    when given).
+    when given): an OpenAITier, a LocalTier (`launch`), or the scorer rung (`score`).
 
     Raises:
         ZcError: the file is missing, not a regular file or not TOML, nests more than
@@ -99,25 +123,29 @@ def load_tiers(path: str | os.PathLike, policy: Any = None) -> dict[str, OpenAIT
     tables = data.get("tiers", {})
     if not isinstance(tables, dict):
         raise ZcError(f'{file}: "tiers" must be a table of [tiers.NAME] tables')
-    configs: dict[str, TierConfig] = {}
+    configs: dict[str, TierConfig | ScorerConfig] = {}
     for name, table in tables.items():
         where = f"[tiers.{name}]"
         if policy is not None and (problem := undeclared_tier(policy, name)):  # as Router(tiers=…) says it
             raise ZcError(f"{file}: {where}: {problem}")
         if not isinstance(table, dict):
             raise ZcError(f"{file}: {where} must be a table, got {type(table).__name__}")
+        struct = ScorerConfig if "score" in table else TierConfig
         try:
-            configs[name] = msgspec.convert(table, TierConfig, strict=True)
+            configs[name] = cfg = msgspec.convert(table, struct, strict=True)
         except msgspec.ValidationError as exc:
-            raise _config_error(file, where, table, exc) from None
+            raise _config_error(file, where, table, exc, struct) from None
+        if isinstance(cfg, ScorerConfig) and cfg.tau is not None and cfg.calibration is not None:
+            raise ZcError(f'{file}: {where} give "calibration" or "tau", not both')
         extra = next((k for k in LAUNCH_ONLY if k in table), None)
-        if configs[name].launch is None and extra is not None:
+        if isinstance(cfg, TierConfig) and cfg.launch is None and extra is not None:
             raise ZcError(f'{file}: {where} key "{extra}" needs "launch" (a server zc starts itself)')
-    tiers: dict[str, OpenAITier] = {}
+    tiers: dict[str, Any] = {}
+    base = Path(file).parent
     try:
         for name, cfg in configs.items():
             try:
-                tiers[name] = _tier(name, cfg)
+                tiers[name] = _tier(name, cfg, base, policy)
             except ZcError as exc:
                 raise ZcError(f"{file}: [tiers.{name}] {str(exc).removeprefix(f'tier {name}: ')}") from None
     except ZcError:

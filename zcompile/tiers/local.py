@@ -214,7 +214,33 @@ class LocalServer:
         return self._proc.pid if self.running and self._proc is not None else None
 
 
-class LocalTier(OpenAITier):
+class Residency:
+    """What a rung with residency knows of its costs (`zcompile.router.rung.Resident`): `cold_ms` is the
+    last measured load, else the declared one, else DEFAULT_COLD_MS; `warm_ms` the median of the last
+    warm answers, else the declared one."""
+
+    def _costs(self, cold_ms: float | None, warm_ms: float | None) -> None:
+        self._declared_cold = cold_ms
+        self._declared_warm = warm_ms
+        self.measured_cold_ms: float | None = None
+        self._warm: collections.deque[float] = collections.deque(maxlen=WARM_WINDOW)
+
+    @property
+    def cold_ms(self) -> float:
+        if self.measured_cold_ms is not None:
+            return self.measured_cold_ms
+        return self._declared_cold if self._declared_cold is not None else DEFAULT_COLD_MS
+
+    @property
+    def warm_ms(self) -> float | None:
+        return statistics.median(self._warm) if self._warm else self._declared_warm
+
+    def note_warm(self, ms: float) -> None:
+        """Record the latency of an answer given while resident."""
+        self._warm.append(ms)
+
+
+class LocalTier(Residency, OpenAITier):
     """An `OpenAITier` whose server zc starts itself (`launch` in tiers.toml): a rung with residency.
 
     Not resident until loaded: `load` starts the server (a cold load, timed); the router loads a tier
@@ -255,10 +281,7 @@ class LocalTier(OpenAITier):
         self.launch = launch
         self.model_path = model_file(launch)
         check_llama_cpp()
-        self._declared_cold = cold_ms
-        self._declared_warm = warm_ms
-        self.measured_cold_ms: float | None = None
-        self._warm: collections.deque[float] = collections.deque(maxlen=WARM_WINDOW)
+        self._costs(cold_ms, warm_ms)
         self.server = LocalServer(
             server_command(self.model_path, host, port, alias=model, threads=threads), host, port
         )
@@ -271,26 +294,12 @@ class LocalTier(OpenAITier):
     def resident(self) -> bool:
         return self.server.running
 
-    @property
-    def cold_ms(self) -> float:
-        if self.measured_cold_ms is not None:
-            return self.measured_cold_ms
-        return self._declared_cold if self._declared_cold is not None else DEFAULT_COLD_MS
-
-    @property
-    def warm_ms(self) -> float | None:
-        return statistics.median(self._warm) if self._warm else self._declared_warm
-
     def load(self, timeout_s: float | None = None) -> float:
         """Make the tier resident; the milliseconds of the cold load (0 when it already was)."""
         ms = self.server.start(READY_S if timeout_s is None else max(timeout_s, 0.001))
         if ms:
             self.measured_cold_ms = ms
         return ms
-
-    def note_warm(self, ms: float) -> None:
-        """Record the latency of an answer given while resident."""
-        self._warm.append(ms)
 
     def close(self) -> None:
         super().close()

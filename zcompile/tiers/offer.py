@@ -34,6 +34,16 @@ def render_state(state: Any) -> str:
     return json.dumps(state, sort_keys=True, ensure_ascii=False, default=jsonable)
 
 
+def messages(system: dict[str, str], state: Any, intent: str | None, listing: str) -> list[dict[str, str]]:
+    """The chat messages a model is asked one decision with: the system prompt, then the state, the
+    intent and the offered actions (an LLM tier sends them; the scorer renders them in its template)."""
+    user = f"State:\n{render_state(state)}\n"
+    if intent is not None:
+        user += f"Intent: {intent}\n"
+    user += f"Offered actions (choose exactly one):\n{listing}"
+    return [system, {"role": "user", "content": user}]
+
+
 def tool_names(legal: tuple[str, ...]) -> dict[str, str]:
     """Map each action to a tool name that OpenAI-compatible servers accept (`[A-Za-z0-9_-]{1,64}`).
 
@@ -207,7 +217,9 @@ def judge(reply: Any, offer: Offer) -> Reply:
     if not isinstance(obj, dict) or "action" not in obj:
         if offer.back:  # tools mode, the model wrote prose instead of calling a tool
             return Reply("abstained", detail=f"no tool call; replied {snippet(text)}", model=model)
-        raise Malformed(f'content is not a JSON object with "action": {snippet(text)}')
+        cut = choices[0].get("finish_reason") == "length"
+        cut = ' (cut at max_tokens: finish_reason "length")' if cut else ""
+        raise Malformed(f'content is not a JSON object with "action"{cut}: {snippet(text)}')
     action = obj["action"]
     if action is None or action == "":
         return Reply("abstained", detail="declined (action: null)", model=model)

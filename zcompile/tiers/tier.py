@@ -25,7 +25,7 @@ from .offer import (
     Offer,
     Reply,
     judge,
-    render_state,
+    messages,
 )
 
 OUTCOMES = ("answered", "abstained", "timeout", "illegal", "error")
@@ -164,11 +164,7 @@ class OpenAITier:
                                   intent)
 
     def _request_body(self, state: dict, offer: Offer, intent: str | None) -> dict[str, Any]:
-        user = f"State:\n{render_state(state)}\n"
-        if intent is not None:
-            user += f"Intent: {intent}\n"
-        user += f"Offered actions (choose exactly one):\n{offer.listing}"
-        body = {"model": self.model, "messages": [self._system, {"role": "user", "content": user}],
+        body = {"model": self.model, "messages": messages(self._system, state, intent, offer.listing),
                 "temperature": self.temperature, "max_tokens": self.max_tokens, "stream": False, **offer.body}
         body.update(self.extra_body)
         return body
