@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 # each registers its commands on `main`
-from . import local, mcp, pdp, policy, qroute, receipts, tools  # noqa: F401
+from . import grader, local, mcp, pdp, policy, qroute, receipts, tools  # noqa: F401
 from .common import ZcError, fail, main, progress
 
 __all__ = ["main", "progress", "run"]

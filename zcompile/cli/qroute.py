@@ -271,8 +271,10 @@ def promote_cmd(specialist_dir, policy_path, sources, dry_run, skip_invalid) -> 
 @click.option("--deadline-ms", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Overall budget.")
 @click.option("--json", "as_json", is_flag=True, help="Print the decision and its receipt as JSON.")
+@click.option("--grader", "grader_path", default=None, type=click.Path(dir_okay=False), metavar="FILE",
+              help="A grader file the replies of tiers (but the ladder's last) must pass.")
 def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts_path, deadline_ms,
-              as_json) -> None:
+              as_json, grader_path) -> None:
     """Decide one step through the ladder: compiler, specialists, LLM tiers, fallback."""
     from ..router import Router
 
@@ -284,8 +286,13 @@ def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts
 
             tiers = load_tiers(tiers_path, policy)
         state = read_json(state_path)
+        grader = None
+        if grader_path is not None:
+            from ..router.grader import load_grader
+
+            grader = load_grader(grader_path)
         with Router(policy, specialists=list(specialists) or None, tiers=tiers, receipts=receipts_path,
-                    deadline_ms=deadline_ms) as router:
+                    deadline_ms=deadline_ms, grader=grader) as router:
             d = router.decide(state, intent)
     except ZcError as exc:
         for tier in tiers.values():
@@ -352,9 +359,12 @@ def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts
               help="Load this tier (one with `launch` in tiers.toml) before serving, and keep it loaded; "
                    "repeat for several. Other such tiers are loaded when a decision's deadline covers "
                    "their cold load.")
+@click.option("--grader", "grader_path", default=None, type=click.Path(dir_okay=False), metavar="FILE",
+              help="A grader file: replies written by a local tier must pass its checks, else the "
+                   "upstream writes the reply (docs/router.md, The reply grader).")
 def serve_cmd(policy_path, upstream, model, specialists, tiers_path, upstream_tier, extract_spec,
               receipts_path, host, port, timeout_ms, max_body_bytes, api_key_env, client_keys_path,
-              client_key_envs, insecure_no_client_keys, resident) -> None:
+              client_key_envs, insecure_no_client_keys, resident, grader_path) -> None:
     """Serve an OpenAI-compatible chat-completions endpoint that offers the upstream only legal tools,
     answers locally when a rung is sure, and lets no illegal call reach the harness (docs/gateway.md)."""
     try:
@@ -377,10 +387,15 @@ def serve_cmd(policy_path, upstream, model, specialists, tiers_path, upstream_ti
             raise ZcError(f"--host {host}: not a loopback address, and no client keys: give --client-keys "
                           "FILE or --client-key-env VAR (or --insecure-no-client-keys to serve anyone who "
                           "reaches it)")
+        grader = None
+        if grader_path is not None:
+            from ..router.grader import load_grader
+
+            grader = load_grader(grader_path)
         gateway = Gateway(policy, upstream, model, specialists=list(specialists) or None, tiers=tiers,
                           upstream_tier=upstream_tier, extract=extract, receipts=receipts_path,
                           timeout_ms=timeout_ms, max_body_bytes=max_body_bytes, api_key_env=api_key_env,
-                          client_keys=client_keys)
+                          client_keys=client_keys, grader=grader)
     except ZcError as exc:
         fail(exc)
     try:

@@ -69,6 +69,8 @@ class Gateway:
         workers: decisions run at once (each in a worker thread, upstream call included); more wait.
         client_keys: the bearer keys a harness must present, by name (`load_client_keys`); None or
             empty: no inbound authentication. The key's name goes in each receipt, never the key.
+        grader: a `zcompile.router.grader.Grader` the text tier's replies must pass (`Router(grader=…)`);
+            a failed one goes to the upstream, the grader's reasons in the receipt.
     """
 
     def __init__(self, policy: Policy, upstream: str, model: str, *, specialists: Any = None,
@@ -76,7 +78,7 @@ class Gateway:
                  extract: Callable[[list[dict], int, dict], dict] = default_extract,
                  receipts: str | Path | None = None, timeout_ms: float = TIMEOUT_MS,
                  max_body_bytes: int = MAX_BODY_BYTES, api_key_env: str | None = None, workers: int = 64,
-                 client_keys: Mapping[str, str] | None = None) -> None:
+                 client_keys: Mapping[str, str] | None = None, grader: Any = None) -> None:
         respond = next((a for a in policy.ir.actions if a.name == RESPOND), None)
         if respond is None or REPLY_TAG not in respond.tags:
             raise ZcError(f"policy `{policy.name}` must declare `action {RESPOND} tags(control, "
@@ -107,7 +109,7 @@ class Gateway:
         try:
             self.router = Router(policy, specialists=specialists,
                                  tiers={**tiers, name: UpstreamRung(name, self.upstream)},
-                                 receipts=self._write, deadline_ms=timeout_ms, complete=True)
+                                 receipts=self._write, deadline_ms=timeout_ms, complete=True, grader=grader)
         except BaseException:
             self.upstream.close()
             raise

@@ -128,6 +128,9 @@ class Router:
             outcomes reach it through `record_outcome`.
         complete: only complete answers (a checked call, a text reply) end the walk; a bare name
             is recorded and the next rung is asked (the gateway, `zc serve`, answers whole calls).
+        grader: a `zcompile.router.grader.Grader`: a text reply written by a rung it grades (by default
+            every rung but the ladder's last, the remote model) must pass its checks; a reply that fails
+            becomes an abstention with cause `graded` and the checks' reasons, and the next rung is asked.
 
     With `deadline_ms` (a router that runs against a clock, as `zc serve`'s always does) the policy's
     `tier specialist max_ms N` is the specialist rung's budget: an answer that took longer, measured
@@ -139,8 +142,9 @@ class Router:
     def __init__(self, policy: Policy, specialists: Any = None, tiers: Mapping[str, Any] | None = None,
                  receipts: str | Path | ReceiptWriter | Callable[[Receipt], None] | None = None,
                  deadline_ms: float | None = None, *, shadow: Any = None, monitor: Monitor | None = None,
-                 complete: bool = False, ladder: Sequence[str] | None = None) -> None:
+                 complete: bool = False, ladder: Sequence[str] | None = None, grader: Any = None) -> None:
         self.policy = policy
+        self.grader = grader
         self.complete = complete
         self.tiers = dict(tiers or {})
         declared = {t.name: t for t in policy.ir.tiers}
@@ -324,6 +328,8 @@ class Router:
             else:
                 ans = self._ask(rung, name, _replies_only(step) if handoff else step,
                                 self._budget(name, left))
+                if ans.kind == "reply" and self.grader is not None and self.grader.applies(name, names):
+                    ans = self._graded(ans, step)
                 if name in self._declared and name in self._tier_rungs and ans.cause != "cold":
                     cost += float(self._declared[name].cost or 0)
             answers.append(ans)
@@ -348,6 +354,15 @@ class Router:
                                   model=ans.model),
                           name, ans.latency_ms)
         return ans
+
+    def _graded(self, ans: Answer, step: Step) -> Answer:
+        """`ans` (a text reply) as it is when it passes the grader, else an abstention with cause `graded`
+        that keeps the rejected text for the receipt."""
+        verdict = self.grader.grade(ans.text, step.state, step.legal.actions, seen=step.candidates)
+        if verdict.passed:
+            return ans
+        return dataclasses.replace(ans, kind="abstain", cause="graded",
+                                   detail=f"reply failed the grader: {verdict.reason()}")
 
     def preload(self, names: Collection[str]) -> dict[str, float]:
         """Make the named tiers resident now (`zc serve --resident`): {name: milliseconds of its cold

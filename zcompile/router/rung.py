@@ -8,7 +8,8 @@ tier. Given a `Step` (the validated decision) and a time budget it returns an `A
   harness still has to find the arguments, so it is never counted as a complete call);
 - `reply`: a text reply (`text`), for an action tagged `reply`; only rungs that write text give it;
 - `abstain`: no answer, with its `cause` (`CAUSES`: `novel` is a specialist's state past its novelty
-  cut, unlike anything it was trained on) and `detail`.
+  cut, unlike anything it was trained on; `graded` a text reply the reply grader failed, its text kept)
+  and `detail`.
 
 Every answer a rung proposes goes through `settle`, which applies these rules in one place.
 """
@@ -26,7 +27,7 @@ from ..tools import REPLY_TAG, policy_tools
 
 KINDS = ("call", "name", "reply", "abstain")
 CAUSES = ("below_threshold", "novel", "declined", "timeout", "illegal", "error", "skipped", "handed_on",
-          "cold", "deadline")
+          "cold", "deadline", "graded")
 SPECIALIST = "specialist"  # the rung name of the specialists in a policy's routes
 
 
