@@ -130,6 +130,26 @@ def test_a_handed_on_reply_goes_to_the_text_tier_not_the_remote(policy, stubs, t
     assert [x["tier"] for x in got.meta["rungs"]] == ["specialist", "writer"]
 
 
+def test_after_a_tool_fault_a_conditional_route_sends_the_reply_past_the_text_tier(stubs, tiers):
+    """The free signal: `route tool_fault: when last.tool_error use specialist, remote` holds after a
+    fault, and a reply the specialist hands on then goes to the remote (the text tier skipped, the route
+    named); without the fault the text tier writes it."""
+    source = SOURCE.replace("  last.user_text: text?", "  last.user_text: text?\n"
+                                                        "  last.tool_error: bool = false")
+    fault = "route tool_fault: when last.tool_error use specialist, remote\n"
+    source = source.replace("route default:", fault + "route default:")
+    policy = zcompile.compile_text(source, "fault.zc")
+    writer, remote = stubs
+    router = Router(policy, specialists=Picks("respond"), tiers=tiers)
+    faulted = router.decide({**S, "last": {"tool_error": True}})
+    assert (faulted.tier, faulted.text) == ("remote", "the expensive reply") and writer.requests == []
+    assert [(a.rung, a.outcome) for a in faulted.rungs] == [
+        ("specialist", "handed_on"), ("writer", "skipped"), ("remote", "answered")]
+    assert "route `tool_fault` does not list the text tier" in faulted.rungs[1].detail
+    fine = router.decide({**S, "last": {"tool_error": False}})
+    assert (fine.tier, fine.text) == ("writer", REPLY)
+
+
 @pytest.mark.parametrize("behaviour", ["http_error", "garbage", "drop", "malformed", "empty"])
 def test_when_the_text_tier_fails_the_remote_writes_the_reply(policy, stubs, tiers, behaviour):
     writer, remote = stubs

@@ -309,7 +309,15 @@ class Router:
         deadline = None if self.deadline_ms is None else t0 + self.deadline_ms / 1000
         cost = 0.0
         todo, text_asked = list(reversed(names)), False
+        # a conditional route that leaves the text tier out (`when last.tool_error use remote`): a reply
+        # handed on goes to the route's tiers, past the text tier
+        bypass = self.text_tier is not None and self._passes_text_tier(step.legal, names)
         while todo or (handed and not text_asked and self.text_tier is not None):
+            if handed and bypass and not text_asked:
+                text_asked = True
+                answers.append(_skipped(self.text_tier, f"route `{route_name}` does not list the text "
+                                                        "tier: its replies go to the route's tiers"))
+                continue
             handoff = handed and not text_asked and self.text_tier is not None
             name = self.text_tier if handoff else todo.pop()
             text_asked = text_asked or handoff
@@ -354,6 +362,14 @@ class Router:
                                   model=ans.model),
                           name, ans.latency_ms)
         return ans
+
+    def _passes_text_tier(self, legal: Any, names: Sequence[str]) -> bool:
+        """Whether the route holding for this state is conditional and leaves the text tier out: then a
+        reply handed on skips it (a fault's reply goes to a stronger tier)."""
+        if self._ladder is not None or self.text_tier in names:
+            return False
+        route = self.policy.route_of(legal)
+        return route is not None and route.when is not None
 
     def _graded(self, ans: Answer, step: Step) -> Answer:
         """`ans` (a text reply) as it is when it passes the grader, else an abstention with cause `graded`
