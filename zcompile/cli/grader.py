@@ -38,3 +38,61 @@ def grader_validate_cmd(grader_path, sources, reply_action, seed, as_json) -> No
         fail(exc)
     click.echo(msgspec.json.format(msgspec.json.encode(rep), indent=2).decode() if as_json
                else render_markdown(rep))
+
+
+@grader_group.command("replies")
+@click.option("--policy", "policy_path", required=True, type=click.Path(), metavar="ARTIFACT",
+              help="The policy the replies are written for.")
+@click.option("--receipts", "sources", multiple=True, required=True, type=click.Path(), metavar="PATH",
+              help="Receipts files or directories (repeat for more).")
+@click.option("--tiers", "tiers_path", required=True, type=click.Path(dir_okay=False), metavar="F",
+              help="tiers.toml binding the tier that writes the replies.")
+@click.option("--tier", "tier_name", required=True, metavar="NAME", help="The tier that writes the replies.")
+@click.option("--grader", "grader_path", default=None, type=click.Path(dir_okay=False), metavar="FILE",
+              help="A grader file (default: every check, no promises).")
+@click.option("--per-half", default=22, show_default=True, type=click.IntRange(min=1),
+              help="Replies after a tool fault, and as many after none (spread over the receipts).")
+@click.option("--runs", default=3, show_default=True, type=click.IntRange(min=1),
+              help="Times each reply is written (seed = the run): their spread is the noise floor.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def grader_replies_cmd(policy_path, sources, tiers_path, tier_name, grader_path, per_half, runs,
+                       as_json) -> None:
+    """Have a tier write the replies of teacher reply decisions and grade them: the pass rate after a tool
+    fault and after none, per run, with Wilson 95% intervals."""
+    import msgspec
+
+    from ..evals.grading import halves, replies, written
+    from ..router import Router
+    from ..router.grader import Grader, load_grader
+    from ..tiers import load_tiers
+    from .common import load_policy
+
+    tiers = {}
+    try:
+        policy = load_policy(policy_path)
+        grader = load_grader(grader_path) if grader_path else Grader()
+        grader = Grader(msgspec.structs.replace(grader.config, graded=[tier_name]))
+        tiers = load_tiers(tiers_path)
+        if tier_name not in tiers:
+            raise ZcError(f"{tiers_path}: no [tiers.{tier_name}] table")
+        pairs = halves(replies(list(sources)), per_half)
+        router = Router(policy, tiers={tier_name: tiers[tier_name]}, ladder=(tier_name,), grader=grader)
+
+        def progress(i: int, n: int) -> None:
+            if i == n or i % 10 == 0:
+                click.echo(f"wrote {i}/{n} replies", err=True)
+
+        rep = written(router, tier_name, policy, pairs, runs, progress)
+    except ZcError as exc:
+        fail(exc)
+    finally:
+        for t in tiers.values():
+            t.close()
+    if as_json:
+        click.echo(msgspec.json.format(msgspec.json.encode(rep), indent=2).decode())
+        return
+    for half in ("fault", "no_fault"):
+        cells = ", ".join(f"{r['k']}/{r['n']}" for r in rep[half])
+        click.echo(f"{half.replace('_', ' ')}: passed {cells} (runs {rep['runs']})")
+    click.echo(f"gap (no fault − fault) by run: {', '.join(f'{g:+.3f}' for g in rep['gap_by_run'])}")
+    click.echo(f"failures: {rep['failures']}")

@@ -191,3 +191,55 @@ def render_markdown(rep: dict[str, Any]) -> str:
     lines += [f"| recall: {r['flaw']} | {_cell(r['recall'])} |" for r in rep["recall"]]
     lines.append(f"| agreement with the labels (clean, trap and planted) | {_cell(rep['agreement'])} |")
     return "\n".join(lines)
+
+
+def written(router: Any, tier: str, policy: Any, pairs: Sequence[Pair], runs: int = 3,
+            progress: Any = None) -> dict[str, Any]:
+    """The replies a tier writes for `pairs`, graded: `router` walks the tier alone, grading it, offered the
+    reply action only. Per run (the tier's `extra_body["seed"]` = the run), the pass rate on the decisions
+    after a tool fault and on the others; the spread of the runs is the noise floor of the gap."""
+    halves: dict[str, list[dict[str, Any]]] = {"fault": [], "no_fault": []}
+    causes: dict[str, int] = defaultdict(int)
+    bound = router.tiers[tier]
+    for run in range(runs):
+        bound.extra_body["seed"] = run
+        k = {"fault": 0, "no_fault": 0}
+        n = {"fault": 0, "no_fault": 0}
+        for i, p in enumerate(pairs):
+            half = "fault" if (p.state.get("last") or {}).get("tool_error") is True else "no_fault"
+            replies_ = frozenset(a for a in p.legal if a in router.catalog.replies)
+            d = router.decide(p.state, candidates=p.seen, offer=replies_ or None)
+            ans = next((a for a in d.rungs if a.rung == tier), None)
+            n[half] += 1
+            if ans is not None and ans.kind == "reply":
+                k[half] += 1
+            else:
+                causes[_why(ans)] += 1
+            if progress is not None:
+                progress(run * len(pairs) + i + 1, runs * len(pairs))
+        for half in halves:
+            halves[half].append(rate(k[half], n[half]))
+    gaps = [a["rate"] - b["rate"] for a, b in zip(halves["no_fault"], halves["fault"], strict=True)
+            if a["rate"] is not None and b["rate"] is not None]
+    return {"runs": runs, "fault": halves["fault"], "no_fault": halves["no_fault"], "gap_by_run": gaps,
+            "failures": dict(causes)}
+
+
+def _why(ans: Any) -> str:
+    """Why a tier wrote no passing reply: the grader's first check, or the abstention's cause."""
+    if ans is None:
+        return "not asked"
+    if ans.cause == "graded":
+        return "graded: " + ans.detail.removeprefix("reply failed the grader: ").split(":")[0]
+    return str(ans.cause)
+
+
+def halves(pairs: Sequence[Pair], per_half: int) -> list[Pair]:
+    """Up to `per_half` replies written after a tool fault and as many after none, each spread evenly over
+    the receipts' order (chosen without reading the replies)."""
+    out: list[Pair] = []
+    for faulted in (True, False):
+        group = [p for p in pairs if ((p.state.get("last") or {}).get("tool_error") is True) is faulted]
+        step = max(len(group) / per_half, 1.0)
+        out += [group[int(i * step)] for i in range(min(per_half, len(group)))]
+    return out
