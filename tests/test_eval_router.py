@@ -277,3 +277,40 @@ def test_acceptable_figures_equal_the_judge_over_router_decisions(policy):
     html = evals.render_html(rep)
     assert "taken off the expensive model" in html and "The noise floor" in html
     assert "reply-recognition precision" in html
+
+
+class FlawedWriter:
+    """The text tier, writing the reply of every even turn with a leaked template token (fault injection)."""
+
+    writes_text = True
+    name = "writer"
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def answer(self, step, timeout_s):
+        from zcompile.router.rung import Answer
+
+        self.n += 1
+        flawed = step.state.get("turn", 0) % 2 == 0
+        text = "Here is what I found for you." + (" <|im_end|>" if flawed else "")
+        return Answer("reply", action="respond", text=text, model="small")
+
+
+def test_with_the_text_tier_live_only_replies_the_grader_passed_are_off_the_teacher(policy):
+    """`zc eval --tiers --grader` with the policy's text tier bound: a handed reply counts as taken off
+    the expensive model only when the text tier wrote one that passed; a failed one is an escalation."""
+    from zcompile.router.grader import Grader
+
+    base = evals.report([RECEIPTS], policy, Handing(), split="all")
+    writer = FlawedWriter()
+    rep = evals.report([RECEIPTS], policy, Handing(), split="all", tiers={"writer": writer}, grader=Grader())
+    handed = base["off_teacher"]["handed_to_text_tier"]
+    off = rep["off_teacher"]
+    passed, failed = off["handed_to_text_tier"], off["handed_escalated"]
+    assert off["text_tier_live"] and passed > 0 and failed > 0 and passed + failed == handed > 4
+    assert writer.n >= handed  # asked live for each handed reply (and the warm-up's again)
+    assert off["taken"] == base["off_teacher"]["taken"] - failed
+    assert rep["cost"]["saved"] == base["cost"]["saved"] - failed * (100 - 5)
+    line = f"{passed} of them replies the text tier `writer` wrote and the grader passed ({failed} handed"
+    assert line in evals.render_text(rep)

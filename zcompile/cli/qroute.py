@@ -157,8 +157,11 @@ def distill_cmd(sources, policy_path, out, model, guarantee, unit, folds, negati
 @click.option("--tiers", "tiers_path", default=None, type=click.Path(dir_okay=False), metavar="F",
               help="tiers.toml: replay with these LLM tiers on (default: off; what they leave goes to the "
                    "teacher).")
+@click.option("--grader", "grader_path", default=None, type=click.Path(dir_okay=False), metavar="FILE",
+              help="A grader file the tiers' replies must pass; with the text tier bound by --tiers, a "
+                   "handed reply counts as off the expensive model only when it wrote one that passed.")
 def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, decisions_out, split,
-             allow_trained, skip_invalid, tiers_path) -> None:
+             allow_trained, skip_invalid, tiers_path, grader_path) -> None:
     """Replay receipts through the router (compiler, the specialist, tiers off unless --tiers): per-rung
     and overall figures, complete calls, live shadow agreement.
 
@@ -195,10 +198,15 @@ def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, dec
             if policy is None:
                 raise ZcError("--tiers needs --policy: tiers are rungs of a policy's routes")
             tiers = load_tiers(tiers_path, policy)
+        grader = None
+        if grader_path is not None:
+            from ..router.grader import load_grader
+
+            grader = load_grader(grader_path)
         try:
             from ..qroute.dataset import Progress
 
-            rep = evals.run(policy, specialist_dir, [*sources, *more], split=split,
+            rep = evals.run(policy, specialist_dir, [*sources, *more], split=split, grader=grader,
                             allow_trained=allow_trained, skip_invalid=skip_invalid, tiers=tiers,
                             progress=Progress(bar=progress), decisions=decisions_out is not None)
         finally:

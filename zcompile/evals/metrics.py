@@ -296,9 +296,14 @@ class Ledger:
     """Every figure of a report, gathered one replayed decision at a time (`add`)."""
 
     def __init__(self, risky: frozenset[str], tau: float, *, compiler: bool = True, sample: int = SAMPLE,
-                 keep_rows: bool = False, text_tier: Any = None, reply_tau: float | None = None) -> None:
+                 keep_rows: bool = False, text_tier: Any = None, reply_tau: float | None = None,
+                 live_text: bool = False) -> None:
         self.risky, self.tau, self.compiler = risky, tau, compiler
         self.text_tier = text_tier  # the policy's text tier (`ir.TierDef`): handed-on replies go there
+        # bound in the replay: it wrote each handed reply (graded), so none is assumed written
+        self.live_text = live_text
+        self.escalated = 0  # handed replies the live text tier did not write well (went to the teacher)
+        self.written = 0  # ... and those it wrote and the grader passed (counted among the complete)
         self.n = 0
         self.every, self.by_compiler, self.past_compiler = Tally(), Tally(), Tally()
         # past: not answered by
@@ -351,7 +356,11 @@ class Ledger:
                 self.off[0] += 1
                 self.off[1] += call_correct(r)
                 self.off[2] += call_acceptable(r)
-        if r.rung == "remote" and r.handed_on and self.text_tier is not None:  # the text tier writes it live
+        if r.rung == "remote" and r.handed_on and self.live_text:
+            self.escalated += 1
+        elif self.live_text and r.kind == "reply" and r.rung == self.text_tier.name:
+            self.written += 1
+        elif r.rung == "remote" and r.handed_on and self.text_tier is not None:  # assumed written by it
             right = handed_right(r)
             self.off[0] += 1
             self.off[1] += right
@@ -425,17 +434,20 @@ class Ledger:
         local tier wrote) and, when the policy declares a text tier, the replies the specialist handed
         to it; their share of all n with its Wilson 95% interval, and precision strict and acceptable."""
         taken, right, ok, handed = self.off
+        handed += self.written
         share = rate(taken, self.n)
         strict_p, acc_p = rate(right, taken), rate(ok, taken)
         return {"n": self.n, "taken": taken, "share": share["rate"] or 0.0, "share_ci": share["ci"],
                 "handed_to_text_tier": handed, "text_tier": self.text_tier.name if self.text_tier else None,
+                "text_tier_live": self.live_text, "handed_escalated": self.escalated,
                 "strict": {"correct": right, "precision": strict_p["rate"], "precision_ci": strict_p["ci"]},
                 "acceptable": {"correct": ok, "precision": acc_p["rate"], "precision_ci": acc_p["ci"]}}
 
     def cost(self, policy: Policy | None) -> dict[str, Any]:
         """What sending everything to the teacher costs against the ladder: a teacher call is removed
         only by a complete, checked output (a bare name still needs the teacher for its arguments)."""
-        n, removed, handed = self.n, self.removed, self.off[3]
+        n, handed = self.n, self.off[3] + self.written
+        removed = self.removed - self.written  # a reply the live text tier wrote is priced at its cost
         remote = (next((t for t in policy.ir.tiers if t.name == "remote"), None) if policy is not None
                   else None)
         unit = remote.cost if remote is not None and remote.cost is not None else None

@@ -113,8 +113,13 @@ def headline(rep: dict[str, Any]) -> str:
     precision under both judges, n and intervals."""
     o = rep["off_teacher"]
     lo, hi = o["share_ci"]
-    tier = (f", {o['handed_to_text_tier']} of them replies handed to the text tier `{o['text_tier']}`"
-            if o["text_tier"] else " (no text tier is declared: handed-on replies still reach the teacher)")
+    if o.get("text_tier_live"):
+        tier = (f", {o['handed_to_text_tier']} of them replies the text tier `{o['text_tier']}` wrote and "
+                f"the grader passed ({o['handed_escalated']} handed replies went to the teacher instead)")
+    elif o["text_tier"]:
+        tier = f", {o['handed_to_text_tier']} of them replies handed to the text tier `{o['text_tier']}`"
+    else:
+        tier = " (no text tier is declared: handed-on replies still reach the teacher)"
     return (f"taken off the expensive model: {o['taken']} of {o['n']} decisions ({o['share']:.1%} [{lo:.3f}, "
             f"{hi:.3f}]){tier}; precision acceptable {_p(o['acceptable'])}, strict {_p(o['strict'])}")
 

@@ -158,15 +158,16 @@ def _routed(router: Router, pairwise: bool) -> Callable[[Any], Any]:
 
 
 def replays(items: Iterable[tuple[Any, Any]], policy: Policy | None, specialist: Any, *,
-            tiers: Mapping[str, Any] | None = None) -> Iterator[Replay]:
+            tiers: Mapping[str, Any] | None = None, grader: Any = None) -> Iterator[Replay]:
     """Each (decision, the arguments its receipt recorded or None) through `Router.decide` (with
-    `specialist` on its rung and `tiers`, none by default), as a Replay row, one at a time. The first
-    `WARMUP` decisions are asked once more before, untimed (lazy initialisation)."""
+    `specialist` on its rung, `tiers`, none by default, and `grader` on their replies), as a Replay row,
+    one at a time. The first `WARMUP` decisions are asked once more before, untimed (lazy
+    initialisation)."""
     pairwise = bool(getattr(specialist, "pairwise", False))
     if policy is None:
         ask = _policyless(specialist)
     else:
-        ask = _routed(Router(policy, specialists=[specialist], tiers=tiers), pairwise)
+        ask = _routed(Router(policy, specialists=[specialist], tiers=tiers, grader=grader), pairwise)
     items = iter(items)
     first = list(islice(items, WARMUP))
     for d, _ in first:

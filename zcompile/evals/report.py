@@ -21,13 +21,17 @@ from .replay import SPLITS, Seal, check_policy, replays, risky_actions
 
 def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, *, split: str = "test",
            allow_trained: bool = False, skip_invalid: bool = False, tiers: Mapping[str, Any] | None = None,
-           decisions: bool = False, progress: Any = None, sample: int = metrics.SAMPLE) -> dict[str, Any]:
+           decisions: bool = False, progress: Any = None, sample: int = metrics.SAMPLE,
+           grader: Any = None) -> dict[str, Any]:
     """Replay receipts through `Router` with `specialist` (a classifier `Specialist` or a
     `PairwiseSpecialist`) on its rung and `tiers` (none: off); the whole evaluation as a JSON-ready
     dict. `policy` may be None only for a pairwise specialist distilled without one. `decisions`:
     also list what the router decided for each receipt (the one part that grows with the receipts).
     `progress`: a `qroute.Progress` whose `bar` wraps the pass over the receipts. `sample`: latencies
     and the risk–coverage curve are exact up to this many decisions, then from a uniform sample.
+    `grader`: the reply grader (`zcompile.router.grader`) the replies of bound tiers must pass. With the
+    policy's text tier bound in `tiers`, a handed-on reply counts as taken off the expensive model only
+    when the text tier wrote it and it passed; without it, it is counted as the text tier's.
 
     The receipts are read twice, one at a time: first for the judge (`receipts.judge`: what each
     conversation did next, a few values per decision), then each is validated and converted to a
@@ -79,8 +83,9 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
     calls_spec = getattr(m, "calls", None)
     led = metrics.Ledger(risky_actions(policy), m.threshold.tau, compiler=policy is not None, sample=sample,
                          keep_rows=decisions, text_tier=text_tier,
+                         live_text=text_tier is not None and text_tier.name in (tiers or {}),
                          reply_tau=calls_spec.reply_threshold.tau if calls_spec is not None else None)
-    for row in replays(held_out(), policy, specialist, tiers=tiers):
+    for row in replays(held_out(), policy, specialist, tiers=tiers, grader=grader):
         led.add(row)
     if not counts["used"]:
         raise no_usable(counts)
