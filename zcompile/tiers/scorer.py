@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -28,6 +29,7 @@ FORMAT = "zc-scorer-calibration/1"
 MAX_VALUES = 8  # argument values scored per argument (the most recent fitting candidates, or the enum)
 PREFIX = '{"action": "'  # the assistant's answer so far: every candidate continues it
 N_CTX = 4096
+PRIORS = 256  # content-free priors kept (one per offered listing)
 
 
 class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -199,9 +201,11 @@ class ScorerTier(Residency):
     loaded. For a decision it renders the same messages an LLM tier sends (the state, the intent, the
     offered legal actions), then scores `{"action": "NAME"` for each offered action and, for the most
     likely one, each argument's candidate values (`_values`) in turn, by summed token log-likelihood
-    renormalised over the candidates. Its confidence is the product of the chosen action's and values'
-    shares; margin and entropy are those of the action distribution. It answers when the confidence is
-    at least τ from its calibration file (`zc scorer calibrate`), else abstains (`below_threshold`);
+    renormalised over the candidates; an action's is first corrected by its log-likelihood with an empty
+    state (`_prior`: the model's bias toward a position or a name). Its confidence is the product of the
+    chosen action's and values' shares; margin and entropy are those of the action distribution. It
+    answers when the confidence is at least τ from its calibration file (`zc local calibrate`), else
+    abstains (`below_threshold`);
     without a calibration τ is infinite: it abstains on everything, with the reason.
 
     Args:
@@ -242,6 +246,7 @@ class ScorerTier(Residency):
             self.tau = NEVER
         self._costs(cold_ms, warm_ms)
         self._lm: LikelihoodModel | None = None
+        self._priors: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
         instruction = MODE_INSTRUCTION["json_schema"]
         self._system = {"role": "system", "content": f"{DEFAULT_SYSTEM_PROMPT} {instruction}"}
@@ -304,6 +309,22 @@ class ScorerTier(Residency):
             ans = settle(step, action, arguments, confidence=conf, model=self.model)
         return replace(ans, margin=margin, entropy=entropy)
 
+    def _prior(self, lm: LikelihoodModel, listing: str, names: list[list[int]],
+               deadline: float) -> np.ndarray:
+        """Each offered action's log-likelihood with no state at all (an empty one, no intent): what the
+        model would answer from the listing alone, its bias toward a position or a name. Subtracted
+        before the actions are compared (contextual calibration, Zhao et al. 2021); cached per listing."""
+        got = self._priors.get(listing)
+        if got is None:
+            lm.reset()
+            lm.prime(lm.tokens(lm.chat(messages(self._system, {}, None, listing)) + PREFIX, special=True),
+                     deadline)
+            got = np.asarray(lm.loglik(names, deadline))
+            self._priors[listing] = got
+            while len(self._priors) > PRIORS:
+                self._priors.popitem(last=False)
+        return got
+
     def _score(self, lm: LikelihoodModel, step: Step, legal: tuple[str, ...],
                deadline: float) -> tuple[str, dict[str, Any] | None, float, float, float]:
         """(action, arguments or None, confidence, margin, entropy) of the most likely call."""
@@ -311,11 +332,13 @@ class ScorerTier(Residency):
         descriptions = {**step.catalog.descriptions, **{a: t["description"] for a, t in given.items()
                                                        if isinstance(t.get("description"), str)}}
         offer = Offer(legal, descriptions, "json_schema")
+        names = [lm.tokens(f'{a}"') for a in legal]
+        prior = self._prior(lm, offer.listing, names, deadline)
         head = lm.chat(messages(self._system, step.state, step.intent, offer.listing)) + PREFIX
         prompt = lm.tokens(head, special=True)
         lm.reset()
         lm.prime(prompt, deadline)
-        p = _normalized(lm.loglik([lm.tokens(f'{a}"') for a in legal], deadline))
+        p = _normalized(np.asarray(lm.loglik(names, deadline)) - prior)
         order = np.argsort(-p, kind="stable")
         best = int(order[0])
         action, conf = legal[best], float(p[best])
