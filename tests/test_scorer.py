@@ -201,3 +201,24 @@ def test_the_confidence_is_a_distribution_share():
 
     p = _normalized([-1.0, -2.0, -50.0])
     assert p.sum() == pytest.approx(1.0) and np.all(np.diff(p) < 0)
+
+
+def test_a_pick_is_right_when_it_is_the_teachers():
+    from types import SimpleNamespace as NS
+
+    from zcompile.qroute.scorer import right
+
+    replies = frozenset({"respond"})
+    d = NS(label="respond", teacher="respond", arguments=None)
+    assert right(NS(action="respond", kind="abstain", arguments=None), d, None, replies)  # handed on
+    call = NS(label="lookup", teacher="lookup", arguments={"order_id": "W7"})
+    assert right(NS(action="lookup", kind="call", arguments={"order_id": "W7"}), call, None, replies)
+    assert not right(NS(action="lookup", kind="call", arguments={"order_id": "W3"}), call, None, replies)
+    assert not right(NS(action="lookup", kind="name", arguments=None), call, None, replies)
+    recorded = NS(label="lookup", teacher="lookup", arguments=None)  # the receipt's arguments instead
+    assert right(NS(action="lookup", kind="call", arguments={"order_id": "W7"}), recorded, {"order_id": "W7"},
+                 replies)
+    gold = NS(label="lookup", teacher="stop", arguments=None)  # a gold call: its arguments are unknown
+    assert not right(NS(action="lookup", kind="call", arguments={"order_id": "W7"}), gold, None, replies)
+    assert right(NS(action="respond", kind="abstain", arguments=None),
+                 NS(label="respond", teacher="stop", arguments=None), None, replies)  # a gold reply

@@ -39,12 +39,14 @@ def decisions(paths: Sequence[str | Path], policy: Any, manifest: Any,
 
 
 def right(ans: Any, d: Any, recorded: Any, replies: frozenset[str]) -> bool:
-    """Whether the scorer's pick is the teacher's: the same reply action (handed on to a rung that writes
-    it), or the same call with the same arguments (`same_call`)."""
-    if ans.action is None or ans.action != d.label or d.label != d.teacher:
+    """Whether the scorer's pick is the label's (gold, else the teacher's): the same reply action (handed on
+    to a rung that writes it), or the teacher's call with the same arguments (`same_call`)."""
+    if ans.action is None or ans.action != d.label:
         return False
     if ans.action in replies:
         return True
+    if d.label != d.teacher:  # a gold label: its arguments are not known
+        return False
     label_args = d.arguments if d.arguments is not None else recorded
     return ans.kind == "call" and label_args is not None and same_call(ans.action, ans.arguments, d.label,
                                                                         label_args)
