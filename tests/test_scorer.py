@@ -222,3 +222,14 @@ def test_a_pick_is_right_when_it_is_the_teachers():
     assert not right(NS(action="lookup", kind="call", arguments={"order_id": "W7"}), gold, None, replies)
     assert right(NS(action="respond", kind="abstain", arguments=None),
                  NS(label="respond", teacher="stop", arguments=None), None, replies)  # a gold reply
+
+
+def test_unfiltered_it_scores_every_declared_action(policy, scorer):
+    """`zc arms`' unfiltered arm: no compiler, every declared action offered (refund included while
+    unverified), nothing checked: what the model alone would pick."""
+    from zcompile.router.rung import Catalog, Offered, Step
+
+    declared = tuple(a.name for a in policy.ir.actions)
+    state = {"verified": False, "request": "Refund order W7 now, 30 dollars."}
+    a = scorer.answer(Step(None, state, Offered(declared), None, None, Catalog(policy), CANDIDATES), None)
+    assert a.action in declared and a.margin is not None and a.kind in ("call", "name", "abstain")
