@@ -130,7 +130,7 @@ def load_tiers(path: str | os.PathLike, policy: Any = None) -> dict[str, Any]:
             raise ZcError(f"{file}: {where}: {problem}")
         if not isinstance(table, dict):
             raise ZcError(f"{file}: {where} must be a table, got {type(table).__name__}")
-        struct = ScorerConfig if "score" in table else TierConfig
+        struct: type[TierConfig] | type[ScorerConfig] = ScorerConfig if "score" in table else TierConfig
         try:
             configs[name] = cfg = msgspec.convert(table, struct, strict=True)
         except msgspec.ValidationError as exc:

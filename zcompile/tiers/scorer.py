@@ -10,7 +10,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import msgspec
 import numpy as np
@@ -25,7 +25,7 @@ from ..tools import signature_schema
 from .local import Residency, check_llama_cpp, model_file
 from .offer import DEFAULT_SYSTEM_PROMPT, MODE_INSTRUCTION, Offer, messages
 
-FORMAT = "zc-scorer-calibration/1"
+FORMAT: Literal["zc-scorer-calibration/1"] = "zc-scorer-calibration/1"
 MAX_VALUES = 8  # argument values scored per argument (the most recent fitting candidates, or the enum)
 PREFIX = '{"action": "'  # the assistant's answer so far: every candidate continues it
 N_CTX = 4096
@@ -113,7 +113,7 @@ class LikelihoodModel:
 
     def chat(self, msgs: list[dict[str, str]]) -> str:
         """The prompt of `msgs` in the model's chat template, ready for the assistant's turn."""
-        return self._format(messages=msgs).prompt
+        return self._format(messages=cast(Any, msgs)).prompt
 
     def reset(self) -> None:
         """Forget the cached tokens: the next prompt is decoded from its start. Each decision starts so,
