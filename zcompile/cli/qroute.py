@@ -198,11 +198,7 @@ def eval_cmd(policy_path, specialist_dir, sources, more, json_out, html_out, dec
             if policy is None:
                 raise ZcError("--tiers needs --policy: tiers are rungs of a policy's routes")
             tiers = load_tiers(tiers_path, policy)
-        grader = None
-        if grader_path is not None:
-            from ..router.grader import load_grader
-
-            grader = load_grader(grader_path)
+        grader = _grader(grader_path)
         try:
             from ..qroute.dataset import Progress
 
@@ -294,11 +290,7 @@ def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts
 
             tiers = load_tiers(tiers_path, policy)
         state = read_json(state_path)
-        grader = None
-        if grader_path is not None:
-            from ..router.grader import load_grader
-
-            grader = load_grader(grader_path)
+        grader = _grader(grader_path)
         with Router(policy, specialists=list(specialists) or None, tiers=tiers, receipts=receipts_path,
                     deadline_ms=deadline_ms, grader=grader) as router:
             d = router.decide(state, intent)
@@ -395,11 +387,7 @@ def serve_cmd(policy_path, upstream, model, specialists, tiers_path, upstream_ti
             raise ZcError(f"--host {host}: not a loopback address, and no client keys: give --client-keys "
                           "FILE or --client-key-env VAR (or --insecure-no-client-keys to serve anyone who "
                           "reaches it)")
-        grader = None
-        if grader_path is not None:
-            from ..router.grader import load_grader
-
-            grader = load_grader(grader_path)
+        grader = _grader(grader_path)
         gateway = Gateway(policy, upstream, model, specialists=list(specialists) or None, tiers=tiers,
                           upstream_tier=upstream_tier, extract=extract, receipts=receipts_path,
                           timeout_ms=timeout_ms, max_body_bytes=max_body_bytes, api_key_env=api_key_env,
@@ -425,6 +413,15 @@ def serve_cmd(policy_path, upstream, model, specialists, tiers_path, upstream_ti
         fail(exc)
     finally:
         gateway.close()
+
+
+def _grader(path: str | None):
+    """The reply grader a `--grader FILE` names, or None without one."""
+    if path is None:
+        return None
+    from ..router.grader import load_grader
+
+    return load_grader(path)
 
 
 def _loopback(host: str) -> bool:
