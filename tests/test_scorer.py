@@ -95,14 +95,22 @@ def test_likelihoods_match_token_by_token_scoring(scorer):
     assert batched < 0 and batched == pytest.approx(slow, rel=5e-3)
 
 
-def test_without_calibration_it_abstains_with_the_reason(policy):
+@pytest.mark.parametrize("certified, reason", [(False, "no calibration"), (True, "no τ qualifies")])
+def test_without_a_reachable_tau_it_abstains_at_once(policy, scorer, tmp_path, certified, reason):
+    """No calibration, or one that certifies no τ (τ = 2, above every confidence): an abstention that
+    names why, and no model time spent scoring a decision it cannot answer."""
     from zcompile.tiers.scorer import ScorerTier
 
-    with ScorerTier("smollm2") as s:
+    cal = None
+    if certified:
+        cal = tmp_path / "c.json"
+        cal.write_text(json.dumps(_calibration(scorer, policy, tau=2.0,
+                                               statement="…; no τ qualifies, so the scorer abstains")))
+    with ScorerTier("smollm2", calibration=cal) as s:
         router = Router(policy, tiers={"scorer": s}, ladder=("scorer",))
         a = next(x for x in router.decide(REFUND, candidates=CANDIDATES).rungs if x.rung == "scorer")
     assert (a.kind, a.cause) == ("abstain", "below_threshold")
-    assert "no calibration" in a.detail and a.confidence is not None and a.margin is not None
+    assert reason in a.detail and a.confidence is None and a.margin is None  # nothing was scored
 
 
 def test_the_deadline_is_an_abstention(policy, scorer):

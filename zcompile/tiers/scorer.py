@@ -33,7 +33,7 @@ PRIORS = 256  # content-free priors kept (one per offered listing)
 
 
 class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """`zc scorer calibrate`'s output: τ for one model file and one policy, with its guarantee."""
+    """`zc local calibrate`'s output: τ for one model file and one policy, with its guarantee."""
 
     format: Literal["zc-scorer-calibration/1"]
     model: str  # the GGUF file's name
@@ -210,7 +210,7 @@ class ScorerTier(Residency):
 
     Args:
         score: `smollm2` (the packaged model) or a GGUF file's path.
-        calibration: a `zc scorer calibrate` file bound to this model and the policy, or None.
+        calibration: a `zc local calibrate` file bound to this model and the policy, or None.
         tau: τ given directly (the calibration run itself uses 0); overrides `calibration`.
         threads: llama.cpp's threads (default 1).
         cold_ms, warm_ms: the declared costs, until measured.
@@ -237,10 +237,10 @@ class ScorerTier(Residency):
             cal = read_calibration(calibration)
             if cal.model_sha256 != sha256_file(self.path):
                 raise ZcError(f"{calibration}: calibrated for another model file ({cal.model}), not "
-                              f"{self.path.name}: run `zc scorer calibrate` again")
+                              f"{self.path.name}: run `zc local calibrate` again")
             if policy_sha256 is not None and cal.policy != policy_sha256:
                 raise ZcError(f"{calibration}: calibrated for another policy (sha256 {cal.policy[:12]}…): "
-                              "run `zc scorer calibrate` again")
+                              "run `zc local calibrate` again")
             self.calibration, self.tau = cal, cal.tau
         else:
             self.tau = NEVER
@@ -289,6 +289,8 @@ class ScorerTier(Residency):
         legal = step.choices
         if not legal:
             return abstain("declined", "no legal action offered", model=self.model)
+        if self.tau > 1.0:  # no confidence reaches it: abstain without spending the model's time
+            return abstain("below_threshold", self._why_never(), model=self.model)
         if self._lm is None:
             self.load(budget)
         try:
@@ -301,13 +303,17 @@ class ScorerTier(Residency):
             return abstain("error", str(exc), model=self.model)
         action, arguments, conf, margin, entropy = scored
         if conf < self.tau:
-            why = (f"confidence {conf:.3g} below τ {self.tau:.3g}" if self.tau != NEVER else
-                   "no calibration: run `zc scorer calibrate` and bind it (calibration = …)")
-            ans = abstain("below_threshold", why, action=action if step.allows(action) else None,
+            ans = abstain("below_threshold", f"confidence {conf:.3g} below τ {self.tau:.3g}",
+                          action=action if step.allows(action) else None,
                           confidence=conf, model=self.model)
         else:
             ans = settle(step, action, arguments, confidence=conf, model=self.model)
         return replace(ans, margin=margin, entropy=entropy)
+
+    def _why_never(self) -> str:
+        if self.calibration is None:
+            return "no calibration: run `zc local calibrate` and bind it (calibration = …)"
+        return f"its calibration certifies no τ ({self.calibration.statement.rsplit('; ', 1)[-1]})"
 
     def _prior(self, lm: LikelihoodModel, listing: str, names: list[list[int]],
                deadline: float) -> np.ndarray:
