@@ -62,10 +62,11 @@ def grader_replies_cmd(policy_path, sources, tiers_path, tier_name, grader_path,
     import msgspec
 
     from ..evals.grading import halves, replies, written
+    from ..qroute.dataset import Progress
     from ..router import Router
     from ..router.grader import Grader, load_grader
     from ..tiers import load_tiers
-    from .common import load_policy
+    from .common import load_policy, progress
 
     tiers = {}
     try:
@@ -77,12 +78,7 @@ def grader_replies_cmd(policy_path, sources, tiers_path, tier_name, grader_path,
             raise ZcError(f"{tiers_path}: no [tiers.{tier_name}] table")
         pairs = halves(replies(list(sources)), per_half)
         router = Router(policy, tiers={tier_name: tiers[tier_name]}, ladder=(tier_name,), grader=grader)
-
-        def progress(i: int, n: int) -> None:
-            if i == n or i % 10 == 0:
-                click.echo(f"wrote {i}/{n} replies", err=True)
-
-        rep = written(router, tier_name, policy, pairs, runs, progress)
+        rep = written(router, tier_name, policy, pairs, runs, Progress(bar=progress))
     except ZcError as exc:
         fail(exc)
     finally:

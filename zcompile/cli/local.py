@@ -86,15 +86,14 @@ def local_calibrate_cmd(launch, policy_path, specialist_dir, sources, target, gu
     """Certify the scorer rung's τ: score decisions of tasks outside the specialist's test split with the
     local model (every legal action and argument candidate by likelihood), then choose τ for precision ≥
     TARGET with the specialist's machinery and guarantee (docs/router.md, The scorer rung)."""
-    import time
     from pathlib import Path
 
     import msgspec
 
-    from ..qroute import load_specialist
+    from ..qroute import Progress, load_specialist
     from ..qroute.scorer import calibrate, decisions
     from ..tiers.scorer import ScorerTier
-    from .common import load_policy
+    from .common import load_policy, progress
 
     out = Path(out_path)
     try:
@@ -103,17 +102,10 @@ def local_calibrate_cmd(launch, policy_path, specialist_dir, sources, target, gu
         policy = load_policy(policy_path)
         sp = load_specialist(specialist_dir, policy)
         rows = decisions(list(sources), policy, sp.manifest, per_task)
-        started = time.perf_counter()
-
-        def progress(i: int, n: int) -> None:
-            if i == n or i % 10 == 0:
-                took = time.perf_counter() - started
-                click.echo(f"scored {i}/{n} decisions ({took:.0f} s, about {took / i * (n - i):.0f} s left)",
-                           err=True)
 
         with ScorerTier(launch, tau=0.0, threads=threads) as scorer:
             cal = calibrate(policy, rows, scorer, target=target, guarantee=guarantee, unit=unit,
-                            receipts=[str(s) for s in sources], progress=progress)
+                            receipts=[str(s) for s in sources], progress=Progress(bar=progress))
         out.write_bytes(msgspec.json.format(msgspec.json.encode(cal), indent=2) + b"\n")
     except ZcError as exc:
         fail(exc)

@@ -457,7 +457,7 @@ def arms_cmd(policy_path, specialist_dir, sources, tiers_path, limit, out_dir) -
     action offered), the specialist then each tier. Per arm: success strict and acceptable with Wilson
     intervals, warm p50, abstentions, dangerous and illegal selections, cold loads (docs/evaluation.md)."""
     from ..evals import arms
-    from ..qroute import load_specialist
+    from ..qroute import Progress, load_specialist
 
     out = Path(out_dir)
     tiers = {}
@@ -472,7 +472,7 @@ def arms_cmd(policy_path, specialist_dir, sources, tiers_path, limit, out_dir) -
             tiers = load_tiers(tiers_path)  # arm tiers need not be declared by the policy
         decisions = arms.held_out([*sources], policy, sp, limit=limit)
         rep = arms.run(policy, decisions, arms.default_arms(list(tiers), True), specialists=[sp], tiers=tiers,
-                       receipts=out / "receipts")
+                       receipts=out / "receipts", progress=Progress(bar=progress))
         (out / "arms.json").write_bytes(msgspec.json.format(msgspec.json.encode(rep), indent=2) + b"\n")
         (out / "arms.html").write_text(arms.render_html(rep))
     except ZcError as exc:

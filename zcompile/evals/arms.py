@@ -9,13 +9,14 @@ import os
 import statistics
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from ..errors import ZcError
+from ..qroute.dataset import QUIET, Progress
 from ..receipts import Receipt, ReceiptWriter
 from ..router import Router
 from ..router.router import resident_answer
@@ -102,12 +103,12 @@ def held_out(
 ) -> list[tuple[Any, Any]]:
     """The decisions `zc eval` would replay (sealed against the specialist's manifest, with the judge's
     acceptable calls), and the arguments each receipt recorded; the first `limit` when given."""
-    from ..qroute.dataset import Progress, stream
+    from ..qroute.dataset import stream
     from ..router.shadow import receipt_arguments
     from .report import receipts_judge
 
     names = [str(p) for p in paths]
-    judge = receipts_judge(names, policy, Progress(), 0)
+    judge = receipts_judge(names, policy, QUIET, 0)
     sealer = Seal(specialist.manifest, split, False)
     out: list[tuple[Any, Any]] = []
     seen: Counter[str] = Counter()
@@ -133,9 +134,11 @@ def run(
     specialists: Sequence[Any] = (),
     tiers: Mapping[str, Any] | None = None,
     receipts: str | Path | None = None,
+    progress: Progress = QUIET,
 ) -> dict[str, Any]:
     """Replay `decisions` through every arm, one arm after the other; the figures as a JSON-ready dict.
-    `receipts`: a directory where each arm's receipts go (`<arm>.jsonl`)."""
+    `receipts`: a directory where each arm's receipts go (`<arm>.jsonl`); `progress.bar` wraps each arm's
+    pass."""
     tiers = dict(tiers or {})
     catalog = Catalog(policy)
     risky = risky_actions(policy)
@@ -156,7 +159,8 @@ def run(
         writer = ReceiptWriter(path) if path is not None else None
         try:
             tally = _Tally()
-            for d, recorded in _asked(arm, decisions, policy, specialists, tiers, declared, catalog, writer):
+            asked = progress.bar(decisions, f"arm {arm.name}", len(decisions))
+            for d, recorded in _asked(arm, asked, policy, specialists, tiers, declared, catalog, writer):
                 dec, d_, legal, latency_ms = d
                 row = replay_row(d_, dec, catalog, risky, recorded)
                 _count(tally, row, dec, legal, risky, latency_ms)
@@ -177,7 +181,7 @@ def run(
 
 def _asked(
     arm: Arm,
-    decisions: Sequence[tuple[Any, Any]],
+    decisions: Iterable[tuple[Any, Any]],
     policy: Policy,
     specialists: Sequence[Any],
     tiers: Mapping[str, Any],

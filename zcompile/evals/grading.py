@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ZcError
+from ..qroute.dataset import QUIET, Progress
 from ..router.grader import IDENT, SCAFFOLDING, Grader
 from .metrics import rate
 
@@ -194,7 +195,7 @@ def render_markdown(rep: dict[str, Any]) -> str:
 
 
 def written(router: Any, tier: str, policy: Any, pairs: Sequence[Pair], runs: int = 3,
-            progress: Any = None) -> dict[str, Any]:
+            progress: Progress = QUIET) -> dict[str, Any]:
     """The replies a tier writes for `pairs`, graded: `router` walks the tier alone, grading it, offered the
     reply action only. Per run (the tier's `extra_body["seed"]` = the run), the pass rate on the decisions
     after a tool fault and on the others; the spread of the runs is the noise floor of the gap."""
@@ -205,7 +206,7 @@ def written(router: Any, tier: str, policy: Any, pairs: Sequence[Pair], runs: in
         bound.extra_body["seed"] = run
         k = {"fault": 0, "no_fault": 0}
         n = {"fault": 0, "no_fault": 0}
-        for i, p in enumerate(pairs):
+        for p in progress.bar(pairs, f"run {run + 1}/{runs}: writing replies", len(pairs)):
             half = "fault" if (p.state.get("last") or {}).get("tool_error") is True else "no_fault"
             replies_ = frozenset(a for a in p.legal if a in router.catalog.replies)
             d = router.decide(p.state, candidates=p.seen, offer=replies_ or None)
@@ -215,8 +216,6 @@ def written(router: Any, tier: str, policy: Any, pairs: Sequence[Pair], runs: in
                 k[half] += 1
             else:
                 causes[_why(ans)] += 1
-            if progress is not None:
-                progress(run * len(pairs) + i + 1, runs * len(pairs))
         for half in halves:
             halves[half].append(rate(k[half], n[half]))
     gaps = [a["rate"] - b["rate"] for a, b in zip(halves["no_fault"], halves["fault"], strict=True)

@@ -43,7 +43,7 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
             legal actions), no usable decision, trained-on tasks under `split="all"` without
             `allow_trained`, nothing held out, an unknown split, a policy missing or given wrongly.
     """
-    from ..qroute.dataset import Progress, no_usable, rows_in, stream
+    from ..qroute.dataset import QUIET, no_usable, rows_in, stream
     from ..receipts.judge import LOOKAHEAD, RULE, conversation_of
 
     if split not in SPLITS:
@@ -54,7 +54,7 @@ def report(paths: Sequence[str | Path], policy: Policy | None, specialist: Any, 
     check_policy(m, policy)
     paths = [str(p) for p in paths]
     length = rows_in(paths) if progress is not None else 0  # for the progress bar: rows, counted undecoded
-    progress = progress or Progress()
+    progress = progress or QUIET
     counts: Counter = Counter()
     sealer = Seal(m, split, allow_trained)
     shadows = metrics.Shadows()

@@ -30,12 +30,15 @@ SPLIT = (0.70, 0.15, 0.15)  # train / calibration / test, by task
 PARTS = ("train", "calibration", "test")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Progress:
     """Progress sink: `step(text)` announces a stage; `bar(iterable, label, n)` wraps long loops."""
 
     step: Callable[[str], None] = lambda text: None
     bar: Callable[[Iterable, str, int], Iterable] = lambda it, label, n: it
+
+
+QUIET = Progress()  # no progress shown
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -135,7 +138,7 @@ def stream(paths: Sequence[str | Path], policy: Policy | None, counts: Counter, 
     from ..receipts import ReadStats, read
     from ..tools import policy_tools
 
-    report = report or Progress()
+    report = report or QUIET
     rstats = ReadStats()
     used = 0
     described = policy_tools(policy) if policy is not None else {}
@@ -298,7 +301,7 @@ def load_split(paths: Sequence[str | Path], policy: Policy | None = None, *, ski
     lines (Parquet: reading only their row groups). `scan` runs the first pass (`seen_locally`, or an
     engine's: the Ray engine's validates in Ray workers), yielding the same rows in the same order.
     """
-    report = report or Progress()
+    report = report or QUIET
     if rows_in(paths) <= limit:
         data = load(paths, policy, skip_invalid=skip_invalid, none_fits=none_fits, report=report)
         report.step("2/10 splitting by task (chronological, sealed)")

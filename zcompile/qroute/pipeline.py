@@ -118,7 +118,7 @@ def distill(paths: Sequence[str | Path], policy: Policy | None, out: str | Path,
     trains on some categories and reports on others); they are sealed the same way.
     """
     s = settings or Settings()
-    report = report or D.Progress()
+    report = report or D.QUIET
     _validate(s, policy)
     pairwise = s.model == "pairwise"
     engine = E.make(s.engine, paths, policy, skip_invalid=s.skip_invalid, none_fits=pairwise)

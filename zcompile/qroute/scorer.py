@@ -4,7 +4,7 @@ split, with the specialist's machinery and guarantee statement (`threshold.choos
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from ..receipts.candidates import same_call
 from ..router import Router
 from ..tiers.scorer import FORMAT, Calibration, ScorerTier
 from . import threshold
-from .dataset import stream
+from .dataset import QUIET, Progress, stream
 
 
 def decisions(paths: Sequence[str | Path], policy: Any, manifest: Any,
@@ -54,7 +54,7 @@ def right(ans: Any, d: Any, recorded: Any, replies: frozenset[str]) -> bool:
 
 def calibrate(policy: Any, rows: Sequence[tuple[Any, Any]], scorer: ScorerTier, *, target: float,
               guarantee: str = "ltt", unit: str = "task", receipts: Sequence[str] = (),
-              progress: Callable[[int, int], None] | None = None) -> Calibration:
+              progress: Progress = QUIET) -> Calibration:
     """Score every decision at τ = 0 (the scorer answers all), then certify τ for precision ≥ `target`.
     A decision the compiler answers alone is not the scorer's and is left out; a pick `Policy.check`
     refuses is never answered (confidence 0)."""
@@ -64,11 +64,9 @@ def calibrate(policy: Any, rows: Sequence[tuple[Any, Any]], scorer: ScorerTier, 
     router = Router(policy, tiers={scorer.name: scorer}, ladder=(scorer.name,))
     replies = router.catalog.replies
     conf, ok, tasks = [], [], []
-    for i, (d, recorded) in enumerate(rows):
+    for d, recorded in progress.bar(rows, "scoring decisions", len(rows)):
         dec = router.decide(d.state, d.intent, task=d.task, candidates=d.candidates, offer=d.offer)
         ans = next((a for a in dec.rungs if a.rung == scorer.name), None)
-        if progress is not None:
-            progress(i + 1, len(rows))
         if ans is None:
             continue
         usable = ans.answered or ans.cause == "handed_on"
