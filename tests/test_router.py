@@ -117,6 +117,16 @@ def test_slow_tier_is_abandoned_and_next_rung_answers(policy):
     assert small.calls[0][1] == pytest.approx(0.2)
 
 
+def test_without_budgets_a_tier_gets_the_time_it_takes(policy):
+    """A measurement (`zc eval --tiers`, `zc arms`, `zc grader replies`): the policy's max_ms (200 ms
+    for `small`) does not turn a slow answer into a timeout; a deadline still bounds it."""
+    small, large = FakeTier("reply", sleep_s=0.4), FakeTier("lookup")
+    d = Router(policy, tiers={"small": small, "large": large}, budgets=False).decide(S)
+    assert d.tier == "small" and small.calls[0][1] > 0.4  # not 0.2: its max_ms is not applied
+    d = Router(policy, tiers={"small": small, "large": large}, budgets=False, deadline_ms=100).decide(S)
+    assert small.calls[1][1] <= 0.1 and d.rungs[1].outcome == "timeout"
+
+
 def test_overall_deadline_skips_remaining_rungs(policy):
     small, large = FakeTier("reply", sleep_s=1.0), FakeTier("lookup")
     d = Router(policy, tiers={"small": small, "large": large}, deadline_ms=50).decide(S)

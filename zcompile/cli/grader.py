@@ -77,7 +77,8 @@ def grader_replies_cmd(policy_path, sources, tiers_path, tier_name, grader_path,
         if tier_name not in tiers:
             raise ZcError(f"{tiers_path}: no [tiers.{tier_name}] table")
         pairs = halves(replies(list(sources)), per_half)
-        router = Router(policy, tiers={tier_name: tiers[tier_name]}, ladder=(tier_name,), grader=grader)
+        router = Router(policy, tiers={tier_name: tiers[tier_name]}, ladder=(tier_name,), grader=grader,
+                        budgets=False)
         rep = written(router, tier_name, policy, pairs, runs, Progress(bar=progress))
     except ZcError as exc:
         fail(exc)

@@ -199,6 +199,7 @@ def _asked(
             tiers=bound,
             receipts=writer,
             ladder=arm.rungs,
+            budgets=False,
         )
         for d, recorded in decisions:
             dec = router.decide(

@@ -161,16 +161,18 @@ def replays(items: Iterable[tuple[Any, Any]], policy: Policy | None, specialist:
             tiers: Mapping[str, Any] | None = None, grader: Any = None) -> Iterator[Replay]:
     """Each (decision, the arguments its receipt recorded or None) through `Router.decide` (with
     `specialist` on its rung, `tiers`, none by default, and `grader` on their replies), as a Replay row,
-    one at a time. The first `WARMUP` decisions are asked once more before, untimed (lazy
-    initialisation)."""
+    one at a time. Without tiers the first `WARMUP` decisions are asked once more before, untimed (lazy
+    initialisation); the tiers' policy budgets (`max_ms`) are not applied: a replay measures what they
+    do, not how fast this machine is."""
     pairwise = bool(getattr(specialist, "pairwise", False))
     if policy is None:
         ask = _policyless(specialist)
     else:
-        ask = _routed(Router(policy, specialists=[specialist], tiers=tiers, grader=grader), pairwise)
+        router = Router(policy, specialists=[specialist], tiers=tiers, grader=grader, budgets=False)
+        ask = _routed(router, pairwise)
     items = iter(items)
     first = list(islice(items, WARMUP))
-    for d, _ in first:
+    for d, _ in first if not tiers else ():  # live tiers would write their replies twice
         ask(d)
     catalog = Catalog(policy)
     risky = risky_actions(policy)

@@ -61,7 +61,7 @@ def calibrate(policy: Any, rows: Sequence[tuple[Any, Any]], scorer: ScorerTier, 
     if unit not in threshold.UNITS:
         raise ZcError(f"unknown unit `{unit}` (choose {' or '.join(threshold.UNITS)})")
     scorer.tau = 0.0
-    router = Router(policy, tiers={scorer.name: scorer}, ladder=(scorer.name,))
+    router = Router(policy, tiers={scorer.name: scorer}, ladder=(scorer.name,), budgets=False)
     replies = router.catalog.replies
     conf, ok, tasks = [], [], []
     for d, recorded in progress.bar(rows, "scoring decisions", len(rows)):

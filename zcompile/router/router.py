@@ -131,6 +131,10 @@ class Router:
         grader: a `zcompile.router.grader.Grader`: a text reply written by a rung it grades (by default
             every rung but the ladder's last, the remote model) must pass its checks; a reply that fails
             becomes an abstention with cause `graded` and the checks' reasons, and the next rung is asked.
+        budgets: the policy's `tier NAME max_ms N` bounds that tier's call (default). False for a
+            measurement of what the tiers do given the time (`zc eval --tiers`, `zc arms`,
+            `zc grader replies`, `zc local calibrate`): each is then bounded by its own `timeout_ms`
+            and `deadline_ms` only, so a slow machine does not turn answers into timeouts.
 
     With `deadline_ms` (a router that runs against a clock, as `zc serve`'s always does) the policy's
     `tier specialist max_ms N` is the specialist rung's budget: an answer that took longer, measured
@@ -142,8 +146,10 @@ class Router:
     def __init__(self, policy: Policy, specialists: Any = None, tiers: Mapping[str, Any] | None = None,
                  receipts: str | Path | ReceiptWriter | Callable[[Receipt], None] | None = None,
                  deadline_ms: float | None = None, *, shadow: Any = None, monitor: Monitor | None = None,
-                 complete: bool = False, ladder: Sequence[str] | None = None, grader: Any = None) -> None:
+                 complete: bool = False, ladder: Sequence[str] | None = None, grader: Any = None,
+                 budgets: bool = True) -> None:
         self.policy = policy
+        self.budgets = budgets
         self.grader = grader
         self.complete = complete
         self.tiers = dict(tiers or {})
@@ -398,8 +404,8 @@ class Router:
         return ans.complete if self.complete else ans.answered
 
     def _budget(self, name: str, left: float | None) -> float | None:
-        declared = (self._declared[name].max_ms if name in self._tier_rungs and name in self._declared
-                    else None)
+        declared = (self._declared[name].max_ms if self.budgets and name in self._tier_rungs
+                    and name in self._declared else None)
         budgets = [b for b in (declared / 1000 if declared else None, left) if b is not None]
         return min(budgets) if budgets else None
 
