@@ -165,6 +165,11 @@ def test_zc_serve_binds_the_text_tier_from_tiers_toml(tmp_path, monkeypatch):
     assert "as tier `remote`, replies by text tier `writer` (small-writer)" in r.output
     (gw,) = served
     assert (gw.upstream_tier, gw.router.text_tier) == ("remote", "writer")
+    assert gw.workers._max_workers == 64  # decisions at once, by default
+    r = CliRunner().invoke(main, [*args, "--workers", "3"])
+    assert r.exit_code == 0 and served[-1].workers._max_workers == 3
+    r = CliRunner().invoke(main, [*args, "--workers", "0"])
+    assert r.exit_code == 2 and "--workers" in r.output and "Traceback" not in r.output
     r = CliRunner().invoke(main, [*args, "--upstream-tier", "writer"])
     assert r.exit_code == 1 and "Traceback" not in r.output
     assert "tier `writer` is the text tier of policy `chat_writer`" in r.output

@@ -345,6 +345,9 @@ def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts
               help="Deadline of one request (504 past it).")
 @click.option("--max-body-bytes", default=4 * 1024 * 1024, show_default=True, type=click.IntRange(min=1),
               help="Larger request bodies are refused (413).")
+@click.option("--workers", default=64, show_default=True, type=click.IntRange(1, 4096),
+              help="Decisions run at once, each in a thread (the upstream call included); more requests "
+                   "wait, and the wait counts against their deadline.")
 @click.option("--api-key-env", default=None, metavar="VAR",
               help="Environment variable holding the upstream's API key.")
 @click.option("--client-keys", "client_keys_path", default=None, type=click.Path(dir_okay=False),
@@ -363,7 +366,7 @@ def route_cmd(policy_path, specialists, tiers_path, state_path, intent, receipts
               help="A grader file: replies written by a local tier must pass its checks, else the "
                    "upstream writes the reply (docs/router.md, The reply grader).")
 def serve_cmd(policy_path, upstream, model, specialists, tiers_path, upstream_tier, extract_spec,
-              receipts_path, host, port, timeout_ms, max_body_bytes, api_key_env, client_keys_path,
+              receipts_path, host, port, timeout_ms, max_body_bytes, workers, api_key_env, client_keys_path,
               client_key_envs, insecure_no_client_keys, resident, grader_path) -> None:
     """Serve an OpenAI-compatible chat-completions endpoint that offers the upstream only legal tools,
     answers locally when a rung is sure, and lets no illegal call reach the harness (docs/gateway.md)."""
@@ -391,7 +394,7 @@ def serve_cmd(policy_path, upstream, model, specialists, tiers_path, upstream_ti
         gateway = Gateway(policy, upstream, model, specialists=list(specialists) or None, tiers=tiers,
                           upstream_tier=upstream_tier, extract=extract, receipts=receipts_path,
                           timeout_ms=timeout_ms, max_body_bytes=max_body_bytes, api_key_env=api_key_env,
-                          client_keys=client_keys, grader=grader)
+                          client_keys=client_keys, grader=grader, workers=workers)
     except ZcError as exc:
         fail(exc)
     try:
