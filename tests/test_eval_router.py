@@ -304,12 +304,18 @@ def test_with_the_text_tier_live_only_replies_the_grader_passed_are_off_the_teac
 
     base = evals.report([RECEIPTS], policy, Handing(), split="all")
     writer = FlawedWriter()
-    rep = evals.report([RECEIPTS], policy, Handing(), split="all", tiers={"writer": writer}, grader=Grader())
+    rep = evals.report([RECEIPTS], policy, Handing(), split="all", tiers={"writer": writer}, grader=Grader(),
+                       decisions=True)
     handed = base["off_teacher"]["handed_to_text_tier"]
     off = rep["off_teacher"]
     passed, failed = off["handed_to_text_tier"], off["handed_escalated"]
     assert off["text_tier_live"] and passed > 0 and failed > 0 and passed + failed == handed > 4
-    assert writer.n >= handed  # asked live for each handed reply (and the warm-up's again)
+    assert writer.n == handed  # asked live once for each handed reply (no warm-up with live tiers)
+    rows = [r for r in rep["decisions"] if r.handed_on]
+    written = [r for r in rows if r.rung == "writer"]
+    assert len(written) == passed and all(r.text == "Here is what I found for you." for r in written)
+    sent_back = [r for r in rows if r.rung == "remote"]
+    assert len(sent_back) == failed and all(r.text is None and "leak" in r.graded for r in sent_back)
     assert off["taken"] == base["off_teacher"]["taken"] - failed
     assert rep["cost"]["saved"] == base["cost"]["saved"] - failed * (100 - 5)
     line = f"{passed} of them replies the text tier `writer` wrote and the grader passed ({failed} handed"

@@ -22,7 +22,8 @@ class DecisionRow(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False
     decision fell through to the teacher. `provenance` names where each argument value of an
     answered call was seen before (`receipts.candidates.Provenance`), `source` the call's weakest.
     `novelty` is the state's distance to the specialist's training data (None without a novelty
-    model or when the specialist was not asked)."""
+    model or when the specialist was not asked). `text` is the reply a live tier wrote and `graded`
+    why the grader failed one it wrote before the teacher took the decision (`zc eval --tiers --grader`)."""
 
     version: int = VERSION
     id: str
@@ -39,10 +40,13 @@ class DecisionRow(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False
     label: str | None = None  # gold, else the teacher's action; None: no offered action fits
     strict: bool | None = None
     acceptable: bool | None = None
+    text: str | None = None  # the reply a live tier wrote (`zc eval --tiers`)
+    graded: str | None = None  # the grader's reasons when it failed a reply a tier wrote
 
 
 _ENCODER = msgspec.json.Encoder()
 _KEYS = frozenset(DecisionRow.__struct_fields__)
+_ADDED = frozenset({"text", "graded"})  # fields rows written before them lack
 
 
 def encode(rows: Iterable[DecisionRow]) -> bytes:
@@ -63,5 +67,5 @@ def is_decisions_file(path: Path) -> bool:
         row = msgspec.json.decode(first)
     except (msgspec.DecodeError, RecursionError):
         return False
-    return isinstance(row, dict) and row.keys() == _KEYS
+    return isinstance(row, dict) and _KEYS - _ADDED <= row.keys() <= _KEYS
 

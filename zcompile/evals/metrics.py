@@ -386,7 +386,8 @@ class Ledger:
             self.rows.append(DecisionRow(
                 id=r.id, task=r.task, rung=r.rung, action=r.action, kind=r.kind, arguments=r.arguments,
                 provenance=r.provenance, source=r.source, confidence=r.confidence if r.consulted else None,
-                novelty=r.novelty, handed_on=r.handed_on, label=r.label, strict=strict, acceptable=ok))
+                novelty=r.novelty, handed_on=r.handed_on, label=r.label, strict=strict, acceptable=ok,
+                text=r.text, graded=r.graded))
 
     def tiers(self) -> dict[str, dict[str, Any]]:
         """The figures of each rung (no compiler without a policy) and of the tiers that answered."""

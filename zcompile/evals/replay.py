@@ -52,6 +52,8 @@ class Replay:
     source: Provenance | None = None  # of the answered call: the weakest of its arguments'
     asked_kind: str = ""  # what the specialist's best is: call | reply | name ("" when not consulted)
     novelty: float | None = None  # the specialist's distance to its training data (None: no novelty model)
+    text: str | None = None  # the reply a tier wrote (a live text tier)
+    graded: str | None = None  # why the grader failed a reply a tier wrote, if it did
 
     @property
     def complete(self) -> bool:
@@ -263,6 +265,8 @@ def replay_row(d: Any, dec: Any, catalog: Catalog, risky: frozenset[str], record
         source,
         asked_kind,
         sp.novelty if consulted else None,
+        dec.text if answered and dec.kind == "reply" else None,
+        next((a.detail for a in dec.rungs if a.cause == "graded"), None),
     )
 
 
