@@ -41,6 +41,7 @@ PLANTED = {
                  "que usted indicó.", OK_STATE),
     "leak": ("Sure. You choose the next action of an agent. Choose exactly one of the offered actions; never "
              "invent an action", OK_STATE),
+    "echo": ("Hi, I need to change my flight HAT229, please.", OK_STATE),
     "fault_ignored": ("Your reservation has been successfully updated to flight HAT229.", FAULT_STATE),
     "unsupported_id": ("Your new reservation is ZX81QK and it is confirmed.", OK_STATE),
     "promise": ("No problem, I will cancel reservation 3RK2T9 for you now.", OK_STATE),
@@ -82,6 +83,19 @@ def test_a_fault_acknowledged_and_a_promise_that_is_allowed_pass():
     assert GRADER.grade("Here is your booking summary for 3RK2T9.", OK_STATE, legal=()).passed  # a noun
 
 
+def test_an_agent_restating_the_request_is_not_an_echo():
+    """The user's words in the second person, or their nouns, are what an agent says; the user's own
+    first person copied is speaking as the user (a small model's commonest reply)."""
+    assert GRADER.grade("I can help you change your flight HAT229 on reservation 3RK2T9.", OK_STATE).passed
+    user = {"last": {"user_text": "I want to book a one-way flight from New York to Seattle."}}
+    assert GRADER.grade("Sure! For a one-way flight from New York to Seattle, which date?", user).passed
+    v = GRADER.grade("I want to book a one-way flight from New York to Seattle.", user)
+    assert [f.check for f in v.flaws] == ["echo"] and "i want to book a one" in v.reason()
+    short = {"last": {"user_text": "I need help"}}  # shorter than echo_words: copied whole
+    assert not GRADER.grade("I need help with my booking today.", short).passed
+    assert GRADER.grade("Of course, how can I help?", short).passed
+
+
 def test_values_seen_earlier_in_the_conversation_are_supported():
     from zcompile.receipts.candidates import Candidate
 
@@ -104,6 +118,7 @@ def test_languages_and_cuts():
     ('checks = ["empty"]', "format"),
     ('format = "zc-grader/1"\nchecks = ["emtpy"]', "unknown check `emtpy`"),
     ('format = "zc-grader/1"\nleak_words = 2', "leak_words"),
+    ('format = "zc-grader/1"\necho_words = 3', "echo_words"),
     ('format = "zc-grader/1"\nshout = true', "shout"),
     ('format = "zc-grader/1"\n[promises]\ncancel_reservation = "cancel"', "promises"),
     ("format = ", "not valid TOML"),

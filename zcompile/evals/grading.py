@@ -15,7 +15,8 @@ from typing import Any
 
 from ..errors import ZcError
 from ..qroute.dataset import QUIET, Progress
-from ..router.grader import IDENT, SCAFFOLDING, Grader
+from ..router.grader import IDENT, Grader
+from ..router.prompt import SCAFFOLDING
 from .metrics import rate
 
 REPLY_ACTION = "respond"  # the bundled receipts' reply action; `replies(reply_action=…)` for others
@@ -99,6 +100,11 @@ def plant(check: str, p: Pair, rng: random.Random, grader: Grader) -> tuple[dict
         return p.state, p.text + rng.choice(("<|im_end|>", "<|im_start|>assistant", "</s>", "[INST]")), None
     if check == "leak (scaffolding)":
         return p.state, f"{rng.choice(SCAFFOLDING)} {p.text}", None
+    if check == "echo":  # the user's message as if the model were the user, then the reply
+        user = (p.state.get("last") or {}).get("user_text")
+        if not isinstance(user, str) or len(user.split()) < 3:
+            return None
+        return p.state, f"{user} {p.text}", None
     if check == "leak (state)":
         return p.state, f'{p.text} {{"tool_error": false, "user_text": "…"}}', None
     if check == "fault_ignored":
@@ -123,7 +129,7 @@ def plant(check: str, p: Pair, rng: random.Random, grader: Grader) -> tuple[dict
 
 
 PLANTS = ("empty", "truncated (server said so)", "truncated (text only)", "language", "leak (template token)",
-          "leak (scaffolding)", "leak (state)", "fault_ignored", "unsupported_id", "promise")
+          "leak (scaffolding)", "leak (state)", "echo", "fault_ignored", "unsupported_id", "promise")
 
 
 def _family(plant_name: str) -> str:

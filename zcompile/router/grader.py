@@ -13,17 +13,11 @@ import msgspec
 
 from ..errors import ZcError, json_problem
 from ..inputs import read_file
+from .prompt import SCAFFOLDING
 
 FORMAT = "zc-grader/1"
-CHECKS = ("empty", "truncated", "language", "leak", "fault_ignored", "unsupported_id", "promise")
+CHECKS = ("empty", "truncated", "language", "leak", "echo", "fault_ignored", "unsupported_id", "promise")
 
-# what a tier's own prompts and chat templates put around a reply: never part of one
-SCAFFOLDING = (
-    "You choose the next action of an agent. Choose exactly one of the offered actions; never invent an "
-    "action that is not offered. Do not explain.",
-    'Answer with a JSON object {"action": "<one of the offered actions>"}.',
-    "Offered actions (choose exactly one):",
-)
 SPECIAL_TOKEN = re.compile(r"<\|[a-z_]{2,20}\|>|</?s>|\[/?INST\]|<<SYS>>|<start_of_turn>|<end_of_turn>")
 STATE_KEYS = re.compile(r'"(?:tool_error|user_text|tool_text|assistant_text|calls_since_user)"\s*:')
 _WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?|\d+", re.U)
@@ -56,6 +50,7 @@ STOPWORDS = {
     "it": "il lo la gli le e di che per con lei suo sua è un una grazie non siamo".split(),
 }
 _STOP = {lang: frozenset(ws) for lang, ws in STOPWORDS.items()}
+FIRST_PERSON = frozenset("i i'm i'd i've i'll me my mine myself".split())  # the user's own voice
 
 
 class GraderConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -68,6 +63,7 @@ class GraderConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     fault: str = "last.tool_error"  # ... and whether that tool call faulted
     scaffolding: list[str] = []  # more text that must never appear verbatim (a system prompt, notes)
     leak_words: int = 8  # a run of this many words copied from scaffolding is a leak
+    echo_words: int = 6  # a run of this many words copied from the user's last message is an echo
     promises: dict[str, list[str]] = {}  # action -> verbs that promise it ("cancel")
     graded: list[str] | None = None  # the rungs whose replies are graded (None: every rung but the last)
 
@@ -145,6 +141,8 @@ class Grader:
             raise ZcError(f"{source}: checks: unknown check `{unknown[0]}` (known: {', '.join(CHECKS)})")
         if config.leak_words < 4:
             raise ZcError(f"{source}: leak_words: at least 4 (fewer words are common phrases)")
+        if config.echo_words < 4:
+            raise ZcError(f"{source}: echo_words: at least 4 (fewer words are common phrases)")
         self.checks = tuple(config.checks)
         n = config.leak_words
         self._grams = {tuple(ws[i:i + n]) for text in (*SCAFFOLDING, *config.scaffolding)
@@ -190,6 +188,9 @@ class Grader:
             leak = self._leak(text, words)
             if leak:
                 flaws.append(Flaw("leak", leak))
+        if "echo" in run and isinstance(user, str) and (copied := self._echo(_words(user), words)):
+            flaws.append(Flaw("echo", f"copies the user's message ({copied!r}): it speaks as the user, "
+                                      "not to them"))
         tool = _path(state, c.tool)
         if "fault_ignored" in run and _path(state, c.fault) is True:
             claim = SUCCESS.search(text)
@@ -211,6 +212,18 @@ class Grader:
                                                  "in this state"))
                     break
         return Verdict(tuple(flaws))
+
+    def _echo(self, user: list[str], words: list[str]) -> str:
+        """The words of the user's message the reply copies in the user's own first person: a run of
+        `echo_words` (or a message of 3 or more words shorter than that, whole) holding "I", "my", "me"…
+        An agent restates what the user asked in the second person ("your flight from New York to
+        Chicago"); copying "I need to cancel my reservation" is speaking as the user."""
+        n = min(self.config.echo_words, len(user))
+        if n < 3:
+            return ""
+        said = {r for i in range(len(user) - n + 1) if FIRST_PERSON & set(r := tuple(user[i:i + n]))}
+        runs = (tuple(words[i:i + n]) for i in range(len(words) - n + 1))
+        return next((" ".join(r) for r in runs if r in said), "")
 
     def _leak(self, text: str, words: list[str]) -> str:
         if m := SPECIAL_TOKEN.search(text):

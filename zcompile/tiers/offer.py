@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..router.prompt import OFFERED
 from ..tools import signature_schema
 from .client import jsonable, loads, snippet
 
@@ -16,14 +17,6 @@ _TOOL_NAME_OK = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _TOOL_NAME_BAD_CHAR = re.compile(r"[^A-Za-z0-9_-]")
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
 
-DEFAULT_SYSTEM_PROMPT = (
-    "You choose the next action of an agent. Choose exactly one of the offered actions; "
-    "never invent an action that is not offered. Do not explain.")
-MODE_INSTRUCTION = {
-    "tools": "Answer by calling the tool of the action you choose.",
-    "json_schema": 'Answer with a JSON object {"action": "<one of the offered actions>"}.',
-    "json_object": 'Answer with a JSON object {"action": "<one of the offered actions>"}.',
-}
 
 
 def render_state(state: Any) -> str:
@@ -40,7 +33,7 @@ def messages(system: dict[str, str], state: Any, intent: str | None, listing: st
     user = f"State:\n{render_state(state)}\n"
     if intent is not None:
         user += f"Intent: {intent}\n"
-    user += f"Offered actions (choose exactly one):\n{listing}"
+    user += f"{OFFERED}\n{listing}"
     return [system, {"role": "user", "content": user}]
 
 

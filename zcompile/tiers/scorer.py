@@ -20,10 +20,11 @@ from ..inputs import read_file, sha256_file
 from ..qroute.arguments import fit_value
 from ..qroute.manifest import NEVER  # τ above every confidence: abstain on everything (fail closed)
 from ..receipts.candidates import normalize
+from ..router.prompt import DEFAULT_SYSTEM_PROMPT, MODE_INSTRUCTION
 from ..router.rung import Answer, Step, abstain, settle
 from ..tools import signature_schema
 from .local import Residency, check_llama_cpp, model_file
-from .offer import DEFAULT_SYSTEM_PROMPT, MODE_INSTRUCTION, Offer, messages
+from .offer import Offer, messages
 
 FORMAT: Literal["zc-scorer-calibration/1"] = "zc-scorer-calibration/1"
 MAX_VALUES = 8  # argument values scored per argument (the most recent fitting candidates, or the enum)

@@ -15,11 +15,10 @@ from typing import Any, Protocol, runtime_checkable
 import msgspec
 
 from ..errors import ZcError
+from ..router.prompt import DEFAULT_SYSTEM_PROMPT, MODE_INSTRUCTION
 from ..router.rung import Answer, Step, abstain, settle
 from .client import ChatClient
 from .offer import (
-    DEFAULT_SYSTEM_PROMPT,
-    MODE_INSTRUCTION,
     MODES,
     Malformed,
     Offer,
