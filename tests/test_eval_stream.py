@@ -71,7 +71,9 @@ def test_bundled_reports_equal_the_in_memory_evaluation(airline):
     shipped specialist's calibration fits were re-run to their optimum (issue 36.1: floats within 1e-6,
     every count the same); and again when the bundled receipts gained the request features and the
     specialist was certified by task, with a novelty model (issue 37); `off_teacher` gained
-    `text_tier_live` and `handed_escalated` (issue 39: false and 0 without the text tier bound)."""
+    `text_tier_live` and `handed_escalated` (issue 39: false and 0 without the text tier bound), and
+    the rows gained `text` and `graded` (null without live tiers: the earlier fields hash as before,
+    26ab45f1…)."""
     rep = evals.run(airline, ROOT / "specialists" / "airline_chat", [ROOT / "receipts"])
     rep["receipts"] = ["receipts"]
     same(masked(rep), msgspec.json.decode((FIXTURES / "bundled_test.json").read_bytes()))
