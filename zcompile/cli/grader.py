@@ -54,11 +54,16 @@ def grader_validate_cmd(grader_path, sources, reply_action, seed, as_json) -> No
               help="Replies after a tool fault, and as many after none (spread over the receipts).")
 @click.option("--runs", default=3, show_default=True, type=click.IntRange(min=1),
               help="Times each reply is written (seed = the run): their spread is the noise floor.")
+@click.option("--out", "out_path", default=None, type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write each reply decision's receipt (a new JSON Lines file): the text written, the "
+                   "grader's reasons, the run and the half, to read what the pass rates count.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def grader_replies_cmd(policy_path, sources, tiers_path, tier_name, grader_path, per_half, runs,
+def grader_replies_cmd(policy_path, sources, tiers_path, tier_name, grader_path, per_half, runs, out_path,
                        as_json) -> None:
     """Have a tier write the replies of teacher reply decisions and grade them: the pass rate after a tool
     fault and after none, per run, with Wilson 95% intervals."""
+    from pathlib import Path
+
     import msgspec
 
     from ..evals.grading import halves, replies, written
@@ -68,7 +73,7 @@ def grader_replies_cmd(policy_path, sources, tiers_path, tier_name, grader_path,
     from ..tiers import load_tiers
     from .common import load_policy, progress
 
-    tiers = {}
+    tiers, router = {}, None
     try:
         policy = load_policy(policy_path)
         grader = load_grader(grader_path) if grader_path else Grader()
@@ -77,12 +82,16 @@ def grader_replies_cmd(policy_path, sources, tiers_path, tier_name, grader_path,
         if tier_name not in tiers:
             raise ZcError(f"{tiers_path}: no [tiers.{tier_name}] table")
         pairs = halves(replies(list(sources)), per_half)
+        if out_path is not None and Path(out_path).exists():
+            raise ZcError(f"{out_path}: already exists: give a new file")
         router = Router(policy, tiers={tier_name: tiers[tier_name]}, ladder=(tier_name,), grader=grader,
-                        budgets=False)
+                        budgets=False, receipts=out_path)
         rep = written(router, tier_name, policy, pairs, runs, Progress(bar=progress))
     except ZcError as exc:
         fail(exc)
     finally:
+        if router is not None:
+            router.close()
         for t in tiers.values():
             t.close()
     if as_json:

@@ -215,7 +215,8 @@ def written(router: Any, tier: str, policy: Any, pairs: Sequence[Pair], runs: in
         for p in progress.bar(pairs, f"run {run + 1}/{runs}: writing replies", len(pairs)):
             half = "fault" if (p.state.get("last") or {}).get("tool_error") is True else "no_fault"
             replies_ = frozenset(a for a in p.legal if a in router.catalog.replies)
-            d = router.decide(p.state, candidates=p.seen, offer=replies_ or None)
+            d = router.decide(p.state, task=p.task, candidates=p.seen, offer=replies_ or None,
+                              meta={"run": run, "half": half})
             ans = next((a for a in d.rungs if a.rung == tier), None)
             n[half] += 1
             if ans is not None and ans.kind == "reply":
