@@ -72,10 +72,12 @@ def test_an_arm_measured_on_fewer_decisions_is_not_ranked_and_the_frontier_is_pa
         _arm("slow-good", 150, 90, 400.0),
         _arm("dominated", 150, 30, 500.0),
         _arm("few", 20, 19, 0.1),
+        _arm("abstains", 150, 0, 0.01),  # fastest of all, and right on nothing: no trade-off
     ]
     assert arms.rank(results) == 150
     got = {r["arm"]: (r["rank"], r["pareto"]) for r in results}
-    assert got == {"slow-good": (1, True), "fast": (2, True), "dominated": (3, False), "few": (None, False)}
+    assert got == {"slow-good": (1, True), "fast": (2, True), "dominated": (3, False), "few": (None, False),
+                   "abstains": (4, False)}
     rep = {
         "n": 150,
         "arms": [
@@ -85,4 +87,4 @@ def test_an_arm_measured_on_fewer_decisions_is_not_ranked_and_the_frontier_is_pa
     }
     assert arms.table_rows(rep)[4][-2] == "not ranked (n 20 < 150)"
     plot = arms.plot(rep)
-    assert len(plot["points"]) == 4 and plot["frontier"].count(",") == 2
+    assert len(plot["points"]) == 5 and plot["frontier"].count(",") == 2

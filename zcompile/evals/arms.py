@@ -303,8 +303,9 @@ def rank(results: list[dict[str, Any]]) -> int:
 
 
 def _frontier(results: list[dict[str, Any]]) -> None:
-    """Mark the arms no other arm beats on both acceptable success (higher) and warm p50 (lower)."""
-    timed_ = [r for r in results if r["warm_p50_ms"] is not None]
+    """Mark the arms no other arm beats on both acceptable success (higher) and warm p50 (lower). An arm
+    with no success at all is no trade-off, however fast (a rung that abstains on everything)."""
+    timed_ = [r for r in results if r["warm_p50_ms"] is not None and r["success_acceptable"]["k"] > 0]
     for r in timed_:
         s, p = r["success_acceptable"]["k"], r["warm_p50_ms"]
         r["pareto"] = not any(
