@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import click
 import msgspec
@@ -65,6 +66,15 @@ def load_policy(path: str):
 
         return compile_file(path)
     return load(path)
+
+
+def new_file(path: str) -> Path:
+    """`path` for a file a command is about to write; ZcError when something is there already (a command
+    never replaces what it did not write)."""
+    out = Path(path)
+    if out.exists():
+        raise ZcError(f"{out}: already exists: give a new file")
+    return out
 
 
 def read_json(path: str):

@@ -62,8 +62,6 @@ def grader_replies_cmd(policy_path, sources, tiers_path, tier_name, grader_path,
                        as_json) -> None:
     """Have a tier write the replies of teacher reply decisions and grade them: the pass rate after a tool
     fault and after none, per run, with Wilson 95% intervals."""
-    from pathlib import Path
-
     import msgspec
 
     from ..evals.grading import halves, replies, written
@@ -71,7 +69,7 @@ def grader_replies_cmd(policy_path, sources, tiers_path, tier_name, grader_path,
     from ..router import Router
     from ..router.grader import Grader, load_grader
     from ..tiers import load_tiers
-    from .common import load_policy, progress
+    from .common import load_policy, new_file, progress
 
     tiers, router = {}, None
     try:
@@ -82,8 +80,8 @@ def grader_replies_cmd(policy_path, sources, tiers_path, tier_name, grader_path,
         if tier_name not in tiers:
             raise ZcError(f"{tiers_path}: no [tiers.{tier_name}] table")
         pairs = halves(replies(list(sources)), per_half)
-        if out_path is not None and Path(out_path).exists():
-            raise ZcError(f"{out_path}: already exists: give a new file")
+        if out_path is not None:
+            new_file(out_path)
         router = Router(policy, tiers={tier_name: tiers[tier_name]}, ladder=(tier_name,), grader=grader,
                         budgets=False, receipts=out_path)
         rep = written(router, tier_name, policy, pairs, runs, Progress(bar=progress))

@@ -86,19 +86,15 @@ def local_calibrate_cmd(launch, policy_path, specialist_dir, sources, target, gu
     """Certify the scorer rung's τ: score decisions of tasks outside the specialist's test split with the
     local model (every legal action and argument candidate by likelihood), then choose τ for precision ≥
     TARGET with the specialist's machinery and guarantee (docs/router.md, The scorer rung)."""
-    from pathlib import Path
-
     import msgspec
 
     from ..qroute import Progress, load_specialist
     from ..qroute.scorer import calibrate, decisions
     from ..tiers.scorer import ScorerTier
-    from .common import load_policy, progress
+    from .common import load_policy, new_file, progress
 
-    out = Path(out_path)
     try:
-        if out.exists():
-            raise ZcError(f"{out}: already exists: give a new file")
+        out = new_file(out_path)
         policy = load_policy(policy_path)
         sp = load_specialist(specialist_dir, policy)
         rows = decisions(list(sources), policy, sp.manifest, per_task)

@@ -174,8 +174,9 @@ def replays(items: Iterable[tuple[Any, Any]], policy: Policy | None, specialist:
         ask = _routed(router, pairwise)
     items = iter(items)
     first = list(islice(items, WARMUP))
-    for d, _ in first if not tiers else ():  # live tiers would write their replies twice
-        ask(d)
+    if not tiers:  # live tiers would write their replies twice
+        for d, _ in first:
+            ask(d)
     catalog = Catalog(policy)
     risky = risky_actions(policy)
     for d, args in chain(first, items):

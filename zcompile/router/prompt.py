@@ -11,5 +11,11 @@ MODE_INSTRUCTION = {
     "json_object": 'Answer with a JSON object {"action": "<one of the offered actions>"}.',
 }
 OFFERED = "Offered actions (choose exactly one):"
+
 # all of it: a reply must never quote it (the grader's `leak` check)
 SCAFFOLDING = (DEFAULT_SYSTEM_PROMPT, *dict.fromkeys(MODE_INSTRUCTION.values()), OFFERED)
+
+
+def system_prompt(mode: str) -> str:
+    """The system prompt of a decision asked in `mode` (`tools`, `json_schema`, `json_object`)."""
+    return f"{DEFAULT_SYSTEM_PROMPT} {MODE_INSTRUCTION[mode]}"

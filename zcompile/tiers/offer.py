@@ -18,7 +18,6 @@ _TOOL_NAME_BAD_CHAR = re.compile(r"[^A-Za-z0-9_-]")
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
 
 
-
 def render_state(state: Any) -> str:
     """The deterministic rendering of a state offered to a model: JSON with sorted keys.
 

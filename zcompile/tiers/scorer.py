@@ -20,7 +20,7 @@ from ..inputs import read_file, sha256_file
 from ..qroute.arguments import fit_value
 from ..qroute.manifest import NEVER  # τ above every confidence: abstain on everything (fail closed)
 from ..receipts.candidates import normalize
-from ..router.prompt import DEFAULT_SYSTEM_PROMPT, MODE_INSTRUCTION
+from ..router.prompt import system_prompt
 from ..router.rung import Answer, Step, abstain, settle
 from ..tools import signature_schema
 from .local import Residency, check_llama_cpp, model_file
@@ -249,8 +249,7 @@ class ScorerTier(Residency):
         self._lm: LikelihoodModel | None = None
         self._priors: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
-        instruction = MODE_INSTRUCTION["json_schema"]
-        self._system = {"role": "system", "content": f"{DEFAULT_SYSTEM_PROMPT} {instruction}"}
+        self._system = {"role": "system", "content": system_prompt("json_schema")}
 
     def __repr__(self) -> str:
         return f"ScorerTier(name={self.name!r}, model={self.model!r}, tau={self.tau})"

@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 import msgspec
 
 from ..errors import ZcError
-from ..router.prompt import DEFAULT_SYSTEM_PROMPT, MODE_INSTRUCTION
+from ..router.prompt import system_prompt as default_system_prompt
 from ..router.rung import Answer, Step, abstain, settle
 from .client import ChatClient
 from .offer import (
@@ -118,7 +118,7 @@ class OpenAITier:
                               f"(api_key_env = \"{api_key_env}\")")
             headers["Authorization"] = f"Bearer {key}"
         self._system = {"role": "system", "content": (system_prompt if system_prompt is not None else
-                                                      f"{DEFAULT_SYSTEM_PROMPT} {MODE_INSTRUCTION[mode]}")}
+                                                      default_system_prompt(mode))}
         self._http = ChatClient(self.url, headers)
         self._offers: OrderedDict[tuple, Offer] = OrderedDict()
         self._offers_lock = threading.Lock()
